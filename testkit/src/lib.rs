@@ -1,0 +1,252 @@
+//! Support for device-tier tests: the RDMA device (and two-host peer) that `cargo xtask test`
+//! provides through the environment, capability skips, and child processes that cannot hang.
+//!
+//! The environment contract (set by the xtask; set it by hand to use a device of your own):
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `RDMA_TEST_DEVICE` | device name, e.g. `rxe0` |
+//! | `RDMA_TEST_GID_INDEX` | index of the device's RoCE v2 IPv4-mapped GID |
+//! | `RDMA_TEST_ADDR` | IPv4 address of the device's netdev |
+//! | `RDMA_TEST_PEER_DEVICE`, `RDMA_TEST_PEER_GID_INDEX`, `RDMA_TEST_PEER_ADDR` | the same for the other "host" |
+//! | `RDMA_TEST_PEER_EXEC` | command prefix that runs a program on the other host (e.g. `ip netns exec rdma-b`); empty when the peer is this host |
+//! | `RDMA_TEST_SKIP_LOG` | file to which skipped tests append a line |
+//!
+//! A device test never passes vacuously: when the environment names no device, [`device`] panics
+//! with a message saying how to get one.
+#![forbid(unsafe_code)]
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How to get a device, printed when none is configured.
+pub const NO_DEVICE_HINT: &str =
+    "no RDMA test device: run device tests with `cargo xtask test` (or set RDMA_TEST_DEVICE, RDMA_TEST_GID_INDEX, RDMA_TEST_ADDR)";
+
+/// One RDMA device as the tests see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestDevice {
+    /// Device name (`ibv_get_device_name`), e.g. `rxe0`.
+    pub name: String,
+    /// GID index of the device's RoCE v2 IPv4-mapped GID.
+    pub gid_index: u32,
+    /// IPv4 address of the netdev under the device.
+    pub addr: Ipv4Addr,
+}
+
+/// The other "host" of two-host tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestPeer {
+    /// The peer's device, as seen from the peer's host.
+    pub device: TestDevice,
+    /// Command prefix that runs a program on the peer's host; empty when it is this host.
+    pub exec_prefix: Vec<String>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn device_from(prefix: &str) -> Option<TestDevice> {
+    let name = var(&format!("{prefix}DEVICE"))?;
+    let gid_index = var(&format!("{prefix}GID_INDEX"))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{prefix}GID_INDEX={v:?} is not a number"))
+        })
+        .unwrap_or(0);
+    let addr = var(&format!("{prefix}ADDR"))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{prefix}ADDR={v:?} is not an IPv4 address"))
+        })
+        .unwrap_or(Ipv4Addr::LOCALHOST);
+    Some(TestDevice {
+        name,
+        gid_index,
+        addr,
+    })
+}
+
+/// The device under test. Panics (failing the test) when none is configured.
+pub fn device() -> TestDevice {
+    device_from("RDMA_TEST_").unwrap_or_else(|| panic!("{NO_DEVICE_HINT}"))
+}
+
+/// The peer host for two-host tests. Without a configured peer, the peer is this host and its
+/// device (loopback), so the same test still exercises a real device.
+pub fn peer() -> TestPeer {
+    match device_from("RDMA_TEST_PEER_") {
+        Some(device) => TestPeer {
+            device,
+            exec_prefix: var("RDMA_TEST_PEER_EXEC")
+                .map(|p| p.split_whitespace().map(str::to_owned).collect())
+                .unwrap_or_default(),
+        },
+        None => TestPeer {
+            device: device(),
+            exec_prefix: Vec::new(),
+        },
+    }
+}
+
+impl TestPeer {
+    /// Whether the peer is a separate host (network namespace) rather than this one.
+    pub fn is_remote(&self) -> bool {
+        !self.exec_prefix.is_empty()
+    }
+
+    /// A command that runs `program` on the peer's host.
+    pub fn command(&self, program: &str) -> Command {
+        match self.exec_prefix.split_first() {
+            None => Command::new(program),
+            Some((first, rest)) => {
+                let mut cmd = Command::new(first);
+                cmd.args(rest).arg(program);
+                cmd
+            }
+        }
+    }
+}
+
+/// Records that `test` was skipped because the device lacks a capability, and says so on stderr.
+/// `cargo xtask test` counts these lines in its summary. Skip only for a capability the device
+/// truly lacks (the verb returned EOPNOTSUPP), never for a missing device.
+pub fn skip(test: &str, reason: &str) {
+    eprintln!("SKIPPED {test}: {reason}");
+    if let Some(path) = var("RDMA_TEST_SKIP_LOG") {
+        if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "{test}: {reason}");
+        }
+    }
+}
+
+/// A child process that is killed (and reaped) when dropped, so a failing test never leaves a
+/// peer program behind.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Option<Child>,
+    what: String,
+}
+
+impl ChildGuard {
+    /// Spawns `cmd` with stdout and stderr captured.
+    pub fn spawn(mut cmd: Command) -> std::io::Result<Self> {
+        let what = format!("{cmd:?}");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        Ok(Self {
+            child: Some(child),
+            what,
+        })
+    }
+
+    /// Process id of the child.
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Kills the child now (e.g. to simulate a peer that dies mid-connection).
+    pub fn kill(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+        }
+    }
+
+    /// Waits up to `timeout` for the child to exit and returns its output. Panics (failing the
+    /// test) on timeout, after killing the child and including what it printed.
+    pub fn wait_output(mut self, timeout: Duration) -> Output {
+        let mut child = self.child.take().expect("child already taken");
+        let deadline = Instant::now() + timeout;
+        loop {
+            match child.try_wait().expect("try_wait") {
+                Some(_) => return child.wait_with_output().expect("wait_with_output"),
+                None if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let out = child.wait_with_output().expect("wait_with_output");
+                    panic!(
+                        "{} did not exit within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                        self.what,
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Runs `cmd` to completion within `timeout` (killing it otherwise) and returns its output.
+pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Output {
+    ChildGuard::spawn(cmd)
+        .unwrap_or_else(|e| panic!("cannot start command: {e}"))
+        .wait_output(timeout)
+}
+
+/// Asserts that an [`Output`] shows success, printing both streams otherwise.
+pub fn assert_success(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed with {}\nstdout:\n{}\nstderr:\n{}",
+        describe(out.status),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn describe(status: ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("exit status {code}"),
+        None => format!("{status}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_command_uses_prefix() {
+        let peer = TestPeer {
+            device: TestDevice {
+                name: "rxe1".into(),
+                gid_index: 1,
+                addr: Ipv4Addr::new(10, 0, 0, 2),
+            },
+            exec_prefix: vec!["ip".into(), "netns".into(), "exec".into(), "b".into()],
+        };
+        let cmd = peer.command("rping");
+        assert_eq!(cmd.get_program(), "ip");
+        let args: Vec<_> = cmd.get_args().collect();
+        assert_eq!(args, ["netns", "exec", "b", "rping"]);
+        assert!(peer.is_remote());
+    }
+
+    #[test]
+    fn timeout_kills_a_hanging_child() {
+        let started = Instant::now();
+        let result = std::panic::catch_unwind(|| {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30");
+            run_with_timeout(cmd, Duration::from_millis(200))
+        });
+        assert!(result.is_err(), "a hanging child must fail the wait");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}

@@ -1,0 +1,2 @@
+//! Raw FFI.
+pub use rdma_sys::*;
