@@ -1,0 +1,266 @@
+//! The pool: per-class free lists over registered chunks, growth up to the cap, waiting.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::bookkeeping::{Budget, ClassBook, Take, Usage};
+use crate::buffer::Buffer;
+use crate::class::SizeClasses;
+use crate::registered::{Chunk, Registrar, SlotMemory, SlotToken};
+use crate::stats::PoolStats;
+use crate::{Error, HugePages, PoolAccess, PoolConfig, Result};
+
+/// A pool of registered memory handing out [`Buffer`]s by size class.
+///
+/// Cheap to clone (an `Arc` inside); clones share the pool. Buffers keep what they need alive,
+/// so the pool may be dropped before them; chunks are deregistered and unmapped once the pool
+/// and all their buffers are gone.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+pub(crate) struct PoolInner {
+    classes: SizeClasses,
+    states: Box<[Padded<ClassShared>]>,
+    budget: Budget,
+    usage: Usage,
+    huge_page_chunks: AtomicUsize,
+    access: PoolAccess,
+    huge_pages: HugePages,
+    registrar: Box<dyn Registrar>,
+}
+
+/// A class's lock and the condition "a buffer came back", on their own cache lines.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+#[derive(Debug)]
+struct ClassShared {
+    state: Mutex<ClassState>,
+    returned: Condvar,
+}
+
+#[derive(Debug)]
+struct ClassState {
+    book: ClassBook<SlotToken>,
+    /// Ascending by id: a class creates its chunks one at a time, under its lock.
+    chunks: Vec<Arc<Chunk>>,
+}
+
+impl Pool {
+    /// A pool with `config`, registering its chunks through `registrar`. Registers nothing yet:
+    /// chunks are created when first needed.
+    pub fn new(config: PoolConfig, registrar: impl Registrar) -> Result<Self> {
+        let classes = config.validate()?;
+        let states = classes
+            .iter()
+            .map(|&class| {
+                Padded(ClassShared {
+                    state: Mutex::new(ClassState {
+                        book: ClassBook::new(class),
+                        chunks: Vec::new(),
+                    }),
+                    returned: Condvar::new(),
+                })
+            })
+            .collect();
+        Ok(Self {
+            inner: Arc::new(PoolInner {
+                classes: SizeClasses::new(classes.iter().map(|c| c.size)),
+                states,
+                budget: Budget::new(config.get_cap_bytes()),
+                usage: Usage::default(),
+                huge_page_chunks: AtomicUsize::new(0),
+                access: config.get_access(),
+                huge_pages: config.get_huge_pages(),
+                registrar: Box::new(registrar),
+            }),
+        })
+    }
+
+    /// A buffer of `len` bytes from the smallest class that holds it, without waiting.
+    ///
+    /// Registers a new chunk if the class has no free buffer and the caps allow it.
+    /// Errors: [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::Exhausted`] (backpressure),
+    /// or a failure to create a chunk ([`Error::Allocate`], [`Error::Register`],
+    /// [`Error::MemlockLimit`]).
+    pub fn try_alloc(&self, len: usize) -> Result<Buffer> {
+        let class = self.inner.classes.select(len)?;
+        let mut state = self.inner.states[class].state.lock();
+        let slot = self.inner.take(class, &mut state)?;
+        drop(state);
+        Ok(Buffer::new(Arc::clone(&self.inner), class, slot, len))
+    }
+
+    /// Like [`try_alloc`](Self::try_alloc), but when the class is exhausted, wait up to
+    /// `timeout` for a buffer of the class to be dropped; [`Error::Timeout`] if none is.
+    pub fn alloc(&self, len: usize, timeout: Duration) -> Result<Buffer> {
+        let class = self.inner.classes.select(len)?;
+        let start = Instant::now();
+        let deadline = start.checked_add(timeout);
+        let shared = &self.inner.states[class];
+        let mut state = shared.state.lock();
+        loop {
+            match self.inner.take(class, &mut state) {
+                Ok(slot) => {
+                    drop(state);
+                    return Ok(Buffer::new(Arc::clone(&self.inner), class, slot, len));
+                }
+                Err(Error::Exhausted { .. }) => {}
+                Err(other) => return Err(other),
+            }
+            match deadline {
+                Some(deadline) if Instant::now() >= deadline => {
+                    return Err(Error::Timeout {
+                        waited: start.elapsed(),
+                    })
+                }
+                Some(deadline) => {
+                    shared.returned.wait_until(&mut state, deadline);
+                }
+                None => shared.returned.wait(&mut state),
+            }
+        }
+    }
+
+    /// A snapshot of the pool's usage.
+    pub fn stats(&self) -> PoolStats {
+        let inner = &self.inner;
+        let classes: Vec<_> = inner
+            .states
+            .iter()
+            .map(|shared| shared.state.lock().book.stats())
+            .collect();
+        PoolStats {
+            chunks: classes.iter().map(|c| c.chunks).sum(),
+            huge_page_chunks: inner.huge_page_chunks.load(Ordering::Relaxed),
+            bytes_registered: classes.iter().map(|c| c.chunks * c.chunk_bytes).sum(),
+            cap_bytes: inner.budget.cap(),
+            bytes_in_use: inner.usage.in_use(),
+            high_water_bytes: inner.usage.high_water(),
+            classes,
+        }
+    }
+
+    /// The class sizes, ascending.
+    pub fn class_sizes(&self) -> &[usize] {
+        self.inner.classes.sizes()
+    }
+
+    /// The largest buffer the pool hands out.
+    pub fn max_buffer_size(&self) -> usize {
+        self.inner.classes.max()
+    }
+
+    /// The access the pool's registrations grant.
+    pub fn access(&self) -> PoolAccess {
+        self.inner.access
+    }
+}
+
+impl PoolInner {
+    /// Take a slot of `class`, growing the class by a chunk if it is empty and the caps allow.
+    /// The chunk is created under the class lock, so one class never grows twice at once.
+    fn take(&self, class: usize, state: &mut MutexGuard<'_, ClassState>) -> Result<SlotMemory> {
+        loop {
+            match state.book.take(&self.budget) {
+                Take::Slot(token) => {
+                    let chunk = state.chunk(token.chunk());
+                    let slot = chunk.claim(token);
+                    self.usage.add(slot.capacity());
+                    return Ok(slot);
+                }
+                Take::Grow { chunk_bytes } => {
+                    let valid = *state.book.class();
+                    let created = Chunk::create(
+                        valid.size,
+                        valid.slots_per_chunk,
+                        self.huge_pages,
+                        self.access,
+                        &*self.registrar,
+                    );
+                    match created {
+                        Ok((chunk, tokens)) => {
+                            if chunk.is_huge_pages() {
+                                self.huge_page_chunks.fetch_add(1, Ordering::Relaxed);
+                            }
+                            state.chunks.push(chunk);
+                            state.book.add_chunk(tokens);
+                        }
+                        Err(err) => {
+                            self.budget.release(chunk_bytes);
+                            return Err(err);
+                        }
+                    }
+                }
+                Take::Exhausted { cap_bytes } => {
+                    return Err(Error::Exhausted {
+                        class_size: self.classes.size(class),
+                        cap_bytes,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Return a buffer's slot to its class and wake one waiter.
+    pub(crate) fn put(&self, class: usize, slot: SlotMemory) {
+        let bytes = slot.capacity();
+        let token = slot.release();
+        let shared = &self.states[class];
+        let mut state = shared.state.lock();
+        state.book.put(token);
+        drop(state);
+        self.usage.sub(bytes);
+        shared.returned.notify_one();
+    }
+
+    pub(crate) fn class_size(&self, class: usize) -> usize {
+        self.classes.size(class)
+    }
+}
+
+impl ClassState {
+    fn chunk(&self, id: u32) -> &Arc<Chunk> {
+        let index = self
+            .chunks
+            .binary_search_by_key(&id, |chunk| chunk.id())
+            .expect("a token's chunk belongs to its class");
+        &self.chunks[index]
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("class_sizes", &self.class_sizes())
+            .field("access", &self.inner.access)
+            .field("huge_pages", &self.inner.huge_pages)
+            .field("cap_bytes", &self.inner.budget.cap())
+            .field("bytes_registered", &self.inner.budget.registered())
+            .field("registrar", &self.inner.registrar)
+            .finish()
+    }
+}
+
+impl fmt::Debug for PoolInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolInner")
+            .field("class_sizes", &self.classes.sizes())
+            .finish_non_exhaustive()
+    }
+}
