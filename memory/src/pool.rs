@@ -224,8 +224,9 @@ impl PoolInner {
         let shared = &self.states[class];
         let mut state = shared.state.lock();
         state.book.put(token);
-        drop(state);
+        // Under the lock, like the matching `add`, so the total never counts a slot twice.
         self.usage.sub(bytes);
+        drop(state);
         shared.returned.notify_one();
     }
 

@@ -5,7 +5,7 @@
 //! the verbs registrar instead.
 
 use std::io;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::registered::{ChunkMemory, Registrar, Registration};
@@ -22,21 +22,19 @@ struct Shared {
     next_key: AtomicU32,
     registrations: AtomicUsize,
     live: AtomicUsize,
-    /// Registrations allowed before every further one fails; `usize::MAX` for no limit.
-    fail_after: AtomicUsize,
+    refuse: AtomicBool,
 }
 
 impl HostRegistrar {
-    /// A registrar that always succeeds.
+    /// A registrar that succeeds until told to [`refuse`](Self::refuse).
     pub fn new() -> Self {
-        Self::failing_after(usize::MAX)
+        Self::default()
     }
 
-    /// A registrar whose registrations fail (with [`Error::Register`]) after the first `n`.
-    pub fn failing_after(n: usize) -> Self {
-        let registrar = Self::default();
-        registrar.shared.fail_after.store(n, Ordering::Relaxed);
-        registrar
+    /// While `refuse` is true, registrations fail with [`Error::Register`] (this clone and all
+    /// others).
+    pub fn refuse(&self, refuse: bool) {
+        self.shared.refuse.store(refuse, Ordering::Relaxed);
     }
 
     /// Registrations made so far, including dropped ones.
@@ -53,18 +51,13 @@ impl HostRegistrar {
 impl Registrar for HostRegistrar {
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
         let shared = &self.shared;
-        let allowed = shared.fail_after.load(Ordering::Relaxed);
-        let done = shared
-            .registrations
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < allowed).then_some(n + 1)
-            });
-        if done.is_err() {
+        if shared.refuse.load(Ordering::Relaxed) {
             return Err(Error::Register {
                 len: memory.len(),
                 source: io::Error::other("registration refused by the test registrar"),
             });
         }
+        shared.registrations.fetch_add(1, Ordering::Relaxed);
         let key = shared.next_key.fetch_add(1, Ordering::Relaxed);
         shared.live.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(HostRegistration {
