@@ -46,32 +46,6 @@ impl Budget {
     }
 }
 
-/// Bytes handed out across all classes, and their high-water mark.
-#[derive(Debug, Default)]
-pub(crate) struct Usage {
-    in_use: AtomicUsize,
-    high_water: AtomicUsize,
-}
-
-impl Usage {
-    pub(crate) fn add(&self, bytes: usize) {
-        let now = self.in_use.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.high_water.fetch_max(now, Ordering::Relaxed);
-    }
-
-    pub(crate) fn sub(&self, bytes: usize) {
-        self.in_use.fetch_sub(bytes, Ordering::Relaxed);
-    }
-
-    pub(crate) fn in_use(&self) -> usize {
-        self.in_use.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn high_water(&self) -> usize {
-        self.high_water.load(Ordering::Relaxed)
-    }
-}
-
 /// Outcome of [`ClassBook::take`].
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Take<T> {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::pool::PoolInner;
+use crate::pool::ClassShared;
 use crate::registered::SlotMemory;
 use crate::{Error, Result};
 
@@ -47,18 +47,16 @@ pub struct Buffer {
     /// `None` only while dropping.
     slot: Option<SlotMemory>,
     len: usize,
-    class: usize,
-    pool: Arc<PoolInner>,
+    class: Arc<ClassShared>,
 }
 
 impl Buffer {
-    pub(crate) fn new(pool: Arc<PoolInner>, class: usize, slot: SlotMemory, len: usize) -> Self {
+    pub(crate) fn new(class: Arc<ClassShared>, slot: SlotMemory, len: usize) -> Self {
         debug_assert!(len <= slot.capacity());
         Self {
             slot: Some(slot),
             len,
             class,
-            pool,
         }
     }
 
@@ -68,7 +66,7 @@ impl Buffer {
 
     /// Bytes the buffer can hold: its class size.
     pub fn capacity(&self) -> usize {
-        self.pool.class_size(self.class)
+        self.slot().capacity()
     }
 
     /// Change the length, up to the capacity (e.g. to the byte count of a receive completion).
@@ -151,7 +149,7 @@ impl AsMut<[u8]> for Buffer {
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
-            self.pool.put(self.class, slot);
+            self.class.put(slot);
         }
     }
 }

@@ -1,14 +1,13 @@
 //! The pool: per-class free lists over registered chunks, growth up to the cap, waiting.
 
 use std::fmt;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::bookkeeping::{Budget, ClassBook, Take, Usage};
+use crate::bookkeeping::{Budget, ClassBook, Take};
 use crate::buffer::Buffer;
 use crate::class::SizeClasses;
 use crate::registered::{Chunk, Registrar, SlotMemory, SlotToken};
@@ -25,11 +24,12 @@ pub struct Pool {
     inner: Arc<PoolInner>,
 }
 
-pub(crate) struct PoolInner {
+struct PoolInner {
     classes: SizeClasses,
-    states: Box<[Padded<ClassShared>]>,
+    /// Buffers hold their class, not the pool: threads using different classes share no
+    /// reference count, lock or counter.
+    states: Box<[Arc<ClassShared>]>,
     budget: Budget,
-    usage: Usage,
     huge_page_chunks: AtomicUsize,
     access: PoolAccess,
     huge_pages: HugePages,
@@ -39,17 +39,7 @@ pub(crate) struct PoolInner {
 /// A class's lock and the condition "a buffer came back", on their own cache lines.
 #[derive(Debug)]
 #[repr(align(128))]
-struct Padded<T>(T);
-
-impl<T> Deref for Padded<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
-#[derive(Debug)]
-struct ClassShared {
+pub(crate) struct ClassShared {
     state: Mutex<ClassState>,
     returned: Condvar,
 }
@@ -69,7 +59,7 @@ impl Pool {
         let states = classes
             .iter()
             .map(|&class| {
-                Padded(ClassShared {
+                Arc::new(ClassShared {
                     state: Mutex::new(ClassState {
                         book: ClassBook::new(class),
                         chunks: Vec::new(),
@@ -83,7 +73,6 @@ impl Pool {
                 classes: SizeClasses::new(classes.iter().map(|c| c.size)),
                 states,
                 budget: Budget::new(config.get_cap_bytes()),
-                usage: Usage::default(),
                 huge_page_chunks: AtomicUsize::new(0),
                 access: config.get_access(),
                 huge_pages: config.get_huge_pages(),
@@ -100,10 +89,11 @@ impl Pool {
     /// [`Error::MemlockLimit`]).
     pub fn try_alloc(&self, len: usize) -> Result<Buffer> {
         let class = self.inner.classes.select(len)?;
-        let mut state = self.inner.states[class].state.lock();
+        let shared = &self.inner.states[class];
+        let mut state = shared.state.lock();
         let slot = self.inner.take(class, &mut state)?;
         drop(state);
-        Ok(Buffer::new(Arc::clone(&self.inner), class, slot, len))
+        Ok(Buffer::new(Arc::clone(shared), slot, len))
     }
 
     /// Like [`try_alloc`](Self::try_alloc), but when the class is exhausted, wait up to
@@ -118,7 +108,7 @@ impl Pool {
             match self.inner.take(class, &mut state) {
                 Ok(slot) => {
                     drop(state);
-                    return Ok(Buffer::new(Arc::clone(&self.inner), class, slot, len));
+                    return Ok(Buffer::new(Arc::clone(shared), slot, len));
                 }
                 Err(Error::Exhausted { .. }) => {}
                 Err(other) => return Err(other),
@@ -150,8 +140,7 @@ impl Pool {
             huge_page_chunks: inner.huge_page_chunks.load(Ordering::Relaxed),
             bytes_registered: classes.iter().map(|c| c.chunks * c.chunk_bytes).sum(),
             cap_bytes: inner.budget.cap(),
-            bytes_in_use: inner.usage.in_use(),
-            high_water_bytes: inner.usage.high_water(),
+            bytes_in_use: classes.iter().map(|c| c.in_use * c.size).sum(),
             classes,
         }
     }
@@ -180,9 +169,7 @@ impl PoolInner {
             match state.book.take(&self.budget) {
                 Take::Slot(token) => {
                     let chunk = state.chunk(token.chunk());
-                    let slot = chunk.claim(token);
-                    self.usage.add(slot.capacity());
-                    return Ok(slot);
+                    return Ok(chunk.claim(token));
                 }
                 Take::Grow { chunk_bytes } => {
                     let valid = *state.book.class();
@@ -216,22 +203,14 @@ impl PoolInner {
             }
         }
     }
+}
 
+impl ClassShared {
     /// Return a buffer's slot to its class and wake one waiter.
-    pub(crate) fn put(&self, class: usize, slot: SlotMemory) {
-        let bytes = slot.capacity();
+    pub(crate) fn put(&self, slot: SlotMemory) {
         let token = slot.release();
-        let shared = &self.states[class];
-        let mut state = shared.state.lock();
-        state.book.put(token);
-        // Under the lock, like the matching `add`, so the total never counts a slot twice.
-        self.usage.sub(bytes);
-        drop(state);
-        shared.returned.notify_one();
-    }
-
-    pub(crate) fn class_size(&self, class: usize) -> usize {
-        self.classes.size(class)
+        self.state.lock().book.put(token);
+        self.returned.notify_one();
     }
 }
 

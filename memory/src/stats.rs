@@ -2,8 +2,13 @@
 
 /// A snapshot of a pool's usage, from [`Pool::stats`](crate::Pool::stats).
 ///
-/// Each class's numbers are consistent with each other; the totals are read without stopping
-/// other threads, so under concurrent use they may be a moment apart from the classes.
+/// Each class's numbers are consistent with each other; classes are read one after the other,
+/// so under concurrent use the totals may mix moments a little apart.
+///
+/// High-water marks are kept per class: chunks belong to a class, so the registration a
+/// workload needs follows from each class's peak (`ceil(high_water * size / chunk_bytes)`
+/// chunks). A pool-wide peak of bytes in use would need a counter shared by every allocation
+/// of every class, which measurably slows threads using different classes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolStats {
@@ -17,9 +22,7 @@ pub struct PoolStats {
     pub cap_bytes: usize,
     /// Bytes of class capacity held by live buffers.
     pub bytes_in_use: usize,
-    /// Most bytes of class capacity ever held by live buffers at once.
-    pub high_water_bytes: usize,
-    /// Per size class, ascending.
+    /// Per size class, ascending, with each class's high-water mark.
     pub classes: Vec<ClassStats>,
 }
 
@@ -27,6 +30,12 @@ impl PoolStats {
     /// Buffers currently handed out, over all classes.
     pub fn buffers_in_use(&self) -> usize {
         self.classes.iter().map(|c| c.in_use).sum()
+    }
+
+    /// Bytes the classes' peaks add up to (`high_water * size` summed): an upper bound on the
+    /// pool-wide peak of bytes in use, reached if all classes peaked at once.
+    pub fn high_water_bytes_bound(&self) -> usize {
+        self.classes.iter().map(|c| c.high_water * c.size).sum()
     }
 }
 

@@ -203,7 +203,7 @@ fn stats_count_chunks_buffers_and_high_water_marks() {
     assert_eq!(stats.bytes_registered, 2048);
     assert_eq!(stats.cap_bytes, 4096);
     assert_eq!(stats.bytes_in_use, 512);
-    assert_eq!(stats.high_water_bytes, 6 * 256);
+    assert_eq!(stats.high_water_bytes_bound(), 6 * 256);
     assert_eq!(stats.huge_page_chunks, 0);
     assert_eq!(stats.buffers_in_use(), 2);
     let class = stats.classes[0];
