@@ -105,6 +105,11 @@ impl<T> ClassBook<T> {
         }
     }
 
+    /// True if a slot can be taken without growing.
+    pub(crate) fn has_free(&self) -> bool {
+        !self.free.is_empty()
+    }
+
     /// Add the free slots of a new chunk, whose bytes [`take`](Self::take) reserved.
     /// Slots are handed out in the order given.
     pub(crate) fn add_chunk(&mut self, slots: impl DoubleEndedIterator<Item = T>) {

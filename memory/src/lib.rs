@@ -54,8 +54,10 @@
 //!
 //! # Thread safety
 //! [`Pool`] is `Clone + Send + Sync`; [`Buffer`] is `Send + Sync` and may be dropped on any
-//! thread. Each class has its own lock, so classes do not contend with each other; growing a
-//! class (registering a chunk) happens under that class's lock.
+//! thread. Each class has its own lock, so classes do not contend with each other. A class
+//! registers a new chunk with its lock released: buffers of the class keep coming back
+//! meanwhile, and a caller finding the class empty waits for that growth instead of starting
+//! another.
 //!
 //! # Cleanup
 //! A buffer keeps its chunk registered and mapped, and its pool alive, until it is dropped.

@@ -1,7 +1,7 @@
 //! The pool: per-class free lists over registered chunks, growth up to the cap, waiting.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -41,13 +41,27 @@ struct PoolInner {
 #[repr(align(128))]
 pub(crate) struct ClassShared {
     state: Mutex<ClassState>,
+    /// Signalled when a buffer comes back and when a growth ends.
     returned: Condvar,
+    /// A thread is creating a chunk for the class, with the lock released. Changed under the
+    /// lock.
+    growing: AtomicBool,
+}
+
+/// Ends a growth, also if the registrar panics: clears the flag and wakes those waiting on it.
+struct Growing<'a>(&'a ClassShared);
+
+impl Drop for Growing<'_> {
+    fn drop(&mut self) {
+        self.0.growing.store(false, Ordering::Relaxed);
+        self.0.returned.notify_all();
+    }
 }
 
 #[derive(Debug)]
 struct ClassState {
     book: ClassBook<SlotToken>,
-    /// Ascending by id: a class creates its chunks one at a time, under its lock.
+    /// Ascending by id: a class creates its chunks one at a time.
     chunks: Vec<Arc<Chunk>>,
 }
 
@@ -65,6 +79,7 @@ impl Pool {
                         chunks: Vec::new(),
                     }),
                     returned: Condvar::new(),
+                    growing: AtomicBool::new(false),
                 })
             })
             .collect();
@@ -163,9 +178,17 @@ impl Pool {
 
 impl PoolInner {
     /// Take a slot of `class`, growing the class by a chunk if it is empty and the caps allow.
-    /// The chunk is created under the class lock, so one class never grows twice at once.
+    ///
+    /// The chunk is created with the class lock released, so buffers of the class can be
+    /// dropped meanwhile; a class grows one chunk at a time, and a caller finding the class
+    /// empty while it grows waits for the growth to end.
     fn take(&self, class: usize, state: &mut MutexGuard<'_, ClassState>) -> Result<SlotMemory> {
+        let shared = &self.states[class];
         loop {
+            if !state.book.has_free() && shared.growing.load(Ordering::Relaxed) {
+                shared.returned.wait(state);
+                continue;
+            }
             match state.book.take(&self.budget) {
                 Take::Slot(token) => {
                     let chunk = state.chunk(token.chunk());
@@ -173,13 +196,18 @@ impl PoolInner {
                 }
                 Take::Grow { chunk_bytes } => {
                     let valid = *state.book.class();
-                    let created = Chunk::create(
-                        valid.size,
-                        valid.slots_per_chunk,
-                        self.huge_pages,
-                        self.access,
-                        &*self.registrar,
-                    );
+                    shared.growing.store(true, Ordering::Relaxed);
+                    let growing = Growing(shared);
+                    let created = MutexGuard::unlocked(state, || {
+                        Chunk::create(
+                            valid.size,
+                            valid.slots_per_chunk,
+                            self.huge_pages,
+                            self.access,
+                            &*self.registrar,
+                        )
+                    });
+                    drop(growing);
                     match created {
                         Ok((chunk, tokens)) => {
                             if chunk.is_huge_pages() {

@@ -127,3 +127,89 @@ fn eight_threads_exhaust_recover_and_account_for_every_byte() {
     drop(pool);
     assert_eq!(registrar.live_registrations(), 0);
 }
+
+/// Lets the first registration through, then holds the second until told to go on.
+#[derive(Debug)]
+struct SlowRegistrar {
+    inner: memory::testing::HostRegistrar,
+    held: std::sync::atomic::AtomicBool,
+    entered: std::sync::mpsc::SyncSender<()>,
+    proceed: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl memory::Registrar for SlowRegistrar {
+    fn register(
+        &self,
+        memory: &memory::ChunkMemory,
+        access: memory::PoolAccess,
+    ) -> memory::Result<Box<dyn memory::Registration>> {
+        use std::sync::atomic::Ordering;
+        if self.inner.registrations() == 1 && !self.held.swap(true, Ordering::SeqCst) {
+            self.entered.send(()).unwrap();
+            self.proceed.lock().recv().unwrap();
+        }
+        self.inner.register(memory, access)
+    }
+}
+
+#[test]
+fn buffers_come_back_while_the_class_registers_a_chunk() {
+    use memory::{ClassConfig, Pool, PoolConfig};
+    use std::sync::mpsc;
+
+    let (entered_tx, entered) = mpsc::sync_channel(1);
+    let (proceed, proceed_rx) = mpsc::sync_channel(1);
+    let host = memory::testing::HostRegistrar::new();
+    let registrar = SlowRegistrar {
+        inner: host.clone(),
+        held: Default::default(),
+        entered: entered_tx,
+        proceed: parking_lot::Mutex::new(proceed_rx),
+    };
+    // Two buffers per chunk, three chunks at most.
+    let config = PoolConfig::new()
+        .classes([ClassConfig::new(64).chunk_size(128)])
+        .cap_bytes(128 * 3);
+    let pool = Pool::new(config, registrar).unwrap();
+    let first = pool.try_alloc(64).unwrap();
+    let second = pool.try_alloc(64).unwrap();
+    let addr = first.addr();
+
+    let grower = {
+        let pool = pool.clone();
+        thread::spawn(move || pool.try_alloc(64))
+    };
+    entered.recv().unwrap(); // the second chunk is being registered
+
+    // Dropping and re-taking a buffer of the class does not wait for the registration.
+    let (done_tx, done) = mpsc::channel();
+    let recycler = {
+        let pool = pool.clone();
+        thread::spawn(move || {
+            drop(first);
+            let again = pool.try_alloc(64).unwrap();
+            done_tx.send(again.addr()).unwrap();
+            again
+        })
+    };
+    let recycled = done.recv_timeout(Duration::from_secs(30));
+    assert_eq!(recycled, Ok(addr), "blocked behind the registration");
+
+    // The class is empty and growing: a caller waits for that growth instead of starting one.
+    let waiter = {
+        let pool = pool.clone();
+        thread::spawn(move || pool.alloc(64, Duration::from_secs(30)))
+    };
+    // Give the waiter time to find the class empty (if it is late, it finds the new slot).
+    thread::sleep(Duration::from_millis(50));
+    proceed.send(()).unwrap();
+    let grown = grower.join().unwrap().unwrap();
+    let waited = waiter.join().unwrap().unwrap();
+    assert_eq!(
+        waited.addr().abs_diff(grown.addr()),
+        64,
+        "both from the new chunk"
+    );
+    assert_eq!(host.registrations(), 2, "one growth, not one per caller");
+    drop((second, recycler.join().unwrap()));
+}
