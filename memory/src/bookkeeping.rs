@@ -240,6 +240,28 @@ mod tests {
     }
 
     proptest! {
+        /// Budgets against a model: reservations succeed exactly while they fit.
+        #[test]
+        fn budget_matches_model(
+            cap in 0usize..1000,
+            ops in proptest::collection::vec((any::<bool>(), 1usize..300), 1..100),
+        ) {
+            let budget = Budget::new(cap);
+            let mut held: Vec<usize> = Vec::new();
+            for (reserve, bytes) in ops {
+                let total: usize = held.iter().sum();
+                if reserve {
+                    prop_assert_eq!(budget.try_reserve(bytes), total + bytes <= cap);
+                    if total + bytes <= cap {
+                        held.push(bytes);
+                    }
+                } else if let Some(bytes) = held.pop() {
+                    budget.release(bytes);
+                }
+                prop_assert_eq!(budget.registered(), held.iter().sum::<usize>());
+            }
+        }
+
         /// Against a model: a slot is never handed out twice, counts add up, caps hold.
         #[test]
         fn bookkeeping_matches_model(

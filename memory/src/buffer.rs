@@ -37,7 +37,7 @@ pub struct RemoteDescriptor {
 
 /// A buffer of registered memory from a [`Pool`](crate::Pool).
 ///
-/// Derefs to its first [`len`](<[u8]>::len) bytes; its [`capacity`](Self::capacity) is its
+/// Derefs to its first `len()` bytes; its [`capacity`](Self::capacity) is its
 /// class size. Dropping it, on any thread, returns it to the pool and wakes one thread waiting
 /// in [`Pool::alloc`](crate::Pool::alloc). Contents are not cleared between uses.
 ///

@@ -12,7 +12,7 @@
 //!   access ([`PoolAccess`]), a [`RemoteDescriptor`] carrying the rkey. Local-only pools have no
 //!   remote key at all.
 //! - **Registration** goes through a [`Registrar`], the seam to the device: the verbs binding
-//!   registers on a protection domain; [`testing::HostRegistrar`] (feature `testing`) fakes keys
+//!   registers on a protection domain; `testing::HostRegistrar` (feature `testing`) fakes keys
 //!   so everything except the NIC is tested on the host.
 //!
 //! # Quick start

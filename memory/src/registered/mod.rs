@@ -47,7 +47,7 @@ pub trait Registration: Send + Sync + fmt::Debug {
 /// Registers chunks of pool memory: the seam between the pool and the device.
 ///
 /// The device binding implements it over a protection domain (`ibv_reg_mr` with the access
-/// flags given); [`testing::HostRegistrar`](crate::testing::HostRegistrar) implements it with
+/// flags given); `testing::HostRegistrar` (feature `testing`) implements it with
 /// fake keys for host tests. The pool calls it once per chunk, while holding the lock of the
 /// class that grows.
 pub trait Registrar: Send + Sync + fmt::Debug + 'static {

@@ -11,13 +11,14 @@ const SIZES: [usize; 3] = [64, 256, 1024];
 
 #[derive(Debug, Clone)]
 enum Op {
-    Alloc(usize),
+    /// `try_alloc`, or `alloc` with a zero timeout (one attempt, `Timeout` when exhausted).
+    Alloc(usize, bool),
     Free(prop::sample::Index),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (0usize..=1100).prop_map(Op::Alloc),
+        5 => ((0usize..=1100), any::<bool>()).prop_map(|(len, wait)| Op::Alloc(len, wait)),
         4 => any::<prop::sample::Index>().prop_map(Op::Free),
     ]
 }
@@ -86,8 +87,12 @@ proptest! {
 
         for op in ops {
             match op {
-                Op::Alloc(len) => {
-                    let result = pool.try_alloc(len);
+                Op::Alloc(len, wait) => {
+                    let result = if wait {
+                        pool.alloc(len, std::time::Duration::ZERO)
+                    } else {
+                        pool.try_alloc(len)
+                    };
                     if len == 0 {
                         prop_assert!(matches!(result, Err(Error::ZeroLength)));
                         continue;
@@ -124,9 +129,10 @@ proptest! {
                             bytes_in_use += size;
                             live.push(Live { buf, mark: next_mark });
                         }
-                        (Err(cap), Err(Error::Exhausted { class_size, cap_bytes })) => {
+                        (Err(cap), Err(Error::Exhausted { class_size, cap_bytes })) if !wait => {
                             prop_assert_eq!((class_size, cap_bytes), (size, cap));
                         }
+                        (Err(_), Err(Error::Timeout { .. })) if wait => {}
                         (expected, result) => {
                             prop_assert!(false, "model says {:?}, pool gave {:?}", expected, result);
                         }

@@ -260,3 +260,16 @@ fn huge_page_preference_falls_back_to_normal_pages() {
     assert_eq!(stats.chunks, 1);
     assert!(stats.huge_page_chunks <= 1);
 }
+
+#[test]
+fn moving_a_buffer_keeps_its_memory_in_place() {
+    // What lets a buffer be moved into a work request and back: the bytes never move.
+    let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
+    let mut buf = pool.try_alloc(128).unwrap();
+    buf.fill(3);
+    let sge = buf.sge();
+    let boxed = Box::new(buf);
+    let back = std::thread::spawn(move || *boxed).join().unwrap();
+    assert_eq!(back.sge(), sge);
+    assert!(back.iter().all(|&b| b == 3));
+}
