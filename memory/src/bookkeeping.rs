@@ -85,9 +85,7 @@ impl<T> ClassBook<T> {
 
     /// Take a free slot, or say whether the class may grow.
     pub(crate) fn take(&mut self, budget: &Budget) -> Take<T> {
-        if let Some(slot) = self.free.pop() {
-            self.in_use += 1;
-            self.high_water = self.high_water.max(self.in_use);
+        if let Some(slot) = self.pop() {
             return Take::Slot(slot);
         }
         let chunk_bytes = self.class.chunk_bytes;
@@ -103,6 +101,14 @@ impl<T> ClassBook<T> {
                 cap_bytes: budget.cap(),
             }
         }
+    }
+
+    /// Take a free slot, if any, without considering growth.
+    pub(crate) fn pop(&mut self) -> Option<T> {
+        let slot = self.free.pop()?;
+        self.in_use += 1;
+        self.high_water = self.high_water.max(self.in_use);
+        Some(slot)
     }
 
     /// True if a slot can be taken without growing.

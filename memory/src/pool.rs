@@ -183,6 +183,20 @@ impl PoolInner {
     /// dropped meanwhile; a class grows one chunk at a time, and a caller finding the class
     /// empty while it grows waits for the growth to end.
     fn take(&self, class: usize, state: &mut MutexGuard<'_, ClassState>) -> Result<SlotMemory> {
+        match state.book.pop() {
+            Some(token) => Ok(state.chunk(token.chunk()).claim(token)),
+            None => self.take_or_grow(class, state),
+        }
+    }
+
+    /// The slow path of [`take`](Self::take): the class has no free slot.
+    #[cold]
+    #[inline(never)]
+    fn take_or_grow(
+        &self,
+        class: usize,
+        state: &mut MutexGuard<'_, ClassState>,
+    ) -> Result<SlotMemory> {
         let shared = &self.states[class];
         loop {
             if !state.book.has_free() && shared.growing.load(Ordering::Relaxed) {
