@@ -11,6 +11,7 @@ export HOME=/tmp
 # cannot make veth pairs).
 IP=/usr/sbin/ip
 
+echo  # the firmware's last line has no newline
 /bb/mkdir -p /proc /sys /dev /tmp /run
 /bb/mount -t proc proc /proc
 /bb/mount -t sysfs sysfs /sys

@@ -40,7 +40,7 @@ const MODULES: &[&str] = &[
 ];
 
 /// Devices of the two-hosts guest (see init.sh).
-pub const TWO_HOSTS: &str = "two hosts: rxe0/veth-a 10.77.0.1, rxe1/veth-b 10.77.0.2";
+pub const TWO_HOSTS: &str = "two hosts: rxe0 on veth-a 10.77.0.1 <-> rxe1 on veth-b 10.77.0.2";
 
 /// What to run in the guest.
 pub struct Options<'a> {
@@ -86,10 +86,7 @@ impl Outcome {
             get("kernel")
         );
         if self.two_hosts {
-            s.push_str(&format!(
-                ", {TWO_HOSTS}, peer {}",
-                get("RDMA_TEST_PEER_DEVICE")
-            ));
+            s.push_str(&format!(", {TWO_HOSTS}"));
         }
         s.push(')');
         s
@@ -99,7 +96,6 @@ impl Outcome {
 /// The prepared kernel and initramfs.
 #[derive(Debug)]
 pub struct Prepared {
-    pub kver: String,
     pub vmlinux: PathBuf,
     pub initramfs: PathBuf,
 }
@@ -140,11 +136,7 @@ pub fn prepare() -> Result<Prepared> {
     }
     let modules = module_closure(&root, &kver)?;
     let initramfs = build_initramfs(&cache, &kver, &modules)?;
-    Ok(Prepared {
-        kver,
-        vmlinux,
-        initramfs,
-    })
+    Ok(Prepared { vmlinux, initramfs })
 }
 
 /// The versioned package `linux-image-amd64` depends on (e.g. `linux-image-6.1.0-xx-amd64`).
@@ -534,8 +526,12 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
         if verbose {
             eprintln!("guest| {line}");
         }
-        if let Some(code) = line.strip_prefix("XTASK-END ") {
-            rc = code.trim().parse().ok();
+        // The command's last line may lack its newline: the marker then ends that line.
+        if let Some(at) = line.find("XTASK-END ").filter(|_| running || rc.is_none()) {
+            if running && at > 0 {
+                (opts.on_line)(&line[..at]);
+            }
+            rc = line[at + "XTASK-END ".len()..].trim().parse().ok();
             running = false;
         } else if running {
             (opts.on_line)(&line);
