@@ -97,13 +97,14 @@ rxe_up() { # nsexec dev netdev addr -> sets GID
     out=$($nsexec $RDMA link add "$dev" type rxe netdev "$netdev" 2>&1) ||
       fail "rdma link add $dev netdev $netdev failed: $out"
   fi
+  # rdma link add is synchronous: no device now means none will come.
+  [ -d /sys/class/infiniband/$dev ] || fail "no rxe device $dev after rdma link add (netdev $netdev)"
   n=0
   while :; do
     state=$(cat /sys/class/infiniband/$dev/ports/1/state 2>/dev/null)
     GID=$(roce_v2_gid "$dev" "$addr") && [ "${state#*: }" = ACTIVE ] && return 0
     n=$((n + 1))
     if [ $n -ge 100 ]; then
-      [ -d /sys/class/infiniband/$dev ] || fail "no rxe device $dev after rdma link add (netdev $netdev)"
       [ "${state#*: }" = ACTIVE ] || fail "$dev port 1 not ACTIVE after 10 s (state: ${state:-none})"
       fail "$dev has no RoCE v2 GID for $addr after 10 s"
     fi

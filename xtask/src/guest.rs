@@ -546,7 +546,7 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
         } else if let Some(note) = line.strip_prefix("XTASK-NOTE ") {
             eprintln!("guest: {note}");
         }
-        if !line.trim().is_empty() {
+        if !line.trim().is_empty() && !line.starts_with("XTASK-") {
             recent.push_back(line);
             if recent.len() > 20 {
                 recent.pop_front();
