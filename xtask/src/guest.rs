@@ -197,7 +197,7 @@ fn fetch_kernel(cache: &Path, kpkg: &str, kdir: &Path) -> Result<()> {
                 "missing kernel package: no {kpkg}_*.deb after apt-get download"
             ))
         })?;
-    let tmp = kdir.with_extension("tmp");
+    let tmp = kdir.with_extension(format!("tmp{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
     let mut cmd = Command::new("dpkg");
@@ -243,7 +243,7 @@ fn extract_vmlinux(vmlinuz: &Path, vmlinux: &Path) -> Result<()> {
             vmlinuz.display()
         )));
     }
-    let tmp = vmlinux.with_extension("tmp");
+    let tmp = vmlinux.with_extension(format!("tmp{}", std::process::id()));
     fs::write(&tmp, &elf)?;
     fs::rename(&tmp, vmlinux)?;
     Ok(())
@@ -387,7 +387,7 @@ fn build_initramfs(cache: &Path, kver: &str, modules: &[PathBuf]) -> Result<Path
             }
         }
     }
-    let tmp = out.with_extension("tmp");
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
     let mut f = fs::File::create(&tmp)?;
     a.finish(&mut f)?;
     drop(f);
@@ -503,6 +503,7 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 let _ = child.kill();
                 let _ = child.wait();
+                let _ = fs::remove_dir_all(&run_dir);
                 let last = recent.back().cloned().unwrap_or_else(|| "none".into());
                 return Err(Error::new(format!(
                     "guest timed out after {} s (last output: {last})",
@@ -555,11 +556,11 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
     }
     let qemu_status = wait_bounded(&mut child, Duration::from_secs(10));
     let elapsed = started.elapsed();
+    let rc = rc.or_else(|| fs::read_to_string(&rc_file).ok()?.trim().parse().ok());
+    let _ = fs::remove_dir_all(&run_dir);
     if let Some(c) = cause {
         return Err(Error::new(format!("guest: {c}")));
     }
-    let rc = rc.or_else(|| fs::read_to_string(&rc_file).ok()?.trim().parse().ok());
-    let _ = fs::remove_dir_all(&run_dir);
     match rc {
         Some(code) => Ok(Outcome {
             status: ExitStatus::from_raw((code & 0xff) << 8),
