@@ -123,7 +123,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         Ok((line, skips)) => {
             device_line = line;
             skipped = skips;
-            if device.results == 0 || device.passed + device.failed == 0 {
+            if device.passed + device.failed == 0 {
                 errors.push("device tier ran no tests".into());
             }
         }
