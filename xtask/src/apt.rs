@@ -100,3 +100,17 @@ pub fn update() -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive");
     util::status(cmd, "apt-get update")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_only_missing_packages() {
+        if !util::have("dpkg-query") {
+            return; // not a Debian-like host: nothing to check against
+        }
+        let m = missing(&["dpkg", "no-such-package-for-xtask"]).unwrap();
+        assert_eq!(m, ["no-such-package-for-xtask"]);
+    }
+}

@@ -115,7 +115,7 @@ pub fn usable(dev: &str) -> Result<Device> {
 
 /// Whether this kernel can do rxe; the reason when it cannot.
 pub fn kernel_can_do_rxe() -> Result<()> {
-    if Path::new("/sys/module/rdma_rxe").exists() {
+    if Path::new("/sys/module/rdma_rxe").exists() || rxe_built_in() {
         return Ok(());
     }
     let no = |why: String| {
@@ -140,6 +140,22 @@ pub fn kernel_can_do_rxe() -> Result<()> {
         "modprobe rdma_rxe: {}",
         err.trim().lines().last().unwrap_or("failed")
     )))
+}
+
+/// Whether rdma_rxe is built into the running kernel (it then need not show in /sys/module).
+fn rxe_built_in() -> bool {
+    let Ok(release) = fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let release = release.trim();
+    let listed = |path: String, needle: &str| {
+        fs::read_to_string(path)
+            .is_ok_and(|s| s.lines().any(|l| l.trim() == needle || l.ends_with(needle)))
+    };
+    listed(
+        format!("/lib/modules/{release}/modules.builtin"),
+        "/rdma_rxe.ko",
+    ) || listed(format!("/boot/config-{release}"), "CONFIG_RDMA_RXE=y")
 }
 
 fn ip(args: &[&str]) -> Result<String> {
@@ -235,7 +251,7 @@ fn status() {
 
 /// Why this kernel cannot do rxe, without trying to load anything.
 fn kernel_can_do_rxe_quiet() -> Option<String> {
-    if Path::new("/sys/module/rdma_rxe").exists() {
+    if Path::new("/sys/module/rdma_rxe").exists() || rxe_built_in() {
         return None;
     }
     if !Path::new("/proc/modules").exists() {
