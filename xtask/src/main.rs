@@ -2,7 +2,6 @@
 #![forbid(unsafe_code)]
 
 mod apt;
-mod cpio;
 mod demo;
 mod guest;
 mod rxe;
