@@ -30,6 +30,8 @@ const MODULES: &[&str] = &[
     "ib_umad",
     "dummy",
     "veth",
+    // for network-tier tests: delay and loss on the veth pair (`tc qdisc ... netem`)
+    "sch_netem",
 ];
 
 /// The prepared kernel and initramfs.
