@@ -9,7 +9,7 @@
 //! | `RDMA_TEST_GID_INDEX` | index of the device's RoCE v2 IPv4-mapped GID |
 //! | `RDMA_TEST_ADDR` | IPv4 address of the device's netdev |
 //! | `RDMA_TEST_PEER_DEVICE`, `RDMA_TEST_PEER_GID_INDEX`, `RDMA_TEST_PEER_ADDR` | the same for the other "host" |
-//! | `RDMA_TEST_PEER_EXEC` | command prefix that runs a program on the other host (e.g. `ip netns exec rdma-b`); empty when the peer is this host |
+//! | `RDMA_TEST_PEER_EXEC` | command prefix that runs a program on the other host (e.g. `ip netns exec rdma-b`); empty or unset when the peer is this host (as in the rxe guest, whose two devices share one network namespace) |
 //! | `RDMA_TEST_SKIP_LOG` | file to which skipped tests append a line |
 //!
 //! A device test never passes vacuously: when the environment names no device, [`device`] panics

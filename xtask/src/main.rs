@@ -1,1 +1,107 @@
-fn main() {}
+//! `cargo xtask`: the project's tasks (tests on a real RDMA device, the rxe guest, the demo).
+#![forbid(unsafe_code)]
+
+mod apt;
+mod demo;
+mod guest;
+mod rxe;
+mod test;
+mod util;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use util::{Error, Result};
+
+const USAGE: &str = "\
+usage: cargo xtask <task>
+
+  test [FILTER]                         host-tier tests, then device-tier tests on a real RDMA
+                                        device (existing device -> host rxe -> qemu guest)
+  demo                                  bring up a device and run the reference programs
+  guest [--two-hosts] [--timeout S] -- CMD...
+                                        run CMD in a qemu guest with rxe up (Debian kernel)
+  rxe up|down|status                    Soft-RoCE on this host (kernel with rdma_rxe, root)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &[String]) -> Result<ExitCode> {
+    let Some((task, rest)) = args.split_first() else {
+        eprint!("{USAGE}");
+        return Ok(ExitCode::from(2));
+    };
+    match task.as_str() {
+        "test" => test::main(rest),
+        "demo" => demo::main(rest),
+        "guest" => guest_main(rest),
+        "rxe" => rxe::main(rest),
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => Err(Error::new(format!("unknown task {other:?}\n{USAGE}"))),
+    }
+}
+
+/// `cargo xtask guest [--two-hosts] [--timeout S] -- CMD...`
+fn guest_main(args: &[String]) -> Result<ExitCode> {
+    let mut two_hosts = false;
+    let mut timeout = Duration::from_secs(600);
+    let mut it = args.iter();
+    let mut cmd = Vec::new();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--two-hosts" => two_hosts = true,
+            "--timeout" => {
+                let v = it
+                    .next()
+                    .ok_or_else(|| Error::new("--timeout needs a number of seconds"))?;
+                timeout = Duration::from_secs(
+                    v.parse()
+                        .map_err(|_| Error::new(format!("--timeout {v:?} is not a number of seconds")))?,
+                );
+            }
+            "--" => {
+                cmd.extend(it.by_ref().cloned());
+            }
+            s if s.starts_with('-') && cmd.is_empty() => {
+                return Err(Error::new(format!(
+                    "unknown option {s:?}; usage: cargo xtask guest [--two-hosts] [--timeout S] -- CMD..."
+                )))
+            }
+            _ => {
+                cmd.push(a.clone());
+                cmd.extend(it.by_ref().cloned());
+            }
+        }
+    }
+    if cmd.is_empty() {
+        return Err(Error::new(
+            "no command; usage: cargo xtask guest [--two-hosts] [--timeout S] -- CMD...",
+        ));
+    }
+    apt::ensure(apt::BASE)?;
+    let script = format!("exec {}\n", util::shell_words(&cmd));
+    let outcome = guest::run(&mut guest::Options {
+        two_hosts,
+        timeout,
+        script,
+        on_line: &mut |line: &str| println!("{line}"),
+    })?;
+    eprintln!(
+        "guest: {} ({:.1} s)",
+        outcome.describe(),
+        outcome.elapsed.as_secs_f64()
+    );
+    Ok(util::exit_code(outcome.status))
+}

@@ -1,0 +1,297 @@
+//! The qemu guest for hosts whose kernel cannot do rxe: Debian's stock kernel (downloaded and
+//! unpacked, never installed), an initramfs with our init (`xtask/guest/init.sh`), the workspace
+//! and the host's `/usr` shared over 9p at the same paths, rxe brought up inside.
+//!
+//! Everything is cached under `target/xtask/guest/`.
+use std::collections::{BTreeMap, VecDeque};
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::util::{self, Context, Error, Result};
+
+mod cpio;
+mod image;
+
+use image::{cache_dir, prepare};
+
+/// Devices of the two-hosts guest (see init.sh).
+pub const TWO_HOSTS: &str = "two hosts: rxe0 on veth-a 10.77.0.1 <-> rxe1 on veth-b 10.77.0.2";
+
+/// What to run in the guest.
+pub struct Options<'a> {
+    /// Two network namespaces joined by a veth pair, one rxe device on each side; the command
+    /// runs in the first (`rdma-a`). Otherwise one rxe device on a dummy netdev.
+    pub two_hosts: bool,
+    /// Limit for the whole guest, boot included.
+    pub timeout: Duration,
+    /// sh script run in the guest with the `RDMA_TEST_*` environment set; its status is the
+    /// guest's.
+    pub script: String,
+    /// Receives each line the script prints (stdout and stderr), as it comes.
+    pub on_line: &'a mut dyn FnMut(&str),
+}
+
+/// How a guest run ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The script's exit status.
+    pub status: ExitStatus,
+    /// What the guest reported: `RDMA_TEST_*` variables, `kernel`, `uptime` (boot time).
+    pub env: BTreeMap<String, String>,
+    /// Wall time, boot included.
+    pub elapsed: Duration,
+    pub two_hosts: bool,
+}
+
+impl Outcome {
+    pub fn describe(&self) -> String {
+        match self.status.code() {
+            Some(0) => "command succeeded".into(),
+            Some(c) => format!("command failed with exit status {c}"),
+            None => format!("command ended by {}", self.status),
+        }
+    }
+
+    /// E.g. `rxe0 (rxe in qemu guest, Debian kernel 6.1.0-xx-amd64, two hosts rdma-a/rdma-b)`.
+    pub fn device(&self) -> String {
+        let get = |k: &str| self.env.get(k).map_or("?", String::as_str);
+        let mut s = format!(
+            "{} (rxe in qemu guest, Debian kernel {}",
+            get("RDMA_TEST_DEVICE"),
+            get("kernel")
+        );
+        if self.two_hosts {
+            s.push_str(&format!(", {TWO_HOSTS}"));
+        }
+        s.push(')');
+        s
+    }
+}
+
+enum Msg {
+    Out(String),
+    Err(String),
+    Eof,
+}
+
+/// Boots the guest, runs `opts.script` in it and returns its status. Output of the script goes
+/// to `opts.on_line`; boot noise is held back (a failure quotes its last line;
+/// `XTASK_GUEST_VERBOSE=1` shows it all).
+pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
+    let prep = prepare()?;
+    if !util::have("qemu-system-x86_64") {
+        return Err(Error::new(
+            "no qemu-system-x86_64 (package qemu-system-x86)",
+        ));
+    }
+    let ws = util::workspace_root();
+    let ws_str = ws
+        .to_str()
+        .filter(|s| !s.chars().any(char::is_whitespace))
+        .ok_or_else(|| {
+            Error::new(format!(
+                "workspace path {} must be UTF-8 without spaces",
+                ws.display()
+            ))
+        })?;
+    let runs = cache_dir().join("runs");
+    if !runs.starts_with(&ws) {
+        return Err(Error::new(format!(
+            "the target directory {} must be inside the workspace {ws_str} (it is shared with the guest)",
+            util::target_dir().display()
+        )));
+    }
+    let run_dir = runs.join(std::process::id().to_string());
+    fs::create_dir_all(&run_dir)?;
+    let script = run_dir.join("cmd.sh");
+    let rc_file = run_dir.join("rc");
+    let _ = fs::remove_file(&rc_file);
+    // The command starts where we are when that is on the share (the workspace), as on the host.
+    let cwd = std::env::current_dir()
+        .ok()
+        .filter(|d| d.starts_with(&ws))
+        .unwrap_or_else(|| ws.clone());
+    fs::write(
+        &script,
+        format!(
+            "#!/bb/sh\ncd {} || exit 126\n{}",
+            util::shell_quote(&cwd.to_string_lossy()),
+            opts.script
+        ),
+    )?;
+
+    let mut append = format!(
+        "console=ttyS0 quiet loglevel=1 panic=-1 xtask.ws={ws_str} xtask.run={} xtask.rc={} xtask.hosts={}",
+        script.display(),
+        rc_file.display(),
+        if opts.two_hosts { 2 } else { 1 }
+    );
+    if let Some(b) = std::env::var("XTASK_GUEST_BREAK")
+        .ok()
+        .filter(|b| !b.is_empty())
+    {
+        append.push_str(&format!(" xtask.break={b}"));
+    }
+    let verbose = std::env::var_os("XTASK_GUEST_VERBOSE").is_some_and(|v| !v.is_empty());
+
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-machine", "q35", "-m", "2G", "-smp", "2"])
+        .args(["-accel", "tcg,thread=multi", "-cpu", "qemu64"])
+        .args(["-nographic", "-no-reboot", "-nic", "none"])
+        .arg("-kernel")
+        .arg(&prep.vmlinux)
+        .arg("-initrd")
+        .arg(&prep.initramfs)
+        .args(["-append", &append])
+        .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
+        .arg("-virtfs")
+        .arg(format!(
+            "local,path={ws_str},mount_tag=ws,security_model=none,id=ws"
+        ))
+        .arg("-virtfs")
+        .arg("local,path=/usr,mount_tag=hostusr,security_model=none,readonly=on,id=hostusr")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = cmd.spawn().context("cannot start qemu-system-x86_64")?;
+    let (tx, rx) = mpsc::channel();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let tx2 = tx.clone();
+    std::thread::spawn(move || pump(stdout, &tx, Msg::Out));
+    std::thread::spawn(move || pump(stderr, &tx2, Msg::Err));
+
+    let mut env = BTreeMap::new();
+    let mut recent: VecDeque<String> = VecDeque::new();
+    let mut qemu_err = String::new();
+    let mut cause: Option<String> = None;
+    let mut rc: Option<i32> = None;
+    let mut running = false;
+    let mut open_streams = 2;
+    let deadline = started + opts.timeout;
+    while open_streams > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = match rx.recv_timeout(left) {
+            Ok(m) => m,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = fs::remove_dir_all(&run_dir);
+                let last = recent.back().cloned().unwrap_or_else(|| "none".into());
+                return Err(Error::new(format!(
+                    "guest timed out after {} s (last output: {last})",
+                    opts.timeout.as_secs()
+                )));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let line = match msg {
+            Msg::Eof => {
+                open_streams -= 1;
+                continue;
+            }
+            Msg::Err(l) => {
+                qemu_err.push_str(&l);
+                qemu_err.push('\n');
+                continue;
+            }
+            Msg::Out(l) => l,
+        };
+        if verbose {
+            eprintln!("guest| {line}");
+        }
+        // The command's last line may lack its newline: the marker then ends that line.
+        if let Some(at) = line.find("XTASK-END ").filter(|_| running || rc.is_none()) {
+            if running && at > 0 {
+                (opts.on_line)(&line[..at]);
+            }
+            rc = line[at + "XTASK-END ".len()..].trim().parse().ok();
+            running = false;
+        } else if running {
+            (opts.on_line)(&line);
+        } else if line == "XTASK-BEGIN" {
+            running = true;
+        } else if let Some(c) = line.strip_prefix("XTASK-ERROR ") {
+            cause = Some(c.to_owned());
+        } else if let Some(kv) = line.strip_prefix("XTASK-ENV ") {
+            if let Some((k, v)) = kv.split_once('=') {
+                env.insert(k.to_owned(), v.to_owned());
+            }
+        } else if let Some(note) = line.strip_prefix("XTASK-NOTE ") {
+            eprintln!("guest: {note}");
+        }
+        if !line.trim().is_empty() && !line.starts_with("XTASK-") {
+            recent.push_back(line);
+            if recent.len() > 20 {
+                recent.pop_front();
+            }
+        }
+    }
+    let qemu_status = wait_bounded(&mut child, Duration::from_secs(10));
+    let elapsed = started.elapsed();
+    let rc = rc.or_else(|| fs::read_to_string(&rc_file).ok()?.trim().parse().ok());
+    let _ = fs::remove_dir_all(&run_dir);
+    if let Some(c) = cause {
+        return Err(Error::new(format!("guest: {c}")));
+    }
+    match rc {
+        Some(code) => Ok(Outcome {
+            status: ExitStatus::from_raw((code & 0xff) << 8),
+            env,
+            elapsed,
+            two_hosts: opts.two_hosts,
+        }),
+        None => {
+            let why = qemu_err
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::to_owned)
+                .or_else(|| recent.back().cloned())
+                .unwrap_or_else(|| "no output".into());
+            Err(Error::new(format!(
+                "guest ended without a result (qemu {}; last output: {why})",
+                qemu_status.map_or("did not exit".into(), |s| s.to_string())
+            )))
+        }
+    }
+}
+
+/// Forwards the lines of a stream (serial console: `\r\n` endings) as messages.
+fn pump(r: impl Read, tx: &mpsc::Sender<Msg>, wrap: fn(String) -> Msg) {
+    let mut r = BufReader::new(r);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match r.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {
+                let s = String::from_utf8_lossy(&buf);
+                let s = s.trim_end_matches(['\n', '\r']).replace('\r', "");
+                if tx.send(wrap(s)).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = tx.send(Msg::Eof);
+}
+
+fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> Option<ExitStatus> {
+    let end = Instant::now() + limit;
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return Some(st);
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            return child.wait().ok();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

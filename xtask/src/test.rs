@@ -1,0 +1,420 @@
+//! `cargo xtask test [FILTER]`: host-tier tests with `cargo test --workspace`, then the
+//! device-tier tests (`#[ignore = "needs an RDMA device: ..."]`) on a real RDMA device, got from
+//! the ladder: a device that already exists -> rxe on this host -> rxe in the qemu guest (one
+//! boot for the whole suite). Ends with the line `N passed, M failed, K skipped`.
+use std::fs;
+use std::io::{BufRead, BufReader, IsTerminal};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{self, Context, Error, Result};
+use crate::{apt, guest, rxe};
+
+/// A test executable built by `cargo test --no-run`.
+#[derive(Debug)]
+struct TestBinary {
+    exe: PathBuf,
+    /// The crate's manifest directory: tests run there, as under cargo.
+    dir: PathBuf,
+    /// How many device-tier tests it holds (after FILTER).
+    device_tests: usize,
+}
+
+/// Counts from libtest's `test result:` lines.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    passed: u64,
+    failed: u64,
+    results: u64,
+}
+
+impl Tally {
+    fn add_line(&mut self, line: &str) -> Option<(u64, u64)> {
+        let line = strip_ansi(line);
+        let rest = line.trim().strip_prefix("test result: ")?;
+        let num = |what: &str| -> Option<u64> {
+            rest.split(';')
+                .find_map(|p| p.trim().strip_suffix(what))
+                .and_then(|n| n.trim().rsplit(' ').next()?.parse().ok())
+        };
+        let (p, f) = (num(" passed")?, num(" failed")?);
+        self.passed += p;
+        self.failed += f;
+        self.results += 1;
+        Some((p, f))
+    }
+}
+
+/// `line` without terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Where the device tier runs.
+enum Target {
+    Host(rxe::Device, &'static str),
+    Guest,
+}
+
+pub fn main(args: &[String]) -> Result<ExitCode> {
+    let mut filter: Option<String> = None;
+    let mut timeout = Duration::from_secs(2400);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--timeout" => {
+                let v = it
+                    .next()
+                    .ok_or_else(|| Error::new("--timeout needs seconds"))?;
+                timeout = Duration::from_secs(
+                    v.parse()
+                        .map_err(|_| Error::new(format!("--timeout {v:?} is not a number")))?,
+                );
+            }
+            s if s.starts_with('-') => {
+                return Err(Error::new(format!(
+                    "unknown option {s:?}; usage: cargo xtask test [--timeout S] [FILTER]"
+                )))
+            }
+            s if filter.is_none() => filter = Some(s.to_owned()),
+            _ => return Err(Error::new("usage: cargo xtask test [--timeout S] [FILTER]")),
+        }
+    }
+    let started = Instant::now();
+    // Packages first: building the workspace needs libibverbs-dev and libclang (bindgen).
+    apt::ensure(apt::BASE)?;
+
+    eprintln!("xtask: host tier: cargo test --workspace");
+    let mut host = Tally::default();
+    let mut cmd = util::cargo();
+    cmd.args(["test", "--workspace"]);
+    if let Some(f) = &filter {
+        cmd.args(["--", f]);
+    }
+    let host_ok = stream(cmd, &mut |line| {
+        println!("{line}");
+        host.add_line(line);
+    })?;
+    let mut errors: Vec<String> = Vec::new();
+    if !host_ok && host.failed == 0 {
+        errors.push(
+            "host tier: `cargo test --workspace` failed before running tests (see above)".into(),
+        );
+    }
+
+    let mut device = Tally::default();
+    let mut skipped = 0u64;
+    let mut device_line = "device: none".to_owned();
+    match device_tier(filter.as_deref(), timeout, &mut device) {
+        Ok((line, skips)) => {
+            device_line = line;
+            skipped = skips;
+            if device.passed + device.failed == 0 {
+                errors.push("device tier ran no tests".into());
+            }
+        }
+        Err(e) => errors.push(e.to_string()),
+    }
+    let passed = (host.passed + device.passed).saturating_sub(skipped);
+    let failed = host.failed + device.failed;
+    println!();
+    println!(
+        "host tier: {} passed, {} failed; device tier: {} passed, {} failed, {skipped} skipped ({:.0} s in all)",
+        host.passed,
+        host.failed,
+        device.passed.saturating_sub(skipped),
+        device.failed,
+        started.elapsed().as_secs_f64()
+    );
+    for e in &errors {
+        println!("error: {e}");
+    }
+    println!("{device_line}");
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
+    Ok(if failed == 0 && errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Builds the test executables, finds a device and runs the device tests on it. Returns the
+/// `device: ...` line and the number of skipped tests.
+fn device_tier(
+    filter: Option<&str>,
+    timeout: Duration,
+    tally: &mut Tally,
+) -> Result<(String, u64)> {
+    let bins = test_binaries(filter)?;
+    let total: usize = bins.iter().map(|b| b.device_tests).sum();
+    if total == 0 {
+        return Err(Error::new(match filter {
+            Some(f) => format!("no device-tier tests match {f:?}"),
+            None => "no device-tier tests in the workspace".into(),
+        }));
+    }
+    let skip_log = util::target_dir().join("xtask").join("skipped.log");
+    fs::create_dir_all(skip_log.parent().expect("has a parent"))?;
+    fs::write(&skip_log, "").context(format_args!("cannot create {}", skip_log.display()))?;
+    let args = |b: &TestBinary| {
+        let mut v = vec![
+            b.exe.to_string_lossy().into_owned(),
+            "--ignored".to_owned(),
+            "--test-threads=1".to_owned(),
+        ];
+        // The guest's console is a terminal: colour only when ours is one too.
+        if !std::io::stdout().is_terminal() {
+            v.push("--color=never".to_owned());
+        }
+        v.extend(filter.map(str::to_owned));
+        v
+    };
+    let line = match acquire()? {
+        Target::Host(dev, origin) => {
+            eprintln!(
+                "xtask: device tier: {total} tests in {} binaries on {} ({origin})",
+                bins.len(),
+                dev.name
+            );
+            for b in &bins {
+                eprintln!("     Running {}", b.exe.display());
+                let a = args(b);
+                let mut cmd = Command::new(&a[0]);
+                cmd.args(&a[1..])
+                    .current_dir(&b.dir)
+                    .env("CARGO_MANIFEST_DIR", &b.dir)
+                    .env("RDMA_TEST_DEVICE", &dev.name)
+                    .env("RDMA_TEST_GID_INDEX", dev.gid_index.to_string())
+                    .env("RDMA_TEST_ADDR", dev.addr.to_string())
+                    .env("RDMA_TEST_SKIP_LOG", &skip_log);
+                let before = *tally;
+                let ok = stream(cmd, &mut |line| {
+                    println!("{line}");
+                    tally.add_line(line);
+                })?;
+                check_binary(b, ok, before, tally);
+            }
+            format!("device: {} ({origin})", dev.name)
+        }
+        Target::Guest => {
+            eprintln!(
+                "xtask: device tier: {total} tests in {} binaries, in the qemu guest (one boot, two hosts)",
+                bins.len()
+            );
+            let mut script = format!(
+                "export RDMA_TEST_SKIP_LOG={}\n",
+                util::shell_quote(&skip_log.to_string_lossy())
+            );
+            for v in ["RUST_BACKTRACE", "RUST_LOG", "RUST_MIN_STACK"] {
+                if let Ok(val) = std::env::var(v) {
+                    script.push_str(&format!("export {v}={}\n", util::shell_quote(&val)));
+                }
+            }
+            for (i, b) in bins.iter().enumerate() {
+                let dir = util::shell_quote(&b.dir.to_string_lossy());
+                script.push_str(&format!(
+                    "echo 'XTASK-BIN {i}'\n(cd {dir} && CARGO_MANIFEST_DIR={dir} exec {})\necho \"XTASK-BIN-RC {i} $?\"\n",
+                    util::shell_words(&args(b))
+                ));
+            }
+            script.push_str("exit 0\n");
+            let mut current: Option<(usize, Tally)> = None;
+            let outcome = guest::run(&mut guest::Options {
+                two_hosts: true,
+                timeout,
+                script,
+                on_line: &mut |line: &str| {
+                    if let Some(i) = line.strip_prefix("XTASK-BIN ").and_then(|i| i.parse().ok()) {
+                        let b: &TestBinary = &bins[i];
+                        eprintln!("     Running {} (in the guest)", b.exe.display());
+                        current = Some((i, *tally));
+                    } else if let Some(rest) = line.strip_prefix("XTASK-BIN-RC ") {
+                        let rc: i32 = rest
+                            .split(' ')
+                            .nth(1)
+                            .and_then(|r| r.parse().ok())
+                            .unwrap_or(-1);
+                        if let Some((i, before)) = current.take() {
+                            check_binary(&bins[i], rc == 0, before, tally);
+                        }
+                    } else {
+                        println!("{line}");
+                        tally.add_line(line);
+                    }
+                },
+            })?;
+            if let Some((i, before)) = current.take() {
+                check_binary(&bins[i], false, before, tally);
+            }
+            format!("device: {}", outcome.device())
+        }
+    };
+    let skipped = fs::read_to_string(&skip_log)
+        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
+        .unwrap_or(0);
+    Ok((line, skipped))
+}
+
+/// A binary that failed without a failing test (crash, abort) still counts as one failure.
+fn check_binary(b: &TestBinary, ok: bool, before: Tally, after: &mut Tally) {
+    let ran = after.results > before.results;
+    if !ok && after.failed == before.failed {
+        println!(
+            "error: {} ended abnormally{}",
+            b.exe.display(),
+            if ran {
+                ""
+            } else {
+                " before reporting a result"
+            }
+        );
+        after.failed += 1;
+    }
+}
+
+/// The ladder: a device that exists (RDMA_TEST_DEVICE or the host's own) -> host rxe -> guest.
+fn acquire() -> Result<Target> {
+    if let Some(name) = std::env::var("RDMA_TEST_DEVICE")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        if !Path::new("/sys/class/infiniband").join(&name).exists() {
+            let present = rxe::devices();
+            return Err(Error::new(format!(
+                "RDMA_TEST_DEVICE={name}: no such RDMA device on this host (present: {})",
+                if present.is_empty() {
+                    "none".into()
+                } else {
+                    present.join(", ")
+                }
+            )));
+        }
+        let given = (
+            std::env::var("RDMA_TEST_GID_INDEX")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            std::env::var("RDMA_TEST_ADDR")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+        );
+        let dev = match given {
+            (Some(gid_index), Some(addr)) => rxe::Device {
+                name: name.clone(),
+                gid_index,
+                addr,
+            },
+            _ => rxe::usable(&name).context(format_args!("RDMA_TEST_DEVICE={name}"))?,
+        };
+        return Ok(Target::Host(dev, "named by RDMA_TEST_DEVICE"));
+    }
+    for name in rxe::devices() {
+        match rxe::usable(&name) {
+            Ok(dev) => return Ok(Target::Host(dev, "this host's device")),
+            Err(e) => eprintln!("xtask: {e}; not using it"),
+        }
+    }
+    match rxe::up() {
+        Ok(dev) => Ok(Target::Host(dev, "rxe on this host, `cargo xtask rxe up`")),
+        Err(e) => {
+            eprintln!("xtask: host rxe: {e}; using the qemu guest");
+            Ok(Target::Guest)
+        }
+    }
+}
+
+/// `cargo test --workspace --no-run --message-format=json`: the test executables, each with
+/// the number of device-tier tests it holds (listed on the host, so empty ones are not run).
+fn test_binaries(filter: Option<&str>) -> Result<Vec<TestBinary>> {
+    let mut cmd = util::cargo();
+    cmd.args(["test", "--workspace", "--no-run", "--message-format=json"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    let out = cmd.output().context("cannot run cargo")?;
+    if !out.status.success() {
+        return Err(Error::new(
+            "`cargo test --workspace --no-run` failed (see above)",
+        ));
+    }
+    let mut bins: Vec<TestBinary> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
+            continue;
+        }
+        let (Some(exe), Some(manifest)) =
+            (msg["executable"].as_str(), msg["manifest_path"].as_str())
+        else {
+            continue;
+        };
+        let exe = PathBuf::from(exe);
+        if bins.iter().any(|b| b.exe == exe) {
+            continue;
+        }
+        let dir = Path::new(manifest)
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_path_buf();
+        let mut list = Command::new(&exe);
+        list.args(["--ignored", "--list"])
+            .args(filter)
+            .current_dir(&dir);
+        let listing = util::output(list, &format!("{} --list", exe.display()))?;
+        let device_tests = listing.lines().filter(|l| l.ends_with(": test")).count();
+        if device_tests > 0 {
+            bins.push(TestBinary {
+                exe,
+                dir,
+                device_tests,
+            });
+        }
+    }
+    Ok(bins)
+}
+
+/// Runs `cmd` with stdout piped line by line to `each` (stderr inherited); returns success.
+fn stream(mut cmd: Command, each: &mut dyn FnMut(&str)) -> Result<bool> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context(format_args!("cannot run {:?}", cmd.get_program()))?;
+    let out = child.stdout.take().expect("piped stdout");
+    for line in BufReader::new(out).lines() {
+        let Ok(line) = line else { break };
+        each(&line);
+    }
+    Ok(child.wait()?.success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_libtest_results() {
+        let mut t = Tally::default();
+        t.add_line("test result: ok. 3 passed; 0 failed; 2 ignored; 0 measured; 0 filtered out; finished in 0.01s");
+        t.add_line(
+            "test result: FAILED. 1 passed; 4 failed; 0 ignored; 0 measured; 0 filtered out",
+        );
+        assert_eq!(t.add_line("running 3 tests"), None);
+        t.add_line("test result: \u{1b}[32mok\u{1b}[m. 2 passed; 0 failed; 0 ignored");
+        assert_eq!((t.passed, t.failed, t.results), (6, 4, 3));
+    }
+}

@@ -1,0 +1,170 @@
+//! Small shared pieces: the error type, running commands, shell quoting, paths.
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus, Stdio};
+
+/// A one-line cause, printed as `error: <cause>`.
+#[derive(Debug)]
+pub struct Error(String);
+
+impl Error {
+    pub fn new(msg: impl Into<String>) -> Self {
+        Self(msg.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Adds context to an error: `context: cause`.
+pub trait Context<T> {
+    fn context(self, what: impl fmt::Display) -> Result<T>;
+}
+
+impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: impl fmt::Display) -> Result<T> {
+        self.map_err(|e| Error(format!("{what}: {e}")))
+    }
+}
+
+/// The workspace root (the parent of the xtask crate).
+pub fn workspace_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// The cargo target directory (`CARGO_TARGET_DIR` or `<workspace>/target`).
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if !d.is_empty() => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() {
+                d
+            } else {
+                workspace_root().join(d)
+            }
+        }
+        _ => workspace_root().join("target"),
+    }
+}
+
+/// The program that runs cargo (the one that started us).
+pub fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs `cmd`, capturing its output; fails with `what` and its stderr unless it succeeds.
+pub fn output(mut cmd: Command, what: &str) -> Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .context(format_args!("{what}: cannot run {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let err = err.trim().lines().last().unwrap_or("").to_owned();
+        return Err(Error(format!("{what} failed ({}): {err}", out.status)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `cmd` with inherited output; fails unless it succeeds.
+pub fn status(mut cmd: Command, what: &str) -> Result<()> {
+    let st = cmd
+        .stdin(Stdio::null())
+        .status()
+        .context(format_args!("{what}: cannot run {:?}", cmd.get_program()))?;
+    if !st.success() {
+        return Err(Error(format!("{what} failed ({st})")));
+    }
+    Ok(())
+}
+
+/// Whether `program` is on PATH (or is an existing path).
+pub fn have(program: &str) -> bool {
+    if program.contains('/') {
+        return Path::new(program).exists();
+    }
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Whether we run as root (effective uid 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Quotes one word for sh.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Quotes words for sh, joined by spaces.
+pub fn shell_words(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// 64-bit FNV-1a, for cache keys.
+pub fn fnv1a(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for &b in p.iter().chain(&[0xffu8]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The process exit code for a child's status (signals become 128 + n, as in sh).
+pub fn exit_code(st: ExitStatus) -> ExitCode {
+    ExitCode::from(code_of(st).clamp(0, 255) as u8)
+}
+
+/// A child's status as a number (signals become 128 + n, as in sh).
+pub fn code_of(st: ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("ibv_devinfo"), "ibv_devinfo");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}
