@@ -1,7 +1,9 @@
-//! `cargo xtask`: the project's tasks (tests on a real RDMA device, the rxe guest, the demo).
+//! `cargo xtask`: the project's tasks (tests and benchmarks on a real RDMA device, the rxe
+//! guest, the demo).
 #![forbid(unsafe_code)]
 
 mod apt;
+mod bench;
 mod demo;
 mod guest;
 mod rxe;
@@ -18,6 +20,7 @@ usage: cargo xtask <task>
 
   test [FILTER]                         host-tier tests, then device-tier tests on a real RDMA
                                         device (existing device -> host rxe -> qemu guest)
+  bench [NAME...]                       benchmarks on a real RDMA device, beside the C baseline
   demo                                  bring up a device and run the reference programs
   guest [--two-hosts] [--timeout S] -- CMD...
                                         run CMD in a qemu guest with rxe up (Debian kernel)
@@ -42,6 +45,7 @@ fn run(args: &[String]) -> Result<ExitCode> {
     };
     match task.as_str() {
         "test" => test::main(rest),
+        "bench" => bench::main(rest),
         "demo" => demo::main(rest),
         "guest" => guest_main(rest),
         "rxe" => rxe::main(rest),

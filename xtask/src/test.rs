@@ -65,7 +65,7 @@ fn strip_ansi(line: &str) -> String {
 }
 
 /// Where the device tier runs.
-enum Target {
+pub(crate) enum Target {
     Host(rxe::Device, &'static str),
     Guest,
 }
@@ -287,7 +287,7 @@ fn check_binary(b: &TestBinary, ok: bool, before: Tally, after: &mut Tally) {
 }
 
 /// The ladder: a device that exists (RDMA_TEST_DEVICE or the host's own) -> host rxe -> guest.
-fn acquire() -> Result<Target> {
+pub(crate) fn acquire() -> Result<Target> {
     if let Some(name) = std::env::var("RDMA_TEST_DEVICE")
         .ok()
         .filter(|v| !v.is_empty())
@@ -340,36 +340,12 @@ fn acquire() -> Result<Target> {
 /// the number of device-tier tests it holds (listed on the host, so empty ones are not run).
 fn test_binaries(filter: Option<&str>) -> Result<Vec<TestBinary>> {
     let mut cmd = util::cargo();
-    cmd.args(["test", "--workspace", "--no-run", "--message-format=json"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    let out = cmd.output().context("cannot run cargo")?;
-    if !out.status.success() {
-        return Err(Error::new(
-            "`cargo test --workspace --no-run` failed (see above)",
-        ));
-    }
+    cmd.args(["test", "--workspace", "--no-run"]);
+    let built = util::built_executables(cmd, "cargo test --workspace --no-run", |msg| {
+        msg["profile"]["test"] == true
+    })?;
     let mut bins: Vec<TestBinary> = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if msg["reason"] != "compiler-artifact" || msg["profile"]["test"] != true {
-            continue;
-        }
-        let (Some(exe), Some(manifest)) =
-            (msg["executable"].as_str(), msg["manifest_path"].as_str())
-        else {
-            continue;
-        };
-        let exe = PathBuf::from(exe);
-        if bins.iter().any(|b| b.exe == exe) {
-            continue;
-        }
-        let dir = Path::new(manifest)
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .to_path_buf();
+    for util::Executable { exe, dir } in built {
         let mut list = Command::new(&exe);
         list.args(["--ignored", "--list"])
             .args(filter)
@@ -388,7 +364,7 @@ fn test_binaries(filter: Option<&str>) -> Result<Vec<TestBinary>> {
 }
 
 /// Runs `cmd` with stdout piped line by line to `each` (stderr inherited); returns success.
-fn stream(mut cmd: Command, each: &mut dyn FnMut(&str)) -> Result<bool> {
+pub(crate) fn stream(mut cmd: Command, each: &mut dyn FnMut(&str)) -> Result<bool> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

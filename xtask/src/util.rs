@@ -64,6 +64,54 @@ pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
+/// An executable that a `cargo ... --no-run --message-format=json` build produced.
+#[derive(Debug)]
+pub struct Executable {
+    pub exe: PathBuf,
+    /// The crate's manifest directory: cargo runs tests and benches there.
+    pub dir: PathBuf,
+}
+
+/// Runs a cargo build command with `--message-format=json` and returns the executables of the
+/// `compiler-artifact` messages that `wanted` accepts (it sees each message), without repeats.
+pub fn built_executables(
+    mut cmd: Command,
+    what: &str,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> Result<Vec<Executable>> {
+    cmd.arg("--message-format=json")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    let out = cmd.output().context("cannot run cargo")?;
+    if !out.status.success() {
+        return Err(Error::new(format!("`{what}` failed (see above)")));
+    }
+    let mut found: Vec<Executable> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" || !wanted(&msg) {
+            continue;
+        }
+        let (Some(exe), Some(manifest)) =
+            (msg["executable"].as_str(), msg["manifest_path"].as_str())
+        else {
+            continue;
+        };
+        let exe = PathBuf::from(exe);
+        if found.iter().any(|e| e.exe == exe) {
+            continue;
+        }
+        let dir = Path::new(manifest)
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_path_buf();
+        found.push(Executable { exe, dir });
+    }
+    Ok(found)
+}
+
 /// Runs `cmd`, capturing its output; fails with `what` and its stderr unless it succeeds.
 pub fn output(mut cmd: Command, what: &str) -> Result<String> {
     let out = cmd

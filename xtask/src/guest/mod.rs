@@ -23,8 +23,9 @@ pub const TWO_HOSTS: &str = "two hosts: rxe0 on veth-a 10.77.0.1 <-> rxe1 on vet
 
 /// What to run in the guest.
 pub struct Options<'a> {
-    /// Two network namespaces joined by a veth pair, one rxe device on each side; the command
-    /// runs in the first (`rdma-a`). Otherwise one rxe device on a dummy netdev.
+    /// Two "hosts": a veth pair with one rxe device on each end (both in the initial network
+    /// namespace, where Debian 12's rxe receives RoCE). Otherwise one rxe device on a dummy
+    /// netdev.
     pub two_hosts: bool,
     /// Limit for the whole guest, boot included.
     pub timeout: Duration,
@@ -56,7 +57,7 @@ impl Outcome {
         }
     }
 
-    /// E.g. `rxe0 (rxe in qemu guest, Debian kernel 6.1.0-xx-amd64, two hosts rdma-a/rdma-b)`.
+    /// E.g. `rxe0 (rxe in qemu guest, Debian kernel 6.1.0-xx-amd64, two hosts: ...)`.
     pub fn device(&self) -> String {
         let get = |k: &str| self.env.get(k).map_or("?", String::as_str);
         let mut s = format!(
