@@ -1,5 +1,8 @@
 //! Declarations rdma-sys 0.3 lacks: the GID-table queries and an async-event struct whose event
 //! type is a plain integer.
+// C mirror types: unions cannot derive Debug, and rdma-sys types do not either.
+#![allow(missing_debug_implementations)]
+
 use rdma_sys::{ibv_context, ibv_cq, ibv_gid_entry, ibv_qp, ibv_srq, ibv_wq};
 use std::os::raw::c_int;
 
