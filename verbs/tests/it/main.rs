@@ -1,0 +1,13 @@
+//! Integration tests of the safe verbs layer. Host-tier tests run everywhere; device-tier
+//! tests (`#[ignore]`d) need the RDMA device `cargo xtask test` provides.
+mod support;
+
+mod cq;
+mod device;
+mod errors;
+mod events;
+mod host;
+mod mr;
+mod rc;
+mod srq;
+mod ud;
