@@ -2,6 +2,7 @@
 //! tests (`#[ignore]`d) need the RDMA device `cargo xtask test` provides.
 mod support;
 
+mod compile_fail;
 mod cq;
 mod device;
 mod errors;
