@@ -1,0 +1,167 @@
+//! Buffers: RAII handles to a slot of registered memory, returned to the pool on drop.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use crate::pool::ClassShared;
+use crate::registered::SlotMemory;
+use crate::{Error, Result};
+
+/// A scatter/gather entry for a work request: where the buffer's bytes are and their local key
+/// (`struct ibv_sge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sge {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Number of bytes.
+    pub length: u32,
+    /// Local key of the registration.
+    pub lkey: u32,
+}
+
+/// What a peer needs to RDMA READ, WRITE or use atomics on a buffer: address, length, remote key.
+///
+/// The key belongs to the whole chunk's registration, so a peer holding it can reach the rest
+/// of the chunk too, within the access the pool was created with. Give remote keys only to
+/// peers trusted with the pool's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteDescriptor {
+    /// Virtual address of the first byte.
+    pub addr: u64,
+    /// Number of bytes.
+    pub len: u32,
+    /// Remote key of the registration.
+    pub rkey: u32,
+}
+
+/// A buffer of registered memory from a [`Pool`](crate::Pool).
+///
+/// Derefs to its first `len()` bytes; its [`capacity`](Self::capacity) is its
+/// class size. Dropping it, on any thread, returns it to the pool and wakes one thread waiting
+/// in [`Pool::alloc`](crate::Pool::alloc). Contents are not cleared between uses.
+///
+/// To give a buffer to the NIC, move it into the work request; it comes back with the
+/// completion, so it cannot be dropped or touched while the NIC uses it.
+pub struct Buffer {
+    /// `None` only while dropping.
+    slot: Option<SlotMemory>,
+    len: usize,
+    class: Arc<ClassShared>,
+}
+
+impl Buffer {
+    pub(crate) fn new(class: Arc<ClassShared>, slot: SlotMemory, len: usize) -> Self {
+        debug_assert!(len <= slot.capacity());
+        Self {
+            slot: Some(slot),
+            len,
+            class,
+        }
+    }
+
+    fn slot(&self) -> &SlotMemory {
+        self.slot.as_ref().expect("a live buffer has its slot")
+    }
+
+    /// Bytes the buffer can hold: its class size.
+    pub fn capacity(&self) -> usize {
+        self.slot().capacity()
+    }
+
+    /// Change the length, up to the capacity (e.g. to the byte count of a receive completion).
+    /// Bytes exposed by growing hold whatever the slot held before.
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        let capacity = self.capacity();
+        if len > capacity {
+            return Err(Error::TooLarge {
+                requested: len,
+                max: capacity,
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Virtual address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.slot().addr()
+    }
+
+    /// Local key of the registration holding the buffer.
+    pub fn lkey(&self) -> u32 {
+        self.slot().lkey()
+    }
+
+    /// The scatter/gather entry covering the buffer's current length.
+    pub fn sge(&self) -> Sge {
+        let slot = self.slot();
+        Sge {
+            addr: slot.addr(),
+            // Class sizes are at most 1 GiB (validated), so the length fits.
+            length: self.len as u32,
+            lkey: slot.lkey(),
+        }
+    }
+
+    /// The descriptor a peer needs for remote access to the buffer's current length;
+    /// `None` if the pool allows no remote access.
+    pub fn remote(&self) -> Option<RemoteDescriptor> {
+        let slot = self.slot();
+        slot.rkey().map(|rkey| RemoteDescriptor {
+            addr: slot.addr(),
+            len: self.len as u32,
+            rkey,
+        })
+    }
+}
+
+impl Deref for Buffer {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.slot().as_slice(self.len)
+    }
+}
+
+impl DerefMut for Buffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        self.slot
+            .as_mut()
+            .expect("a live buffer has its slot")
+            .as_mut_slice(len)
+    }
+}
+
+impl AsRef<[u8]> for Buffer {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl AsMut<[u8]> for Buffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            self.class.put(slot);
+        }
+    }
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.slot().rkey())
+            .finish()
+    }
+}

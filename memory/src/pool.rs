@@ -1,0 +1,288 @@
+//! The pool: per-class free lists over registered chunks, growth up to the cap, waiting.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::bookkeeping::{Budget, ClassBook, Take};
+use crate::buffer::Buffer;
+use crate::class::SizeClasses;
+use crate::registered::{Chunk, Registrar, SlotMemory, SlotToken};
+use crate::stats::PoolStats;
+use crate::{Error, HugePages, PoolAccess, PoolConfig, Result};
+
+/// A pool of registered memory handing out [`Buffer`]s by size class.
+///
+/// Cheap to clone (an `Arc` inside); clones share the pool. Buffers keep what they need alive,
+/// so the pool may be dropped before them; chunks are deregistered and unmapped once the pool
+/// and all their buffers are gone.
+#[derive(Clone)]
+pub struct Pool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    classes: SizeClasses,
+    /// Buffers hold their class, not the pool: threads using different classes share no
+    /// reference count, lock or counter.
+    states: Box<[Arc<ClassShared>]>,
+    budget: Budget,
+    huge_page_chunks: AtomicUsize,
+    access: PoolAccess,
+    huge_pages: HugePages,
+    registrar: Box<dyn Registrar>,
+}
+
+/// A class's lock and the condition "a buffer came back", on their own cache lines.
+#[derive(Debug)]
+#[repr(align(128))]
+pub(crate) struct ClassShared {
+    state: Mutex<ClassState>,
+    /// Signalled when a buffer comes back and when a growth ends.
+    returned: Condvar,
+    /// A thread is creating a chunk for the class, with the lock released. Changed under the
+    /// lock.
+    growing: AtomicBool,
+}
+
+/// Ends a growth, also if the registrar panics: clears the flag and wakes those waiting on it.
+struct Growing<'a>(&'a ClassShared);
+
+impl Drop for Growing<'_> {
+    fn drop(&mut self) {
+        self.0.growing.store(false, Ordering::Relaxed);
+        self.0.returned.notify_all();
+    }
+}
+
+#[derive(Debug)]
+struct ClassState {
+    book: ClassBook<SlotToken>,
+    /// Ascending by id: a class creates its chunks one at a time.
+    chunks: Vec<Arc<Chunk>>,
+}
+
+impl Pool {
+    /// A pool with `config`, registering its chunks through `registrar`. Registers nothing yet:
+    /// chunks are created when first needed.
+    pub fn new(config: PoolConfig, registrar: impl Registrar) -> Result<Self> {
+        let classes = config.validate()?;
+        let states = classes
+            .iter()
+            .map(|&class| {
+                Arc::new(ClassShared {
+                    state: Mutex::new(ClassState {
+                        book: ClassBook::new(class),
+                        chunks: Vec::new(),
+                    }),
+                    returned: Condvar::new(),
+                    growing: AtomicBool::new(false),
+                })
+            })
+            .collect();
+        Ok(Self {
+            inner: Arc::new(PoolInner {
+                classes: SizeClasses::new(classes.iter().map(|c| c.size)),
+                states,
+                budget: Budget::new(config.get_cap_bytes()),
+                huge_page_chunks: AtomicUsize::new(0),
+                access: config.get_access(),
+                huge_pages: config.get_huge_pages(),
+                registrar: Box::new(registrar),
+            }),
+        })
+    }
+
+    /// A buffer of `len` bytes from the smallest class that holds it, without waiting.
+    ///
+    /// Registers a new chunk if the class has no free buffer and the caps allow it.
+    /// Errors: [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::Exhausted`] (backpressure),
+    /// or a failure to create a chunk ([`Error::Allocate`], [`Error::Register`],
+    /// [`Error::MemlockLimit`]).
+    pub fn try_alloc(&self, len: usize) -> Result<Buffer> {
+        let class = self.inner.classes.select(len)?;
+        let shared = &self.inner.states[class];
+        let mut state = shared.state.lock();
+        let slot = self.inner.take(class, &mut state)?;
+        drop(state);
+        Ok(Buffer::new(Arc::clone(shared), slot, len))
+    }
+
+    /// Like [`try_alloc`](Self::try_alloc), but when the class is exhausted, wait up to
+    /// `timeout` for a buffer of the class to be dropped; [`Error::Timeout`] if none is.
+    pub fn alloc(&self, len: usize, timeout: Duration) -> Result<Buffer> {
+        let class = self.inner.classes.select(len)?;
+        let start = Instant::now();
+        let deadline = start.checked_add(timeout);
+        let shared = &self.inner.states[class];
+        let mut state = shared.state.lock();
+        loop {
+            match self.inner.take(class, &mut state) {
+                Ok(slot) => {
+                    drop(state);
+                    return Ok(Buffer::new(Arc::clone(shared), slot, len));
+                }
+                Err(Error::Exhausted { .. }) => {}
+                Err(other) => return Err(other),
+            }
+            match deadline {
+                Some(deadline) if Instant::now() >= deadline => {
+                    return Err(Error::Timeout {
+                        waited: start.elapsed(),
+                    })
+                }
+                Some(deadline) => {
+                    shared.returned.wait_until(&mut state, deadline);
+                }
+                None => shared.returned.wait(&mut state),
+            }
+        }
+    }
+
+    /// A snapshot of the pool's usage.
+    pub fn stats(&self) -> PoolStats {
+        let inner = &self.inner;
+        let classes: Vec<_> = inner
+            .states
+            .iter()
+            .map(|shared| shared.state.lock().book.stats())
+            .collect();
+        PoolStats {
+            chunks: classes.iter().map(|c| c.chunks).sum(),
+            huge_page_chunks: inner.huge_page_chunks.load(Ordering::Relaxed),
+            bytes_registered: classes.iter().map(|c| c.chunks * c.chunk_bytes).sum(),
+            cap_bytes: inner.budget.cap(),
+            bytes_in_use: classes.iter().map(|c| c.in_use * c.size).sum(),
+            classes,
+        }
+    }
+
+    /// The class sizes, ascending.
+    pub fn class_sizes(&self) -> &[usize] {
+        self.inner.classes.sizes()
+    }
+
+    /// The largest buffer the pool hands out.
+    pub fn max_buffer_size(&self) -> usize {
+        self.inner.classes.max()
+    }
+
+    /// The access the pool's registrations grant.
+    pub fn access(&self) -> PoolAccess {
+        self.inner.access
+    }
+}
+
+impl PoolInner {
+    /// Take a slot of `class`, growing the class by a chunk if it is empty and the caps allow.
+    ///
+    /// The chunk is created with the class lock released, so buffers of the class can be
+    /// dropped meanwhile; a class grows one chunk at a time, and a caller finding the class
+    /// empty while it grows waits for the growth to end.
+    fn take(&self, class: usize, state: &mut MutexGuard<'_, ClassState>) -> Result<SlotMemory> {
+        match state.book.pop() {
+            Some(token) => Ok(state.chunk(token.chunk()).claim(token)),
+            None => self.take_or_grow(class, state),
+        }
+    }
+
+    /// The slow path of [`take`](Self::take): the class has no free slot.
+    #[cold]
+    #[inline(never)]
+    fn take_or_grow(
+        &self,
+        class: usize,
+        state: &mut MutexGuard<'_, ClassState>,
+    ) -> Result<SlotMemory> {
+        let shared = &self.states[class];
+        loop {
+            if !state.book.has_free() && shared.growing.load(Ordering::Relaxed) {
+                shared.returned.wait(state);
+                continue;
+            }
+            match state.book.take(&self.budget) {
+                Take::Slot(token) => {
+                    let chunk = state.chunk(token.chunk());
+                    return Ok(chunk.claim(token));
+                }
+                Take::Grow { chunk_bytes } => {
+                    let valid = *state.book.class();
+                    shared.growing.store(true, Ordering::Relaxed);
+                    let growing = Growing(shared);
+                    let created = MutexGuard::unlocked(state, || {
+                        Chunk::create(
+                            valid.size,
+                            valid.slots_per_chunk,
+                            self.huge_pages,
+                            self.access,
+                            &*self.registrar,
+                        )
+                    });
+                    drop(growing);
+                    match created {
+                        Ok((chunk, tokens)) => {
+                            if chunk.is_huge_pages() {
+                                self.huge_page_chunks.fetch_add(1, Ordering::Relaxed);
+                            }
+                            state.chunks.push(chunk);
+                            state.book.add_chunk(tokens);
+                        }
+                        Err(err) => {
+                            self.budget.release(chunk_bytes);
+                            return Err(err);
+                        }
+                    }
+                }
+                Take::Exhausted { cap_bytes } => {
+                    return Err(Error::Exhausted {
+                        class_size: self.classes.size(class),
+                        cap_bytes,
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl ClassShared {
+    /// Return a buffer's slot to its class and wake one waiter.
+    pub(crate) fn put(&self, slot: SlotMemory) {
+        let token = slot.release();
+        self.state.lock().book.put(token);
+        self.returned.notify_one();
+    }
+}
+
+impl ClassState {
+    fn chunk(&self, id: u32) -> &Arc<Chunk> {
+        let index = self
+            .chunks
+            .binary_search_by_key(&id, |chunk| chunk.id())
+            .expect("a token's chunk belongs to its class");
+        &self.chunks[index]
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("class_sizes", &self.class_sizes())
+            .field("access", &self.inner.access)
+            .field("huge_pages", &self.inner.huge_pages)
+            .field("cap_bytes", &self.inner.budget.cap())
+            .field("bytes_registered", &self.inner.budget.registered())
+            .field("registrar", &self.inner.registrar)
+            .finish()
+    }
+}
+
+impl fmt::Debug for PoolInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PoolInner")
+            .field("class_sizes", &self.classes.sizes())
+            .finish_non_exhaustive()
+    }
+}

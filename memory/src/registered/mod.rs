@@ -1,0 +1,299 @@
+//! Registered chunks and the memory of their slots: the only module of this crate with `unsafe`.
+//!
+//! A chunk is one anonymous mapping ([`ChunkMemory`]) plus its registration with the device
+//! (a [`Registration`] made by the pool's [`Registrar`], the seam to the verbs layer). The chunk
+//! is cut into equal slots; [`Chunk::create`] mints exactly one [`SlotToken`] per slot, and memory
+//! of a slot is reachable only through a [`SlotMemory`] made by consuming its token.
+//!
+//! Soundness of the slices handed out:
+//! - Validity: a `SlotMemory` holds an `Arc` of its chunk, which owns the mapping; the mapping
+//!   is unmapped only when the chunk drops, after every `SlotMemory` of it is gone. Anonymous
+//!   mappings are zero-filled, so every byte is initialised.
+//! - Exclusivity: tokens are neither `Clone` nor `Copy` and are minted only in `Chunk::create`,
+//!   once per (chunk id, slot index); chunk ids are never reused. `claim` consumes a token and
+//!   `release` consumes the `SlotMemory` to give it back, so at most one `SlotMemory` per slot
+//!   exists at any time, and slots of a chunk do not overlap (`index * size`, `index < slots`).
+//!   Mutable access needs `&mut SlotMemory`, so the borrow checker does the rest.
+//!
+//! The bookkeeping's own invariants (counts, caps) are checked by its property tests; soundness
+//! does not depend on them.
+
+#![allow(unsafe_code)]
+
+mod memlock;
+mod mmap;
+
+use std::fmt;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+pub use memlock::{memlock_limit, registration_error};
+pub use mmap::ChunkMemory;
+
+use crate::{Error, HugePages, PoolAccess, Result};
+
+/// A live registration of a chunk with the device. Dropping it deregisters (`ibv_dereg_mr`).
+///
+/// The pool drops it before unmapping the chunk, and never while a buffer of the chunk lives.
+pub trait Registration: Send + Sync + fmt::Debug {
+    /// Local key, for scatter/gather entries.
+    fn lkey(&self) -> u32;
+    /// Remote key; `Some` exactly when the registration allows remote access.
+    fn rkey(&self) -> Option<u32>;
+}
+
+/// Registers chunks of pool memory: the seam between the pool and the device.
+///
+/// The device binding implements it over a protection domain (`ibv_reg_mr` with the access
+/// flags given); `testing::HostRegistrar` (feature `testing`) implements it with
+/// fake keys for host tests. The pool calls it once per chunk, while holding the lock of the
+/// class that grows.
+pub trait Registrar: Send + Sync + fmt::Debug + 'static {
+    /// Register all of `memory` (`memory.as_ptr()`, `memory.len()` bytes) with `access`.
+    ///
+    /// Errors: [`Error::Register`], or [`Error::MemlockLimit`] when the locked-memory limit is
+    /// the cause ([`registration_error`] makes the right one from an OS error).
+    fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>>;
+}
+
+/// Source of chunk ids; never wraps, so a token can never match a later chunk.
+static NEXT_CHUNK_ID: AtomicU32 = AtomicU32::new(0);
+
+/// The right to the memory of one slot. Minted once per slot by [`Chunk::create`].
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct SlotToken {
+    chunk: u32,
+    index: u32,
+}
+
+impl SlotToken {
+    /// Id of the chunk the slot belongs to.
+    pub(crate) fn chunk(&self) -> u32 {
+        self.chunk
+    }
+
+    #[cfg(test)]
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+}
+
+/// A registered chunk cut into equal slots.
+pub(crate) struct Chunk {
+    id: u32,
+    slot_size: usize,
+    slots: u32,
+    lkey: u32,
+    rkey: Option<u32>,
+    /// Taken in `Drop` so that deregistration precedes unmapping.
+    registration: Option<Box<dyn Registration>>,
+    memory: ChunkMemory,
+}
+
+impl Chunk {
+    /// Map and register `slots * slot_size` bytes; return the chunk and the tokens of its slots,
+    /// in ascending address order.
+    pub(crate) fn create(
+        slot_size: usize,
+        slots: u32,
+        huge_pages: HugePages,
+        access: PoolAccess,
+        registrar: &dyn Registrar,
+    ) -> Result<(Arc<Chunk>, impl DoubleEndedIterator<Item = SlotToken>)> {
+        let len = slot_size
+            .checked_mul(slots as usize)
+            .filter(|&len| len > 0)
+            .ok_or_else(|| Error::InvalidConfig {
+                reason: format!("a chunk of {slots} slots of {slot_size} bytes"),
+            })?;
+        let id = NEXT_CHUNK_ID
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |id| id.checked_add(1))
+            .map_err(|_| Error::Allocate {
+                len,
+                source: io::Error::other("chunk identifiers exhausted"),
+            })?;
+        let memory = ChunkMemory::map(len, huge_pages)?;
+        let registration = registrar.register(&memory, access)?;
+        let rkey = registration.rkey();
+        if access.is_remote() && rkey.is_none() {
+            return Err(Error::Register {
+                len,
+                source: io::Error::other(
+                    "remote access requested but the registration has no rkey",
+                ),
+            });
+        }
+        let chunk = Arc::new(Chunk {
+            id,
+            slot_size,
+            slots,
+            lkey: registration.lkey(),
+            rkey: rkey.filter(|_| access.is_remote()),
+            registration: Some(registration),
+            memory,
+        });
+        let tokens = (0..slots).map(move |index| SlotToken { chunk: id, index });
+        Ok((chunk, tokens))
+    }
+
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub(crate) fn is_huge_pages(&self) -> bool {
+        self.memory.is_huge_pages()
+    }
+
+    /// Exchange a token of this chunk for the memory of its slot.
+    ///
+    /// Panics if the token belongs to another chunk (a bug in the caller, caught before any
+    /// memory is touched).
+    pub(crate) fn claim(self: &Arc<Self>, token: SlotToken) -> SlotMemory {
+        assert_eq!(token.chunk, self.id, "slot token of another chunk");
+        assert!(token.index < self.slots, "slot index out of range");
+        let offset = token.index as usize * self.slot_size;
+        // SAFETY: `offset + slot_size <= slots * slot_size == memory.len()`, so the pointer
+        // stays inside the mapping.
+        let ptr = unsafe { self.memory.as_non_null().add(offset) };
+        SlotMemory {
+            chunk: Arc::clone(self),
+            ptr,
+            token,
+        }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        // Deregister while the memory is still mapped; `memory` is unmapped after this.
+        drop(self.registration.take());
+    }
+}
+
+impl fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chunk")
+            .field("id", &self.id)
+            .field("slot_size", &self.slot_size)
+            .field("slots", &self.slots)
+            .field("lkey", &self.lkey)
+            .field("rkey", &self.rkey)
+            .field("memory", &self.memory)
+            .finish()
+    }
+}
+
+/// Exclusive access to the memory of one slot, like a `Box<[u8]>` that the pool reuses.
+#[derive(Debug)]
+pub(crate) struct SlotMemory {
+    chunk: Arc<Chunk>,
+    ptr: NonNull<u8>,
+    token: SlotToken,
+}
+
+// SAFETY: a SlotMemory owns its slot exclusively (see the module docs), like a Box<[u8]>:
+// moving it to another thread moves that ownership, and the chunk it keeps alive is Send + Sync.
+unsafe impl Send for SlotMemory {}
+// SAFETY: through `&SlotMemory` only shared `&[u8]` access is possible, which is fine to share.
+unsafe impl Sync for SlotMemory {}
+
+impl SlotMemory {
+    /// The first `len` bytes of the slot. Panics if `len` exceeds the slot.
+    pub(crate) fn as_slice(&self, len: usize) -> &[u8] {
+        assert!(len <= self.chunk.slot_size, "length beyond the slot");
+        // SAFETY: the range lies inside this slot of a live mapping, every byte is initialised,
+        // and no `&mut` to it exists while `self` is borrowed shared (module docs).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), len) }
+    }
+
+    /// The first `len` bytes of the slot, mutably. Panics if `len` exceeds the slot.
+    pub(crate) fn as_mut_slice(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= self.chunk.slot_size, "length beyond the slot");
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference to the slot.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), len) }
+    }
+
+    /// Address of the slot, as the device sees it.
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.chunk.slot_size
+    }
+
+    pub(crate) fn lkey(&self) -> u32 {
+        self.chunk.lkey
+    }
+
+    pub(crate) fn rkey(&self) -> Option<u32> {
+        self.chunk.rkey
+    }
+
+    /// Give up the memory and get the token back, for the free list.
+    pub(crate) fn release(self) -> SlotToken {
+        self.token
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::HostRegistrar;
+
+    #[test]
+    fn slots_are_disjoint_and_keep_their_bytes() {
+        let registrar = HostRegistrar::new();
+        let (chunk, tokens) =
+            Chunk::create(64, 4, HugePages::Off, PoolAccess::LOCAL_WRITE, &registrar).unwrap();
+        let mut slots: Vec<SlotMemory> = tokens.map(|t| chunk.claim(t)).collect();
+        for (i, slot) in slots.iter_mut().enumerate() {
+            assert!(
+                slot.as_slice(64).iter().all(|&b| b == 0),
+                "fresh memory is zeroed"
+            );
+            slot.as_mut_slice(64).fill(i as u8 + 1);
+        }
+        for (i, slot) in slots.iter().enumerate() {
+            assert!(slot.as_slice(64).iter().all(|&b| b == i as u8 + 1));
+            assert_eq!(slot.addr(), slots[0].addr() + 64 * i as u64);
+            assert_eq!(slot.rkey(), None);
+        }
+        let tokens: Vec<SlotToken> = slots.into_iter().map(SlotMemory::release).collect();
+        assert_eq!(
+            tokens.iter().map(|t| t.index()).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        assert!(tokens.iter().all(|t| t.chunk() == chunk.id()));
+    }
+
+    #[test]
+    #[should_panic(expected = "another chunk")]
+    fn a_token_of_another_chunk_is_refused() {
+        let registrar = HostRegistrar::new();
+        let create =
+            || Chunk::create(64, 1, HugePages::Off, PoolAccess::LOCAL_WRITE, &registrar).unwrap();
+        let (_a, mut tokens_a) = create();
+        let (b, _tokens_b) = create();
+        b.claim(tokens_a.next().unwrap());
+    }
+
+    #[test]
+    fn the_registration_lives_until_the_last_slot_is_gone() {
+        let registrar = HostRegistrar::new();
+        let (chunk, mut tokens) =
+            Chunk::create(64, 2, HugePages::Off, PoolAccess::REMOTE_READ, &registrar).unwrap();
+        let slot = chunk.claim(tokens.next().unwrap());
+        assert!(slot.rkey().is_some());
+        drop(chunk);
+        assert_eq!(
+            registrar.live_registrations(),
+            1,
+            "a live slot keeps the chunk registered"
+        );
+        drop(slot);
+        assert_eq!(registrar.live_registrations(), 0);
+    }
+}

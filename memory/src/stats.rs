@@ -1,0 +1,60 @@
+//! Pool statistics: registered chunks and bytes, buffers in use, high-water marks.
+
+/// A snapshot of a pool's usage, from [`Pool::stats`](crate::Pool::stats).
+///
+/// Each class's numbers are consistent with each other; classes are read one after the other,
+/// so under concurrent use the totals may mix moments a little apart.
+///
+/// High-water marks are kept per class: chunks belong to a class, so the registration a
+/// workload needs follows from each class's peak (`ceil(high_water * size / chunk_bytes)`
+/// chunks). A pool-wide peak of bytes in use would need a counter shared by every allocation
+/// of every class, which measurably slows threads using different classes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Chunks registered, over all classes.
+    pub chunks: usize,
+    /// Chunks that got huge pages.
+    pub huge_page_chunks: usize,
+    /// Bytes registered, over all classes (chunks are kept until the pool is dropped).
+    pub bytes_registered: usize,
+    /// The pool's cap on registered bytes.
+    pub cap_bytes: usize,
+    /// Bytes of class capacity held by live buffers.
+    pub bytes_in_use: usize,
+    /// Per size class, ascending, with each class's high-water mark.
+    pub classes: Vec<ClassStats>,
+}
+
+impl PoolStats {
+    /// Buffers currently handed out, over all classes.
+    pub fn buffers_in_use(&self) -> usize {
+        self.classes.iter().map(|c| c.in_use).sum()
+    }
+
+    /// Bytes the classes' peaks add up to (`high_water * size` summed): an upper bound on the
+    /// pool-wide peak of bytes in use, reached if all classes peaked at once.
+    pub fn high_water_bytes_bound(&self) -> usize {
+        self.classes.iter().map(|c| c.high_water * c.size).sum()
+    }
+}
+
+/// Usage of one size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClassStats {
+    /// Buffer size of the class.
+    pub size: usize,
+    /// Bytes per chunk.
+    pub chunk_bytes: usize,
+    /// Chunks registered for this class.
+    pub chunks: usize,
+    /// Buffers the chunks hold (`in_use + free`).
+    pub capacity: usize,
+    /// Buffers handed out and not yet dropped.
+    pub in_use: usize,
+    /// Buffers ready to hand out.
+    pub free: usize,
+    /// Most buffers ever in use at once.
+    pub high_water: usize,
+}

@@ -1,0 +1,92 @@
+//! Host-only registrar with fake keys, for tests and benchmarks without an RDMA device.
+//!
+//! **Test use only.** [`HostRegistrar`] maps real memory but registers nothing: its keys mean
+//! nothing to a device, and posting its buffers to a queue pair would fail. Device tests use
+//! the verbs registrar instead.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::registered::{ChunkMemory, Registrar, Registration};
+use crate::{Error, PoolAccess, Result};
+
+/// A [`Registrar`] that hands out fake keys and counts registrations. Clones share the counts.
+#[derive(Debug, Clone, Default)]
+pub struct HostRegistrar {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    next_key: AtomicU32,
+    registrations: AtomicUsize,
+    live: AtomicUsize,
+    refuse: AtomicBool,
+}
+
+impl HostRegistrar {
+    /// A registrar that succeeds until told to [`refuse`](Self::refuse).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// While `refuse` is true, registrations fail with [`Error::Register`] (this clone and all
+    /// others).
+    pub fn refuse(&self, refuse: bool) {
+        self.shared.refuse.store(refuse, Ordering::Relaxed);
+    }
+
+    /// Registrations made so far, including dropped ones.
+    pub fn registrations(&self) -> usize {
+        self.shared.registrations.load(Ordering::Relaxed)
+    }
+
+    /// Registrations not yet dropped.
+    pub fn live_registrations(&self) -> usize {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+}
+
+impl Registrar for HostRegistrar {
+    fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
+        let shared = &self.shared;
+        if shared.refuse.load(Ordering::Relaxed) {
+            return Err(Error::Register {
+                len: memory.len(),
+                source: io::Error::other("registration refused by the test registrar"),
+            });
+        }
+        shared.registrations.fetch_add(1, Ordering::Relaxed);
+        let key = shared.next_key.fetch_add(1, Ordering::Relaxed);
+        shared.live.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(HostRegistration {
+            lkey: key,
+            rkey: access.is_remote().then_some(key | 0x8000_0000),
+            shared: Arc::clone(shared),
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct HostRegistration {
+    lkey: u32,
+    rkey: Option<u32>,
+    shared: Arc<Shared>,
+}
+
+impl Registration for HostRegistration {
+    fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    fn rkey(&self) -> Option<u32> {
+        self.rkey
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        self.shared.live.fetch_sub(1, Ordering::Relaxed);
+    }
+}

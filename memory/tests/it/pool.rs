@@ -1,0 +1,275 @@
+//! Single-threaded behaviour: keys, descriptors, lengths, errors, growth, cleanup.
+
+use memory::testing::HostRegistrar;
+use memory::{Buffer, ClassConfig, Error, HugePages, Pool, PoolAccess, PoolConfig};
+
+use super::small_pool;
+
+#[test]
+fn pool_and_buffer_are_thread_safe_types() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Pool>();
+    assert_send_sync::<Buffer>();
+}
+
+#[test]
+fn a_buffer_has_the_requested_length_and_its_class_capacity() {
+    let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
+    for (len, class) in [
+        (1, 64),
+        (64, 64),
+        (65, 256),
+        (4096, 4096),
+        (1 << 20, 1 << 20),
+    ] {
+        let mut buf = pool.try_alloc(len).unwrap();
+        assert_eq!((buf.len(), buf.capacity()), (len, class));
+        buf.fill(0xab);
+        assert!(buf.iter().all(|&b| b == 0xab));
+        assert_eq!(buf.as_ref().len(), len);
+    }
+    assert_eq!(pool.max_buffer_size(), 1 << 20);
+    assert_eq!(pool.class_sizes().len(), 8);
+}
+
+#[test]
+fn sge_describes_the_buffer() {
+    let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
+    let a = pool.try_alloc(100).unwrap();
+    let b = pool.try_alloc(100).unwrap();
+    let sge = a.sge();
+    assert_eq!(sge.addr, a.addr());
+    assert_eq!(sge.addr, a.as_ptr() as u64);
+    assert_eq!(sge.length, 100);
+    assert_eq!(sge.lkey, a.lkey());
+    // Same chunk, same key; neighbouring slots.
+    assert_eq!(b.lkey(), a.lkey());
+    assert_eq!(b.addr().abs_diff(a.addr()), 256);
+}
+
+#[test]
+fn local_only_pools_expose_no_remote_key() {
+    let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
+    assert_eq!(pool.access(), PoolAccess::LOCAL_WRITE);
+    assert_eq!(pool.try_alloc(64).unwrap().remote(), None);
+}
+
+#[test]
+fn remote_pools_give_a_descriptor_of_the_buffer() {
+    for access in [
+        PoolAccess::REMOTE_READ,
+        PoolAccess::REMOTE_WRITE,
+        PoolAccess::REMOTE_ATOMIC,
+    ] {
+        let config = PoolConfig::new().access(access);
+        let pool = Pool::new(config, HostRegistrar::new()).unwrap();
+        assert_eq!(pool.access(), access | PoolAccess::LOCAL_WRITE);
+        let buf = pool.try_alloc(300).unwrap();
+        let remote = buf.remote().expect("remote access pool");
+        assert_eq!((remote.addr, remote.len), (buf.addr(), 300));
+        assert_ne!(
+            remote.rkey,
+            buf.lkey(),
+            "the host registrar's rkey differs from the lkey"
+        );
+    }
+}
+
+#[test]
+fn set_len_stays_within_the_capacity() {
+    let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
+    let mut buf = pool.try_alloc(10).unwrap();
+    buf.set_len(64).unwrap();
+    assert_eq!((buf.len(), buf.sge().length), (64, 64));
+    buf.set_len(0).unwrap();
+    assert!(buf.is_empty());
+    match buf.set_len(65) {
+        Err(Error::TooLarge { requested, max }) => assert_eq!((requested, max), (65, 64)),
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+    assert_eq!(buf.len(), 0);
+}
+
+#[test]
+fn zero_and_oversized_requests_are_refused() {
+    let pool = Pool::new(
+        PoolConfig::new().class_sizes([64, 128]),
+        HostRegistrar::new(),
+    )
+    .unwrap();
+    assert!(matches!(pool.try_alloc(0), Err(Error::ZeroLength)));
+    assert!(matches!(
+        pool.try_alloc(129),
+        Err(Error::TooLarge {
+            requested: 129,
+            max: 128
+        })
+    ));
+    let wait = std::time::Duration::from_secs(5);
+    assert!(matches!(pool.alloc(0, wait), Err(Error::ZeroLength)));
+    assert!(matches!(pool.alloc(129, wait), Err(Error::TooLarge { .. })));
+    assert_eq!(
+        pool.stats().chunks,
+        0,
+        "nothing registered for refused requests"
+    );
+}
+
+#[test]
+fn invalid_configs_are_rejected_by_new() {
+    let config = PoolConfig::new().class_sizes([64, 100]);
+    assert!(matches!(
+        Pool::new(config, HostRegistrar::new()),
+        Err(Error::InvalidConfig { .. })
+    ));
+}
+
+#[test]
+fn exhaustion_is_a_typed_error_and_the_pool_recovers() {
+    let (pool, registrar) = small_pool(64, 4, 2);
+    let held: Vec<_> = (0..8).map(|_| pool.try_alloc(64).unwrap()).collect();
+    match pool.try_alloc(1) {
+        Err(Error::Exhausted {
+            class_size,
+            cap_bytes,
+        }) => assert_eq!((class_size, cap_bytes), (64, 512)),
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+    assert_eq!(registrar.registrations(), 2);
+    drop(held);
+    let again: Vec<_> = (0..8).map(|_| pool.try_alloc(64).unwrap()).collect();
+    assert_eq!(
+        registrar.registrations(),
+        2,
+        "freed buffers are reused, not re-registered"
+    );
+    assert_eq!(again.len(), 8);
+}
+
+#[test]
+fn a_class_cap_binds_before_the_pool_cap() {
+    let config = PoolConfig::new()
+        .classes([
+            ClassConfig::new(64).chunk_size(128).cap_bytes(256),
+            ClassConfig::new(128).chunk_size(128),
+        ])
+        .cap_bytes(1024);
+    let pool = Pool::new(config, HostRegistrar::new()).unwrap();
+    let small: Vec<_> = (0..4).map(|_| pool.try_alloc(64).unwrap()).collect();
+    assert!(matches!(
+        pool.try_alloc(64),
+        Err(Error::Exhausted {
+            class_size: 64,
+            cap_bytes: 256
+        })
+    ));
+    // The other class still grows, up to the rest of the pool cap.
+    let large: Vec<_> = (0..6).map(|_| pool.try_alloc(128).unwrap()).collect();
+    assert!(matches!(
+        pool.try_alloc(128),
+        Err(Error::Exhausted {
+            class_size: 128,
+            cap_bytes: 1024
+        })
+    ));
+    assert_eq!(pool.stats().bytes_registered, 1024);
+    drop((small, large));
+}
+
+#[test]
+fn a_failed_registration_gives_its_bytes_back_to_the_cap() {
+    // The cap holds exactly one chunk: if the failed attempt kept its reservation, the retry
+    // would be reported as exhaustion.
+    let (pool, registrar) = small_pool(64, 2, 1);
+    registrar.refuse(true);
+    assert!(matches!(
+        pool.try_alloc(64),
+        Err(Error::Register { len: 128, .. })
+    ));
+    assert_eq!(pool.stats().bytes_registered, 0);
+    registrar.refuse(false);
+    let buf = pool.try_alloc(64).unwrap();
+    assert_eq!(pool.stats().bytes_registered, 128);
+    drop(buf);
+}
+
+#[test]
+fn stats_count_chunks_buffers_and_high_water_marks() {
+    let (pool, _registrar) = small_pool(256, 4, 4);
+    let mut held: Vec<_> = (0..6).map(|_| pool.try_alloc(200).unwrap()).collect();
+    held.truncate(2);
+    let stats = pool.stats();
+    assert_eq!(stats.chunks, 2);
+    assert_eq!(stats.bytes_registered, 2048);
+    assert_eq!(stats.cap_bytes, 4096);
+    assert_eq!(stats.bytes_in_use, 512);
+    assert_eq!(stats.high_water_bytes_bound(), 6 * 256);
+    assert_eq!(stats.huge_page_chunks, 0);
+    assert_eq!(stats.buffers_in_use(), 2);
+    let class = stats.classes[0];
+    assert_eq!(
+        (
+            class.size,
+            class.chunks,
+            class.capacity,
+            class.in_use,
+            class.free,
+            class.high_water
+        ),
+        (256, 2, 8, 2, 6, 6)
+    );
+}
+
+#[test]
+fn buffers_outlive_their_pool_and_release_everything_last() {
+    let (pool, registrar) = small_pool(64, 2, 2);
+    let mut buf = pool.try_alloc(64).unwrap();
+    drop(pool);
+    buf.fill(9);
+    assert!(buf.iter().all(|&b| b == 9));
+    assert_eq!(registrar.live_registrations(), 1);
+    drop(buf);
+    assert_eq!(
+        registrar.live_registrations(),
+        0,
+        "deregistered once the last buffer is gone"
+    );
+}
+
+#[test]
+fn clones_share_the_pool() {
+    let (pool, registrar) = small_pool(64, 1, 1);
+    let clone = pool.clone();
+    let buf = pool.try_alloc(1).unwrap();
+    assert!(matches!(clone.try_alloc(1), Err(Error::Exhausted { .. })));
+    drop(buf);
+    assert!(clone.try_alloc(1).is_ok());
+    assert_eq!(registrar.registrations(), 1);
+    assert!(format!("{pool:?}").contains("Pool"));
+}
+
+#[test]
+fn huge_page_preference_falls_back_to_normal_pages() {
+    let config = PoolConfig::new()
+        .class_sizes([4096])
+        .huge_pages(HugePages::Prefer);
+    let pool = Pool::new(config, HostRegistrar::new()).unwrap();
+    let mut buf = pool.try_alloc(4096).unwrap();
+    buf.fill(1);
+    let stats = pool.stats();
+    assert_eq!(stats.chunks, 1);
+    assert!(stats.huge_page_chunks <= 1);
+}
+
+#[test]
+fn moving_a_buffer_keeps_its_memory_in_place() {
+    // What lets a buffer be moved into a work request and back: the bytes never move.
+    let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
+    let mut buf = pool.try_alloc(128).unwrap();
+    buf.fill(3);
+    let sge = buf.sge();
+    let boxed = Box::new(buf);
+    let back = std::thread::spawn(move || *boxed).join().unwrap();
+    assert_eq!(back.sge(), sge);
+    assert!(back.iter().all(|&b| b == 3));
+}
