@@ -35,6 +35,28 @@ pub struct RemoteDescriptor {
     pub rkey: u32,
 }
 
+impl From<Sge> for verbs::LocalSlice {
+    fn from(sge: Sge) -> Self {
+        verbs::LocalSlice {
+            addr: sge.addr,
+            len: sge.length,
+            lkey: sge.lkey,
+        }
+    }
+}
+
+/// The target of an RDMA WRITE, READ or atomic posted with the verbs layer
+/// (`verbs::WrOp::RdmaWrite(descriptor.into())`).
+impl From<RemoteDescriptor> for verbs::RemoteSlice {
+    fn from(remote: RemoteDescriptor) -> Self {
+        verbs::RemoteSlice {
+            addr: remote.addr,
+            len: remote.len,
+            rkey: remote.rkey,
+        }
+    }
+}
+
 /// A buffer of registered memory from a [`Pool`](crate::Pool).
 ///
 /// Derefs to its first `len()` bytes; its [`capacity`](Self::capacity) is its

@@ -87,5 +87,7 @@ pub use config::{
 };
 pub use error::{Error, Result, MEMLOCK_HINT};
 pub use pool::Pool;
-pub use registered::{memlock_limit, registration_error, ChunkMemory, Registrar, Registration};
+pub use registered::{
+    memlock_limit, registration_error, ChunkMemory, PdRegistrar, Registrar, Registration,
+};
 pub use stats::{ClassStats, PoolStats};

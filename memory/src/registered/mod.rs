@@ -20,6 +20,7 @@
 
 #![allow(unsafe_code)]
 
+mod device;
 mod memlock;
 mod mmap;
 
@@ -29,6 +30,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+pub use device::PdRegistrar;
 pub use memlock::{memlock_limit, registration_error};
 pub use mmap::ChunkMemory;
 
@@ -46,7 +48,7 @@ pub trait Registration: Send + Sync + fmt::Debug {
 
 /// Registers chunks of pool memory: the seam between the pool and the device.
 ///
-/// The device binding implements it over a protection domain (`ibv_reg_mr` with the access
+/// [`PdRegistrar`] implements it over a verbs protection domain (`ibv_reg_mr` with the access
 /// flags given); `testing::HostRegistrar` (feature `testing`) implements it with
 /// fake keys for host tests. The pool calls it once per chunk, while holding the lock of the
 /// class that grows.
