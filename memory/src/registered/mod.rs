@@ -15,6 +15,15 @@
 //!   exists at any time, and slots of a chunk do not overlap (`index * size`, `index < slots`).
 //!   Mutable access needs `&mut SlotMemory`, so the borrow checker does the rest.
 //!
+//! Soundness towards the device (`device`):
+//! - Registration: a chunk is registered once, by its [`Registrar`], and `Chunk::drop`
+//!   deregisters before unmapping; a chunk drops only when no buffer of it is left, so the
+//!   registered memory stays mapped while registered.
+//! - Posting: a buffer may be moved into a verbs work request (`RegisteredBuf`,
+//!   `RegisteredBufMut`) because it holds its chunk (mapping and registration), its slot never
+//!   moves, and it is the only path to the slot's bytes; the request owns it until its
+//!   completion hands it back.
+//!
 //! The bookkeeping's own invariants (counts, caps) are checked by its property tests; soundness
 //! does not depend on them.
 
