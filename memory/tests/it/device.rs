@@ -308,3 +308,20 @@ fn exhaustion_and_recovery_under_8_threads() {
     assert_eq!(stats.classes[0].free, BUFFERS);
     assert_eq!(stats.high_water_bytes_bound(), SIZE * BUFFERS);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn the_pool_keeps_its_protection_domain_alive() {
+    let pd = pd();
+    let config = PoolConfig::new().classes([ClassConfig::new(4096).chunk_size(4096)]);
+    let pool = Pool::on_pd(&pd, config).unwrap();
+    let first = pool.try_alloc(4096).unwrap();
+    drop(pd); // the registrar and the first chunk's registration still hold it
+    let second = pool
+        .try_alloc(4096)
+        .expect("register a chunk after the handle is gone");
+    assert_eq!(pool.stats().chunks, 2);
+    assert_ne!(first.lkey(), second.lkey(), "one registration per chunk");
+    drop(pool);
+    drop((first, second)); // deregisters both chunks, then the PD goes
+}
