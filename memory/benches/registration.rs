@@ -24,7 +24,7 @@ use verbs::{AccessFlags, Context, Pd};
 
 const SIZES: [usize; 3] = [64, 4096, 1 << 20];
 const THREADS: [usize; 2] = [1, 2];
-const SAMPLES: usize = 3;
+const SAMPLES: usize = 5;
 /// Length of one sample; a case takes about `SAMPLES` times this.
 const SAMPLE: Duration = Duration::from_millis(300);
 
