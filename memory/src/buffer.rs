@@ -63,8 +63,10 @@ impl From<RemoteDescriptor> for verbs::RemoteSlice {
 /// class size. Dropping it, on any thread, returns it to the pool and wakes one thread waiting
 /// in [`Pool::alloc`](crate::Pool::alloc). Contents are not cleared between uses.
 ///
-/// To give a buffer to the NIC, move it into the work request; it comes back with the
-/// completion, so it cannot be dropped or touched while the NIC uses it.
+/// To give a buffer to the NIC, move it into a verbs work request (it is a
+/// `verbs::RegisteredBuf`); it comes back with the completion (`Qp::reclaim`), so it cannot be
+/// dropped or touched while the NIC uses it. The request's range is taken from the whole slot,
+/// so give `..buf.len()` to send the buffer's contents.
 pub struct Buffer {
     /// `None` only while dropping.
     slot: Option<SlotMemory>,
