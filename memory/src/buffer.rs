@@ -35,14 +35,38 @@ pub struct RemoteDescriptor {
     pub rkey: u32,
 }
 
+impl From<Sge> for verbs::LocalSlice {
+    fn from(sge: Sge) -> Self {
+        verbs::LocalSlice {
+            addr: sge.addr,
+            len: sge.length,
+            lkey: sge.lkey,
+        }
+    }
+}
+
+/// The target of an RDMA WRITE, READ or atomic posted with the verbs layer
+/// (`verbs::WrOp::RdmaWrite(descriptor.into())`).
+impl From<RemoteDescriptor> for verbs::RemoteSlice {
+    fn from(remote: RemoteDescriptor) -> Self {
+        verbs::RemoteSlice {
+            addr: remote.addr,
+            len: remote.len,
+            rkey: remote.rkey,
+        }
+    }
+}
+
 /// A buffer of registered memory from a [`Pool`](crate::Pool).
 ///
 /// Derefs to its first `len()` bytes; its [`capacity`](Self::capacity) is its
 /// class size. Dropping it, on any thread, returns it to the pool and wakes one thread waiting
 /// in [`Pool::alloc`](crate::Pool::alloc). Contents are not cleared between uses.
 ///
-/// To give a buffer to the NIC, move it into the work request; it comes back with the
-/// completion, so it cannot be dropped or touched while the NIC uses it.
+/// To give a buffer to the NIC, move it into a verbs work request (it is a
+/// `verbs::RegisteredBuf`); it comes back with the completion (`Qp::reclaim`), so it cannot be
+/// dropped or touched while the NIC uses it. The request's range is taken from the whole slot,
+/// so give `..buf.len()` to send the buffer's contents.
 pub struct Buffer {
     /// `None` only while dropping.
     slot: Option<SlotMemory>,

@@ -11,32 +11,80 @@
 //! - **Buffers** deref to their bytes and give their [`Sge`] and, in pools created with remote
 //!   access ([`PoolAccess`]), a [`RemoteDescriptor`] carrying the rkey. Local-only pools have no
 //!   remote key at all.
-//! - **Registration** goes through a [`Registrar`], the seam to the device: the verbs binding
-//!   registers on a protection domain; `testing::HostRegistrar` (feature `testing`) fakes keys
-//!   so everything except the NIC is tested on the host.
+//! - **Registration** goes through a [`Registrar`], the seam to the device: [`PdRegistrar`]
+//!   registers on a verbs protection domain ([`Pool::on_pd`]); `testing::HostRegistrar`
+//!   (feature `testing`) fakes keys so everything except the NIC is tested on the host.
 //!
 //! # Quick start
-//! ```
+//! Open a device, make a pool on a protection domain, fill a buffer and post it; it comes back
+//! with its completion and returns to the pool when dropped.
+//! ```no_run
 //! use std::time::Duration;
-//! use memory::{Pool, PoolAccess, PoolConfig};
-//! # use memory::testing::HostRegistrar as DeviceRegistrar;
+//! use memory::{Buffer, Pool, PoolAccess, PoolConfig};
+//! use verbs::{
+//!     AccessFlags, CompletionBuf, Context, Mtu, QpEndpoint, QpInitAttr, QpType, RecvRequest,
+//!     SendRequest,
+//! };
 //!
-//! # fn main() -> memory::Result<()> {
-//! // With a device, the registrar registers on a protection domain; here it is a host stand-in.
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let ctx = Context::open("rxe0")?;
+//! let pd = ctx.alloc_pd()?;
 //! let config = PoolConfig::new()
 //!     .class_sizes([64, 4096, 1 << 20])
 //!     .cap_bytes(64 << 20)
 //!     .access(PoolAccess::REMOTE_READ);
-//! let pool = Pool::new(config, DeviceRegistrar::new())?;
+//! let pool = Pool::on_pd(&pd, config)?;
 //!
 //! let mut buf = pool.try_alloc(100)?; // from the 4 KiB class
 //! buf.copy_from_slice(&[7; 100]);
 //! assert_eq!((buf.len(), buf.capacity()), (100, 4096));
-//! let sge = buf.sge(); // for a work request
-//! assert_eq!(sge.length, 100);
 //! let remote = buf.remote().expect("the pool allows remote read"); // for a peer
-//! assert_eq!(remote.addr, sge.addr);
+//! # let _ = remote;
 //!
+//! // An RC queue pair connected to itself (see the verbs crate for real peers).
+//! let gid = ctx.query_gid(1, 1)?;
+//! let cq = ctx.create_cq(16, None)?;
+//! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;
+//! let me = QpEndpoint { qp_num: qp.qp_num(), psn: 0, lid: 0, gid: gid.gid };
+//! qp.to_init(1, AccessFlags::empty())?;
+//! qp.to_rtr(&me, 1, Some(gid.index as u8), Mtu::Mtu1024)?;
+//! qp.to_rts(0)?;
+//!
+//! // Buffers move into the requests: nothing can touch or free them while the NIC uses them.
+//! qp.post_recv(RecvRequest::new(pool.try_alloc(4096)?, ..)?)?;
+//! let len = buf.len();
+//! qp.post_send(SendRequest::send(buf, ..len)?)?;
+//!
+//! let mut completions = CompletionBuf::new(8);
+//! let mut received = None;
+//! while received.is_none() {
+//!     for wc in &cq.poll_timeout(&mut completions, Duration::from_secs(5))? {
+//!         wc.status()?;
+//!         // The send's buffer comes back too; dropping it returns it to the pool.
+//!         for mut back in qp.reclaim(wc) {
+//!             if wc.opcode() == Some(verbs::WcOpcode::Recv) {
+//!                 let mut rx: Buffer = back.take().expect("the receive buffer");
+//!                 rx.set_len(wc.byte_len() as usize)?;
+//!                 received = Some(rx);
+//!             }
+//!         }
+//!     }
+//! }
+//! assert_eq!(&received.unwrap()[..], &[7; 100]);
+//! # Ok(())
+//! # }
+//! ```
+//! Without a device, the same pool logic runs over the host registrar:
+//! ```
+//! use std::time::Duration;
+//! use memory::{Pool, PoolConfig};
+//! use memory::testing::HostRegistrar;
+//!
+//! # fn main() -> memory::Result<()> {
+//! let pool = Pool::new(PoolConfig::new().cap_bytes(64 << 20), HostRegistrar::new())?;
+//! let buf = pool.try_alloc(100)?;
+//! let sge = buf.sge(); // address, length and lkey for a work request
+//! assert_eq!(sge.length, 100);
 //! // Waiting for a buffer to come back, with a bound.
 //! let other = pool.alloc(64, Duration::from_millis(10))?;
 //! drop((buf, other)); // both return to the pool
@@ -44,6 +92,30 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Posting buffers
+//! A [`Buffer`] implements the verbs layer's `RegisteredBuf` and `RegisteredBufMut`, so it is
+//! posted with the safe owned requests (`SendRequest::send`, `rdma_write`, `rdma_read`,
+//! `RecvRequest::new`, ...). Posting moves the buffer into the queue pair's in-flight table;
+//! `Qp::reclaim` hands it back once a polled completion proves the NIC is done, failed
+//! completions included. Drop it there to return it to the pool, or post it again.
+//!
+//! The descriptor a request takes its range from covers the buffer's whole slot (its
+//! [`capacity`](Buffer::capacity), fixed for the buffer's life), not its current length: post
+//! `..buf.len()` to send what the buffer holds, and `..` to receive into all of it, then
+//! [`set_len`](Buffer::set_len) to the completion's byte count.
+//!
+//! A [`RemoteDescriptor`] converts into a verbs `RemoteSlice` (`descriptor.into()`) to be the
+//! target of an RDMA WRITE, READ or atomic; [`Sge`] converts into a `LocalSlice`.
+//!
+//! # What a remote key exposes
+//! A buffer's rkey is the rkey of its whole chunk's registration: a peer holding it can reach
+//! every buffer of that chunk, in use or free, with the access the pool was created with
+//! ([`PoolAccess`]). Give remote descriptors only to peers trusted with the pool's memory, and
+//! use separate pools for separate trust domains. A local-only pool registers without remote
+//! rights, so its memory cannot be reached remotely with any key. A peer with remote write or
+//! atomic access can write a buffer at any time; read such a buffer only once the peer has
+//! said (by a message) that it is done writing.
 //!
 //! # Exhaustion is backpressure
 //! When a class has no free buffer and the cap forbids another chunk, [`Pool::try_alloc`]
@@ -64,8 +136,9 @@
 //! A chunk is deregistered, then unmapped, when the pool and all its buffers are gone.
 //!
 //! # Unsafe code
-//! Only the `registered` module contains `unsafe`: mapping memory and turning a slot into a
-//! slice. Its module documentation gives the soundness argument.
+//! Only the `registered` module contains `unsafe`: mapping memory, turning a slot into a
+//! slice, registering chunks on a protection domain, and the promise that a buffer may be
+//! posted (`RegisteredBuf`). Its module documentation gives the soundness argument.
 
 #![deny(unsafe_code)]
 
@@ -87,5 +160,7 @@ pub use config::{
 };
 pub use error::{Error, Result, MEMLOCK_HINT};
 pub use pool::Pool;
-pub use registered::{memlock_limit, registration_error, ChunkMemory, Registrar, Registration};
+pub use registered::{
+    memlock_limit, registration_error, ChunkMemory, PdRegistrar, Registrar, Registration,
+};
 pub use stats::{ClassStats, PoolStats};

@@ -10,7 +10,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::bookkeeping::{Budget, ClassBook, Take};
 use crate::buffer::Buffer;
 use crate::class::SizeClasses;
-use crate::registered::{Chunk, Registrar, SlotMemory, SlotToken};
+use crate::registered::{Chunk, PdRegistrar, Registrar, SlotMemory, SlotToken};
 use crate::stats::PoolStats;
 use crate::{Error, HugePages, PoolAccess, PoolConfig, Result};
 
@@ -94,6 +94,12 @@ impl Pool {
                 registrar: Box::new(registrar),
             }),
         })
+    }
+
+    /// A pool with `config` whose chunks are registered on `pd` ([`PdRegistrar`]). The pool
+    /// keeps the protection domain alive while any chunk is registered.
+    pub fn on_pd(pd: &verbs::Pd, config: PoolConfig) -> Result<Self> {
+        Self::new(config, PdRegistrar::new(pd))
     }
 
     /// A buffer of `len` bytes from the smallest class that holds it, without waiting.

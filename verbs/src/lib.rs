@@ -1,1 +1,124 @@
-//! verbs
+//! Safe RDMA verbs over libibverbs: devices, protection domains, memory regions, completion
+//! queues (with completion channels), queue pairs (RC, UC, UD), shared receive queues and
+//! address handles.
+//!
+//! # Quick start
+//!
+//! An RC queue pair connected to itself (loopback), an RDMA WRITE, and its completion:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use verbs::{AccessFlags, CompletionBuf, Context, Mtu, QpEndpoint, QpInitAttr, QpType, SendRequest};
+//!
+//! # fn main() -> verbs::Result<()> {
+//! let ctx = Context::open("rxe0")?;
+//! let gid = ctx.query_gid(1, 1)?; // the RoCE v2 GID (see Context::roce_v2_gid)
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(16, None)?;
+//! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;
+//!
+//! // Target memory a peer may write; source memory that we fill and hand to the request.
+//! let target = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let mut source = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
+//! source.as_mut_slice()[..5].copy_from_slice(b"hello");
+//!
+//! let me = QpEndpoint { qp_num: qp.qp_num(), psn: 0, lid: 0, gid: gid.gid };
+//! qp.to_init(1, AccessFlags::REMOTE_WRITE)?;
+//! qp.to_rtr(&me, 1, Some(gid.index as u8), Mtu::Mtu1024)?;
+//! qp.to_rts(0)?;
+//!
+//! // Safe: `source` is moved into the request and comes back with its completion.
+//! let wr_id = qp.post_send(SendRequest::rdma_write(source, 0..5, target.remote(0..5)?)?)?;
+//! let mut buf = CompletionBuf::new(8);
+//! let done = cq.poll_timeout(&mut buf, Duration::from_secs(5))?;
+//! let wc = &done[0];
+//! assert_eq!(wc.wr_id(), wr_id);
+//! wc.status()?;
+//! let source: verbs::MemoryRegion = qp.reclaim(wc)[0].take().unwrap();
+//!
+//! let mut out = [0u8; 5];
+//! target.read(0, &mut out)?;
+//! assert_eq!(&out, b"hello");
+//! # drop(source);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Memory safety of posted memory
+//!
+//! The NIC reads and writes memory behind the compiler's back, so the rules are:
+//!
+//! - **Owned posting is safe.** [`SendRequest`] and [`RecvRequest`] take their memory by value
+//!   through [`RegisteredBuf`] (the NIC only reads it: SEND, WRITE) or [`RegisteredBufMut`] (the
+//!   NIC may write it: RECV, READ, atomics). Posting moves it into the QP's in-flight table;
+//!   [`Qp::reclaim`] (or [`Srq::reclaim`]) returns it once a polled [`WorkCompletion`] proves the
+//!   NIC is done. Completions come in order on a send queue, so a signaled completion also
+//!   returns the unsignaled requests posted before it. Buffers of requests still in flight when
+//!   the QP is destroyed are dropped only after `ibv_destroy_qp`.
+//! - **A shared region may only be read by the NIC**: `Arc<MemoryRegion>` is a
+//!   [`RegisteredBuf`] but not a [`RegisteredBufMut`].
+//! - **Regions a peer may write** (remote write or atomic rights) never hand out slices, only
+//!   copies ([`MemoryRegion::read`], [`MemoryRegion::write`]).
+//! - **Borrowed posting is `unsafe`**: [`Qp::post_send_unchecked`] and friends take plain
+//!   [`LocalSlice`]s; the caller promises the memory outlives the request and is not touched
+//!   meanwhile. Registering caller memory ([`Pd::reg_mr_raw`]) is `unsafe` for the same reason.
+//! - **Completions are unforgeable**: a [`WorkCompletion`] only exists inside a
+//!   [`CompletionBuf`] after a poll, and the [`Polled`] view borrows the buffer, so it cannot be
+//!   polled into again while completions are in use. Owned requests get process-unique ids
+//!   (with the [`OWNED_WR_ID`] bit, which unsafe posts may not use), so a completion names
+//!   exactly one request.
+//!
+//! Other crates make their memory postable by implementing [`RegisteredBuf`] (and
+//! [`RegisteredBufMut`]) for an owned handle that keeps both the bytes and the registration
+//! alive.
+//!
+//! # Thread safety
+//!
+//! Every handle ([`Context`], [`Pd`], [`MemoryRegion`], [`Cq`], [`Qp`], [`Srq`], [`Ah`]) is
+//! `Send + Sync`: libibverbs verbs are thread-safe, and this crate's own bookkeeping (QP state,
+//! in-flight tables, unacknowledged event counts) sits behind mutexes. Handles are cheap
+//! `Arc` clones. Several threads may poll one CQ; each completion is returned once.
+//!
+//! # Resource cleanup
+//!
+//! Objects are destroyed when their last handle is dropped, children first: each child holds
+//! an `Arc` of its parent (MR → PD → context, QP → CQs/SRQ/PD), so a parent is never destroyed
+//! under a live child, whatever order handles are dropped in. Completion events are
+//! acknowledged in batches and at the latest before their CQ is destroyed; async events are
+//! acknowledged as soon as they are read. Errors from destroy calls cannot be reported from
+//! `drop` and are ignored.
+#![warn(missing_docs)]
+
+pub mod ah;
+pub mod context;
+pub mod cq;
+pub mod device;
+mod error;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+pub mod srq;
+mod util;
+
+pub use ah::Ah;
+pub use context::{
+    AsyncEvent, AsyncEventKind, AtomicCap, Context, DeviceAttr, EventElement, Gid, GidEntry,
+    GidType, LinkLayer, Mtu, PortAttr, PortState,
+};
+pub use cq::{
+    Completion, CompletionBuf, CompletionChannel, Cq, Polled, WcError, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+pub use device::{devices, DeviceInfo, NodeType};
+pub use error::{Error, Result};
+pub use mr::{
+    AccessFlags, LocalSlice, MemoryRegion, RawMr, RegisteredBuf, RegisteredBufMut, RemoteSlice,
+};
+pub use pd::Pd;
+pub use qp::post::OWNED_WR_ID;
+pub use qp::{
+    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpEndpoint, QpInitAttr, QpState,
+    QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
+};
+pub use srq::Srq;
+pub use verbs_sys as sys;

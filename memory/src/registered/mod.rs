@@ -15,11 +15,21 @@
 //!   exists at any time, and slots of a chunk do not overlap (`index * size`, `index < slots`).
 //!   Mutable access needs `&mut SlotMemory`, so the borrow checker does the rest.
 //!
+//! Soundness towards the device (`device`):
+//! - Registration: a chunk is registered once, by its [`Registrar`], and `Chunk::drop`
+//!   deregisters before unmapping; a chunk drops only when no buffer of it is left, so the
+//!   registered memory stays mapped while registered.
+//! - Posting: a buffer may be moved into a verbs work request (`RegisteredBuf`,
+//!   `RegisteredBufMut`) because it holds its chunk (mapping and registration), its slot never
+//!   moves, and it is the only path to the slot's bytes; the request owns it until its
+//!   completion hands it back.
+//!
 //! The bookkeeping's own invariants (counts, caps) are checked by its property tests; soundness
 //! does not depend on them.
 
 #![allow(unsafe_code)]
 
+mod device;
 mod memlock;
 mod mmap;
 
@@ -29,6 +39,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+pub use device::PdRegistrar;
 pub use memlock::{memlock_limit, registration_error};
 pub use mmap::ChunkMemory;
 
@@ -46,7 +57,7 @@ pub trait Registration: Send + Sync + fmt::Debug {
 
 /// Registers chunks of pool memory: the seam between the pool and the device.
 ///
-/// The device binding implements it over a protection domain (`ibv_reg_mr` with the access
+/// [`PdRegistrar`] implements it over a verbs protection domain (`ibv_reg_mr` with the access
 /// flags given); `testing::HostRegistrar` (feature `testing`) implements it with
 /// fake keys for host tests. The pool calls it once per chunk, while holding the lock of the
 /// class that grows.

@@ -1,10 +1,11 @@
-//! Host-tier tests of the pool: behaviour, threads, and a model-based property test.
-//!
-//! They use the host registrar (fake keys); device tests with real registrations come with
-//! the verbs binding.
+//! Tests of the pool. Host tier: behaviour, threads and a model-based property test, with the
+//! host registrar (fake keys). Device tier (`device`, ignored unless run by
+//! `cargo xtask test`): pools registered on a real device, used in real transfers.
 
+mod device;
 mod model;
 mod pool;
+mod support;
 mod threads;
 
 use memory::testing::HostRegistrar;

@@ -48,6 +48,39 @@ fn sge_describes_the_buffer() {
 }
 
 #[test]
+fn descriptors_convert_to_verbs_slices() {
+    let config = PoolConfig::new().access(PoolAccess::REMOTE_READ);
+    let pool = Pool::new(config, HostRegistrar::new()).unwrap();
+    let buf = pool.try_alloc(100).unwrap();
+    let local = verbs::LocalSlice::from(buf.sge());
+    assert_eq!(
+        (local.addr, local.len, local.lkey),
+        (buf.addr(), 100, buf.lkey())
+    );
+    let remote = buf.remote().unwrap();
+    let slice = verbs::RemoteSlice::from(remote);
+    assert_eq!(
+        (slice.addr, slice.len, slice.rkey),
+        (remote.addr, 100, remote.rkey)
+    );
+}
+
+/// What a work request posts: the whole slot, whatever the buffer's current length.
+#[test]
+fn a_posted_buffer_is_described_by_its_whole_slot() {
+    use verbs::RegisteredBuf;
+    let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
+    let mut buf = pool.try_alloc(100).unwrap();
+    let whole = buf.local();
+    assert_eq!(
+        (whole.addr, whole.len, whole.lkey),
+        (buf.addr(), 256, buf.lkey())
+    );
+    buf.set_len(10).unwrap();
+    assert_eq!(buf.local(), whole, "the descriptor does not follow set_len");
+}
+
+#[test]
 fn local_only_pools_expose_no_remote_key() {
     let pool = Pool::new(PoolConfig::new(), HostRegistrar::new()).unwrap();
     assert_eq!(pool.access(), PoolAccess::LOCAL_WRITE);

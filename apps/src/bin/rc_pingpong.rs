@@ -1,0 +1,342 @@
+//! `rc-pingpong`: the RC ping-pong of rdma-core's `ibv_rc_pingpong`, on the safe verbs layer.
+//! Same options, same out-of-band exchange, same result lines: it interoperates with the C
+//! program in either role.
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use apps::pingpong::{self, Dest};
+use clap::Parser;
+use verbs::{
+    AccessFlags, AhAttr, CompletionBuf, Context, Cq, GlobalRoute, LinkLayer, MemoryRegion, Mtu, Qp,
+    QpAttr, QpInitAttr, QpState, QpType, RecvRequest, SendRequest, WcOpcode, WrOp,
+};
+
+/// Ping-pong over an RC QP (compatible with ibv_rc_pingpong).
+#[derive(Parser, Debug)]
+#[command(name = "rc-pingpong")]
+struct Args {
+    /// Listen on/connect to TCP port.
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    port: u16,
+    /// Use this RDMA device (default: the first found).
+    #[arg(short = 'd', long = "ib-dev")]
+    ib_dev: Option<String>,
+    /// Use this port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    ib_port: u8,
+    /// Size of the messages exchanged.
+    #[arg(short = 's', long, default_value_t = 4096)]
+    size: u32,
+    /// Path MTU (256, 512, 1024, 2048 or 4096).
+    #[arg(short = 'm', long, default_value_t = 1024)]
+    mtu: u32,
+    /// Number of receives to post at a time.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
+    rx_depth: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long, default_value_t = 1000)]
+    iters: u32,
+    /// Service level.
+    #[arg(short = 'l', long, default_value_t = 0)]
+    sl: u8,
+    /// Sleep on CQ events instead of polling.
+    #[arg(short = 'e', long)]
+    events: bool,
+    /// Local port GID index (needed on RoCE).
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u8>,
+    /// Server to connect to; without it, wait for a client.
+    servername: Option<String>,
+}
+
+type BoxError = Box<dyn std::error::Error>;
+type Done = (
+    Result<(), verbs::WcError>,
+    Option<WcOpcode>,
+    Vec<verbs::Reclaimed>,
+);
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rc-pingpong: {e}");
+            let mut src = e.source();
+            while let Some(s) = src {
+                eprintln!("  caused by: {s}");
+                src = s.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct PingPong {
+    qp: Qp,
+    cq: Cq,
+    /// The send buffer, shared by every send (the NIC only reads it).
+    send_buf: Arc<MemoryRegion>,
+    /// Inline copy of the message when the QP can send it inline.
+    inline: Option<Vec<u8>>,
+    /// Receive buffers not posted.
+    free_rx: Vec<MemoryRegion>,
+    size: usize,
+}
+
+impl PingPong {
+    fn post_send(&self) -> Result<(), BoxError> {
+        let req = match &self.inline {
+            Some(data) => SendRequest::inline(WrOp::Send, data)?,
+            None => SendRequest::send(self.send_buf.clone(), 0..self.size)?,
+        };
+        self.qp.post_send(req)?;
+        Ok(())
+    }
+
+    /// Posts up to `n` receives; returns how many.
+    fn post_recv(&mut self, n: usize) -> usize {
+        let mut posted = 0;
+        while posted < n {
+            let Some(buf) = self.free_rx.pop() else { break };
+            let req = match RecvRequest::new(buf, 0..self.size) {
+                Ok(r) => r,
+                Err(_) => break,
+            };
+            match self.qp.post_recv(req) {
+                Ok(_) => posted += 1,
+                Err(e) => {
+                    if let Some(b) = e.unposted.into_buffers().take() {
+                        self.free_rx.push(b);
+                    }
+                    break;
+                }
+            }
+        }
+        posted
+    }
+}
+
+fn connect_qp(
+    qp: &Qp,
+    port: u8,
+    my_psn: u32,
+    mtu: Mtu,
+    sl: u8,
+    dest: &Dest,
+    sgid: Option<u8>,
+) -> verbs::Result<()> {
+    let mut av = AhAttr {
+        dlid: dest.lid,
+        sl,
+        src_path_bits: 0,
+        static_rate: 0,
+        port_num: port,
+        grh: None,
+    };
+    if dest.gid.interface_id() != 0 {
+        let mut grh = GlobalRoute::new(dest.gid, sgid.unwrap_or(0));
+        grh.hop_limit = 1;
+        av.grh = Some(grh);
+    }
+    qp.modify(
+        &QpAttr::new()
+            .qp_state(QpState::Rtr)
+            .path_mtu(mtu)
+            .dest_qp_num(dest.qpn)
+            .rq_psn(dest.psn)
+            .max_dest_rd_atomic(1)
+            .min_rnr_timer(12)
+            .ah_attr(av),
+    )?;
+    qp.modify(
+        &QpAttr::new()
+            .qp_state(QpState::Rts)
+            .timeout(14)
+            .retry_cnt(7)
+            .rnr_retry(7)
+            .sq_psn(my_psn)
+            .max_rd_atomic(1),
+    )
+}
+
+fn random_psn() -> u32 {
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut x = (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32);
+    // splitmix64 step: enough to avoid two runs starting at the same PSN.
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((x ^ (x >> 31)) & 0x00ff_ffff) as u32
+}
+
+fn run(args: &Args) -> Result<(), BoxError> {
+    let mtu =
+        pingpong::mtu_from_bytes(args.mtu).ok_or("the MTU must be 256, 512, 1024, 2048 or 4096")?;
+    let ctx = match &args.ib_dev {
+        Some(name) => Context::open(name)?,
+        None => Context::open_first()?,
+    };
+    let size = args.size as usize;
+    let rx_depth = args.rx_depth as usize;
+    let channel = if args.events {
+        Some(ctx.create_comp_channel()?)
+    } else {
+        None
+    };
+    let pd = ctx.alloc_pd()?;
+    let mut send_buf = pd.reg_mr(size.max(1), AccessFlags::LOCAL_WRITE)?;
+    send_buf.as_mut_slice().fill(0x7b);
+    let cq = ctx.create_cq(args.rx_depth + 1, channel)?;
+    let qp = pd.create_qp(
+        &QpInitAttr::new(QpType::Rc, &cq, &cq)
+            .max_send_wr(1)
+            .max_recv_wr(args.rx_depth)
+            .max_send_sge(1)
+            .max_recv_sge(1),
+    )?;
+    let inline =
+        (qp.cap().max_inline_data as usize >= size).then(|| send_buf.as_slice()[..size].to_vec());
+    qp.to_init(args.ib_port, AccessFlags::empty())?;
+    let free_rx = (0..rx_depth)
+        .map(|_| pd.reg_mr(size.max(1), AccessFlags::LOCAL_WRITE))
+        .collect::<verbs::Result<Vec<_>>>()?;
+    let mut pp = PingPong {
+        qp,
+        cq,
+        send_buf: Arc::new(send_buf),
+        inline,
+        free_rx,
+        size,
+    };
+    let mut routs = pp.post_recv(rx_depth);
+    if routs < rx_depth {
+        return Err(format!("Couldn't post receive ({routs})").into());
+    }
+    if args.events {
+        pp.cq.req_notify(false)?;
+    }
+
+    let port = ctx.query_port(args.ib_port)?;
+    if port.link_layer() != Some(LinkLayer::Ethernet) && port.lid() == 0 {
+        return Err("Couldn't get local LID".into());
+    }
+    let gid = match args.gid_idx {
+        Some(i) => ctx.query_gid(args.ib_port, u32::from(i))?.gid,
+        None => verbs::Gid::ZERO,
+    };
+    let me = Dest {
+        lid: port.lid(),
+        qpn: pp.qp.qp_num(),
+        psn: random_psn(),
+        gid,
+    };
+    println!("  local address:  {}", me.describe());
+
+    let remote = match &args.servername {
+        Some(server) => pingpong::client_exchange(server, args.port, &me)?,
+        None => pingpong::server_exchange::<BoxError>(args.port, &me, |d| {
+            connect_qp(&pp.qp, args.ib_port, me.psn, mtu, args.sl, d, args.gid_idx)
+                .map_err(Into::into)
+        })?,
+    };
+    println!("  remote address: {}", remote.describe());
+    if args.servername.is_some() {
+        connect_qp(
+            &pp.qp,
+            args.ib_port,
+            me.psn,
+            mtu,
+            args.sl,
+            &remote,
+            args.gid_idx,
+        )?;
+    }
+
+    const RECV: u8 = 1;
+    const SEND: u8 = 2;
+    let mut pending = RECV;
+    if args.servername.is_some() {
+        pp.post_send()?;
+        pending |= SEND;
+    }
+
+    let start = Instant::now();
+    let iters = args.iters as usize;
+    let (mut rcnt, mut scnt) = (0usize, 0usize);
+    let mut wcs = CompletionBuf::new(2);
+    while rcnt < iters || scnt < iters {
+        if args.events {
+            pp.cq.get_event(None)?;
+            pp.cq.req_notify(false)?;
+        }
+        // Poll (busy, unless in event mode) and take back the buffers of what completed.
+        let done: Vec<Done> = loop {
+            let polled = pp.cq.poll(&mut wcs)?;
+            if polled.is_empty() && !args.events {
+                continue;
+            }
+            break polled
+                .iter()
+                .map(|wc| (wc.status(), wc.opcode(), pp.qp.reclaim(wc)))
+                .collect();
+        };
+        for (status, opcode, back) in done {
+            if let Err(e) = status {
+                return Err(format!(
+                    "Failed status {:?} ({}) for wr_id {}",
+                    e.status, e.code, e.wr_id
+                )
+                .into());
+            }
+            let bit = match opcode {
+                Some(WcOpcode::Send) => {
+                    scnt += 1;
+                    SEND
+                }
+                Some(WcOpcode::Recv) => {
+                    for mut r in back {
+                        if let Some(b) = r.take::<MemoryRegion>() {
+                            pp.free_rx.push(b);
+                        }
+                    }
+                    routs -= 1;
+                    if routs <= 1 {
+                        routs += pp.post_recv(rx_depth - routs);
+                        if routs < rx_depth {
+                            return Err(format!("Couldn't post receive ({routs})").into());
+                        }
+                    }
+                    rcnt += 1;
+                    RECV
+                }
+                other => return Err(format!("Completion for unknown operation {other:?}").into()),
+            };
+            pending &= !bit;
+            if scnt < iters && pending == 0 {
+                pp.post_send()?;
+                pending = RECV | SEND;
+            }
+        }
+    }
+    let usec = start.elapsed().as_secs_f64() * 1e6;
+    let bytes = size as u64 * iters as u64 * 2;
+    println!(
+        "{} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        bytes,
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{} iters in {:.2} seconds = {:.2} usec/iter",
+        iters,
+        usec / 1e6,
+        usec / iters as f64
+    );
+    Ok(())
+}

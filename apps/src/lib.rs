@@ -1,0 +1,4 @@
+//! Reusable pieces of the reference programs.
+#![forbid(unsafe_code)]
+
+pub mod pingpong;

@@ -1,0 +1,222 @@
+//! Asynchronous device events (`ibv_get_async_event`): errors and state changes of QPs, CQs,
+//! SRQs and ports, read with a timeout or as an iterator.
+use std::io;
+use std::mem::MaybeUninit;
+use std::time::Duration;
+
+use verbs_sys as sys;
+
+use super::Context;
+use crate::{Error, Result};
+
+/// What happened (`enum ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AsyncEventKind {
+    /// CQ overrun: the CQ is in error.
+    CqErr,
+    /// A QP hit an error that completions cannot report.
+    QpFatal,
+    /// Invalid request on a QP (responder side).
+    QpReqErr,
+    /// Access violation on a QP (responder side).
+    QpAccessErr,
+    /// Communication established (first packet on an RTR QP).
+    CommEst,
+    /// Send queue drained (SQD).
+    SqDrained,
+    /// Path migrated.
+    PathMig,
+    /// Path migration failed.
+    PathMigErr,
+    /// The device is unusable.
+    DeviceFatal,
+    /// Port became active.
+    PortActive,
+    /// Port went down.
+    PortErr,
+    /// LID changed.
+    LidChange,
+    /// P_Key table changed.
+    PkeyChange,
+    /// Subnet manager changed.
+    SmChange,
+    /// SRQ error.
+    SrqErr,
+    /// SRQ fell below its limit.
+    SrqLimitReached,
+    /// Last WQE of a QP attached to an SRQ reached (after moving it to error).
+    QpLastWqeReached,
+    /// Client must re-register with the SM.
+    ClientReregister,
+    /// GID table changed.
+    GidChange,
+    /// Work queue fatal.
+    WqFatal,
+}
+
+impl TryFrom<u32> for AsyncEventKind {
+    type Error = u32;
+    fn try_from(v: u32) -> std::result::Result<Self, u32> {
+        use AsyncEventKind::*;
+        const ALL: [AsyncEventKind; 20] = [
+            CqErr,
+            QpFatal,
+            QpReqErr,
+            QpAccessErr,
+            CommEst,
+            SqDrained,
+            PathMig,
+            PathMigErr,
+            DeviceFatal,
+            PortActive,
+            PortErr,
+            LidChange,
+            PkeyChange,
+            SmChange,
+            SrqErr,
+            SrqLimitReached,
+            QpLastWqeReached,
+            ClientReregister,
+            GidChange,
+            WqFatal,
+        ];
+        ALL.get(v as usize).copied().ok_or(v)
+    }
+}
+
+/// What an event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventElement {
+    /// A QP, by number.
+    Qp(u32),
+    /// A CQ, by its raw address (compare with `Cq::as_raw`).
+    Cq(usize),
+    /// An SRQ, by its raw address (compare with `Srq::as_raw`).
+    Srq(usize),
+    /// A work queue, by its raw address.
+    Wq(usize),
+    /// A port.
+    Port(u8),
+    /// The device.
+    Device,
+}
+
+/// One async event. Its data is copied out and the event acknowledged (`ibv_ack_async_event`)
+/// before it is returned, so holding an event never blocks destroying the object it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// The event type; `Err(raw)` for a type newer than this crate.
+    pub kind: std::result::Result<AsyncEventKind, u32>,
+    /// The object or port it is about.
+    pub element: EventElement,
+}
+
+impl Context {
+    /// Waits up to `timeout` (`None`: forever) for the next async event.
+    #[doc(alias = "ibv_get_async_event")]
+    pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
+        loop {
+            if !crate::util::wait_readable(self.async_fd(), timeout).map_err(Error::AsyncEvent)? {
+                return Ok(None);
+            }
+            let mut ev = MaybeUninit::<sys::ibv_async_event_raw>::zeroed();
+            // SAFETY: open context; valid out-pointer; the fd is non-blocking.
+            let r = unsafe { sys::ibv_get_async_event_raw(self.as_raw(), ev.as_mut_ptr()) };
+            if let Err(e) = sys::errno::check_neg(r) {
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    // Another reader took it; wait again (the timeout restarts, bounded by
+                    // the caller's loop in practice).
+                    continue;
+                }
+                return Err(Error::AsyncEvent(e));
+            }
+            // SAFETY: filled by a successful call.
+            let mut ev = unsafe { ev.assume_init() };
+            let kind = AsyncEventKind::try_from(ev.event_type);
+            let element = element_of(kind, &ev);
+            // SAFETY: `ev` came from ibv_get_async_event and is acked exactly once.
+            unsafe { sys::ibv_ack_async_event_raw(&mut ev) };
+            return Ok(Some(AsyncEvent { kind, element }));
+        }
+    }
+
+    /// A blocking iterator over async events; each `next` waits up to `timeout` and ends the
+    /// iteration when it passes.
+    pub fn async_events(&self, timeout: Option<Duration>) -> AsyncEvents<'_> {
+        AsyncEvents { ctx: self, timeout }
+    }
+}
+
+fn element_of(
+    kind: std::result::Result<AsyncEventKind, u32>,
+    ev: &sys::ibv_async_event_raw,
+) -> EventElement {
+    use AsyncEventKind::*;
+    let el = &ev.element;
+    match kind {
+        // SAFETY: for a CQ event libibverbs wrote the `cq` member; reading a pointer value.
+        Ok(CqErr) => EventElement::Cq(unsafe { el.cq } as usize),
+        Ok(
+            QpFatal | QpReqErr | QpAccessErr | CommEst | SqDrained | PathMig | PathMigErr
+            | QpLastWqeReached,
+        ) => {
+            // SAFETY: for a QP event the `qp` member is a live QP until the event is acked,
+            // which happens after this read.
+            EventElement::Qp(unsafe { (*el.qp).qp_num })
+        }
+        // SAFETY: for an SRQ event libibverbs wrote the `srq` member.
+        Ok(SrqErr | SrqLimitReached) => EventElement::Srq(unsafe { el.srq } as usize),
+        // SAFETY: for a WQ event libibverbs wrote the `wq` member.
+        Ok(WqFatal) => EventElement::Wq(unsafe { el.wq } as usize),
+        Ok(
+            PortActive | PortErr | LidChange | PkeyChange | SmChange | ClientReregister | GidChange,
+        ) => {
+            // SAFETY: for a port event libibverbs wrote the `port_num` member.
+            EventElement::Port(unsafe { el.port_num } as u8)
+        }
+        Ok(DeviceFatal) | Err(_) => EventElement::Device,
+    }
+}
+
+/// Iterator returned by [`Context::async_events`].
+#[derive(Debug)]
+pub struct AsyncEvents<'a> {
+    ctx: &'a Context,
+    timeout: Option<Duration>,
+}
+
+impl Iterator for AsyncEvents<'_> {
+    type Item = Result<AsyncEvent>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.ctx.get_async_event(self.timeout).transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_match_the_c_enum() {
+        use sys::ibv_event_type as t;
+        assert_eq!(
+            AsyncEventKind::try_from(t::IBV_EVENT_CQ_ERR as u32),
+            Ok(AsyncEventKind::CqErr)
+        );
+        assert_eq!(
+            AsyncEventKind::try_from(t::IBV_EVENT_SRQ_LIMIT_REACHED as u32),
+            Ok(AsyncEventKind::SrqLimitReached)
+        );
+        assert_eq!(
+            AsyncEventKind::try_from(t::IBV_EVENT_QP_LAST_WQE_REACHED as u32),
+            Ok(AsyncEventKind::QpLastWqeReached)
+        );
+        assert_eq!(
+            AsyncEventKind::try_from(t::IBV_EVENT_WQ_FATAL as u32),
+            Ok(AsyncEventKind::WqFatal)
+        );
+        assert_eq!(AsyncEventKind::try_from(20), Err(20));
+    }
+}

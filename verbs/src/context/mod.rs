@@ -1,0 +1,177 @@
+//! Opening a device: [`Context`], device and port queries, the GID table.
+mod attr;
+mod event;
+mod gid;
+
+use std::ffi::c_int;
+use std::mem::MaybeUninit;
+use std::net::IpAddr;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use verbs_sys as sys;
+
+pub use attr::{AtomicCap, DeviceAttr, LinkLayer, Mtu, PortAttr, PortState};
+pub use event::{AsyncEvent, AsyncEventKind, AsyncEvents, EventElement};
+pub use gid::{select_roce_v2, Gid, GidEntry, GidType};
+
+use crate::device::DeviceList;
+use crate::{Error, Result};
+
+/// An open RDMA device (`struct ibv_context`). Cheap to clone; the device is closed when the
+/// last handle and the last object created from it are gone.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) raw: NonNull<sys::ibv_context>,
+    name: String,
+}
+
+// SAFETY: libibverbs contexts may be used from any thread; the verbs are thread-safe and the
+// handle has no thread affinity.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; every call through a shared context is internally synchronised by libibverbs.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // SAFETY: opened by ibv_open_device; every child holds an Arc of this inner, so none is
+        // alive any more.
+        unsafe { sys::ibv_close_device(self.raw.as_ptr()) };
+    }
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("name", &self.inner.name)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Opens the device called `name` (e.g. `rxe0`).
+    #[doc(alias = "ibv_open_device")]
+    pub fn open(name: &str) -> Result<Self> {
+        let list = DeviceList::get()?;
+        let dev = list.find(name)?;
+        Self::open_dev(dev, name.to_owned())
+    }
+
+    /// Opens the first device of the list.
+    #[doc(alias = "ibv_open_device")]
+    pub fn open_first() -> Result<Self> {
+        let list = DeviceList::get()?;
+        let dev = list.iter().next().ok_or_else(|| Error::NoSuchDevice {
+            name: "(any)".into(),
+            found: String::new(),
+        })?;
+        Self::open_dev(dev, DeviceList::name_of(dev))
+    }
+
+    fn open_dev(dev: NonNull<sys::ibv_device>, name: String) -> Result<Self> {
+        // SAFETY: `dev` comes from a device list that is still alive.
+        let raw = unsafe { sys::ibv_open_device(dev.as_ptr()) };
+        let raw = sys::errno::check_ptr(raw).map_err(|source| Error::OpenDevice {
+            device: name.clone(),
+            source,
+        })?;
+        let inner = Arc::new(ContextInner { raw, name });
+        // Async events are read with a timeout: the fd must not block.
+        // SAFETY: async_fd is a plain field of an open context.
+        let fd = unsafe { (*raw.as_ptr()).async_fd };
+        crate::util::set_nonblocking(fd).map_err(|source| Error::OpenDevice {
+            device: inner.name.clone(),
+            source,
+        })?;
+        Ok(Context { inner })
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The raw `ibv_context`, valid while this handle (or any object from it) lives.
+    pub fn as_raw(&self) -> *mut sys::ibv_context {
+        self.inner.raw.as_ptr()
+    }
+
+    /// Device capabilities and limits.
+    #[doc(alias = "ibv_query_device")]
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        let mut attr = MaybeUninit::<sys::ibv_device_attr>::zeroed();
+        // SAFETY: open context, valid out-pointer.
+        let r = unsafe { sys::ibv_query_device(self.as_raw(), attr.as_mut_ptr()) };
+        sys::errno::check_ret(r).map_err(Error::QueryDevice)?;
+        // SAFETY: filled by a successful query (and zeroed before: all-integer struct).
+        Ok(DeviceAttr(unsafe { attr.assume_init() }))
+    }
+
+    /// Attributes of `port` (numbered from 1). A port the device lacks gives
+    /// [`Error::QueryPort`] with EINVAL.
+    #[doc(alias = "ibv_query_port")]
+    pub fn query_port(&self, port: u8) -> Result<PortAttr> {
+        let mut attr = MaybeUninit::<sys::ibv_port_attr>::zeroed();
+        // SAFETY: open context, valid out-pointer of the size the inline wrapper passes.
+        let r = unsafe { sys::___ibv_query_port(self.as_raw(), port, attr.as_mut_ptr()) };
+        sys::errno::check_ret(r).map_err(|source| Error::QueryPort { port, source })?;
+        // SAFETY: zeroed then filled; all-integer struct.
+        Ok(PortAttr(unsafe { attr.assume_init() }))
+    }
+
+    /// One GID table entry with its type. An index past the table gives EINVAL, an empty
+    /// entry ENODATA (both as [`Error::QueryGid`]).
+    #[doc(alias = "ibv_query_gid_ex")]
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+        let mut e = MaybeUninit::<sys::ibv_gid_entry>::zeroed();
+        // SAFETY: open context, valid out-pointer.
+        let r = unsafe {
+            sys::ibv_query_gid_ex(self.as_raw(), u32::from(port), index, e.as_mut_ptr(), 0)
+        };
+        sys::errno::check_ret(r).map_err(|source| Error::QueryGid {
+            port,
+            index,
+            source,
+        })?;
+        // SAFETY: zeroed then filled; plain data.
+        Ok(GidEntry::from_sys(unsafe { &e.assume_init() }))
+    }
+
+    /// All valid GID entries of all ports, with their types.
+    #[doc(alias = "ibv_query_gid_table")]
+    pub fn gid_table(&self) -> Result<Vec<GidEntry>> {
+        let dev = self.query_device()?;
+        let mut max = 0usize;
+        for port in 1..=dev.phys_port_cnt() {
+            max += self.query_port(port)?.gid_tbl_len() as usize;
+        }
+        let mut entries: Vec<sys::ibv_gid_entry> = Vec::with_capacity(max.max(1));
+        // SAFETY: `entries` has room for `max` entries; the call writes at most that many.
+        let n =
+            unsafe { sys::ibv_query_gid_table(self.as_raw(), entries.as_mut_ptr(), max.max(1), 0) };
+        let n = sys::errno::check_neg(n).map_err(|source| Error::QueryGid {
+            port: 0,
+            index: u32::MAX,
+            source,
+        })?;
+        // SAFETY: the call initialised the first `n` (≤ capacity) entries.
+        unsafe { entries.set_len(n as usize) };
+        Ok(entries.iter().map(GidEntry::from_sys).collect())
+    }
+
+    /// The RoCE v2 GID of `port` for `addr` (IPv4-mapped for an IPv4 address): the GID to use
+    /// for traffic routed by that address.
+    pub fn roce_v2_gid(&self, port: u8, addr: IpAddr) -> Result<GidEntry> {
+        select_roce_v2(&self.gid_table()?, port, addr).ok_or(Error::NoGidForAddr { port, addr })
+    }
+
+    /// The async-event file descriptor (non-blocking), for a reactor.
+    pub fn async_fd(&self) -> c_int {
+        // SAFETY: plain field of an open context.
+        unsafe { (*self.as_raw()).async_fd }
+    }
+}

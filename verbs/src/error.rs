@@ -1,0 +1,236 @@
+//! The crate's error type: one variant per operation, each with its OS error and context.
+use std::io;
+
+use crate::qp::QpState;
+
+/// Result of a verbs operation.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a verbs call can fail with. Each variant names the C call it wraps and carries
+/// the `errno` it returned as its [`source`](std::error::Error::source).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `ibv_get_device_list` failed with ENOSYS/ENODEV: the kernel has no RDMA (uverbs) support.
+    #[error("this kernel has no RDMA support (ibv_get_device_list: {source}); run device tests with `cargo xtask test`")]
+    NoRdmaSupport {
+        /// The errno from `ibv_get_device_list`.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_get_device_list` failed otherwise.
+    #[error("cannot list RDMA devices")]
+    ListDevices(#[source] io::Error),
+    /// No device has this name.
+    #[error("no RDMA device named {name:?} (found: {found})")]
+    NoSuchDevice {
+        /// The name asked for.
+        name: String,
+        /// Names of the devices that exist, comma separated.
+        found: String,
+    },
+    /// `ibv_open_device` failed.
+    #[error("cannot open RDMA device {device}")]
+    OpenDevice {
+        /// Device name.
+        device: String,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_query_device` / `ibv_query_device_ex` failed.
+    #[error("ibv_query_device failed")]
+    QueryDevice(#[source] io::Error),
+    /// `ibv_query_port` failed (EINVAL for a port the device does not have).
+    #[error("cannot query port {port}")]
+    QueryPort {
+        /// Port number.
+        port: u8,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_query_gid_ex` / `ibv_query_gid_table` failed (EINVAL for an index past the table,
+    /// ENODATA for an empty entry).
+    #[error("cannot query GID index {index} of port {port}")]
+    QueryGid {
+        /// Port number.
+        port: u8,
+        /// GID index (`u32::MAX` for the whole table).
+        index: u32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// No GID of the port is a RoCE v2 GID for this address.
+    #[error("port {port} has no RoCE v2 GID for {addr}")]
+    NoGidForAddr {
+        /// Port number.
+        port: u8,
+        /// The address looked for.
+        addr: std::net::IpAddr,
+    },
+    /// `ibv_get_async_event` failed.
+    #[error("ibv_get_async_event failed")]
+    AsyncEvent(#[source] io::Error),
+    /// `ibv_alloc_pd` failed.
+    #[error("ibv_alloc_pd failed")]
+    AllocPd(#[source] io::Error),
+    /// `ibv_reg_mr` failed.
+    #[error("cannot register {len} bytes of memory")]
+    RegMr {
+        /// Length asked for.
+        len: usize,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// Allocating the buffer of an owned region failed.
+    #[error("cannot allocate a {len}-byte buffer")]
+    Alloc {
+        /// Length asked for.
+        len: usize,
+    },
+    /// A range outside the buffer or region it should describe.
+    #[error("range {start}..{end} is outside a {len}-byte buffer")]
+    OutOfBounds {
+        /// Range start.
+        start: usize,
+        /// Range end (exclusive).
+        end: usize,
+        /// Length of the buffer.
+        len: usize,
+    },
+    /// `ibv_create_comp_channel` failed.
+    #[error("ibv_create_comp_channel failed")]
+    CreateCompChannel(#[source] io::Error),
+    /// `ibv_create_cq` failed.
+    #[error("cannot create a CQ of {cqe} entries")]
+    CreateCq {
+        /// Entries asked for.
+        cqe: u32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_poll_cq` failed.
+    #[error("ibv_poll_cq failed")]
+    PollCq(#[source] io::Error),
+    /// `ibv_req_notify_cq` failed.
+    #[error("ibv_req_notify_cq failed")]
+    ReqNotifyCq(#[source] io::Error),
+    /// Waiting for or reading a completion event (`poll(2)`, `ibv_get_cq_event`) failed, or the
+    /// CQ has no completion channel.
+    #[error("cannot get a completion event")]
+    GetCqEvent(#[source] io::Error),
+    /// `ibv_create_qp` failed.
+    #[error("cannot create a {qp_type:?} QP")]
+    CreateQp {
+        /// Type asked for.
+        qp_type: crate::qp::QpType,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// A state transition with attributes the transition table forbids or lacks, refused
+    /// before calling `ibv_modify_qp`.
+    #[error("QP {qp_num}: {from:?} -> {to:?} {problem}")]
+    InvalidTransition {
+        /// QP number.
+        qp_num: u32,
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+        /// What is wrong (missing or forbidden attributes).
+        problem: String,
+    },
+    /// `ibv_modify_qp` failed.
+    #[error("QP {qp_num}: ibv_modify_qp to {to:?} failed")]
+    ModifyQp {
+        /// QP number.
+        qp_num: u32,
+        /// Requested state.
+        to: QpState,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_query_qp` failed.
+    #[error("QP {qp_num}: ibv_query_qp failed")]
+    QueryQp {
+        /// QP number.
+        qp_num: u32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// The send or receive queue is full (`ibv_post_send`/`ibv_post_recv` returned ENOMEM, or
+    /// the queue's configured depth is reached): backpressure, poll completions and retry.
+    #[error("QP {qp_num}: {queue} queue full ({depth} entries)")]
+    QueueFull {
+        /// QP (or SRQ) number.
+        qp_num: u32,
+        /// `"send"`, `"receive"` or `"shared receive"`.
+        queue: &'static str,
+        /// The configured depth.
+        depth: u32,
+    },
+    /// A work request this QP cannot take (too many SGEs, inline data too long, wrong opcode for
+    /// the QP type, misaligned atomic address, ...), refused before posting.
+    #[error("QP {qp_num}: invalid work request: {reason}")]
+    InvalidWorkRequest {
+        /// QP number.
+        qp_num: u32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `ibv_post_send` failed.
+    #[error("QP {qp_num}: ibv_post_send failed")]
+    PostSend {
+        /// QP number.
+        qp_num: u32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_post_recv` / `ibv_post_srq_recv` failed.
+    #[error("QP/SRQ {qp_num}: ibv_post_recv failed")]
+    PostRecv {
+        /// QP or SRQ number.
+        qp_num: u32,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// `ibv_create_srq` failed.
+    #[error("ibv_create_srq failed")]
+    CreateSrq(#[source] io::Error),
+    /// `ibv_modify_srq` failed.
+    #[error("ibv_modify_srq failed")]
+    ModifySrq(#[source] io::Error),
+    /// `ibv_create_ah` failed.
+    #[error("ibv_create_ah failed")]
+    CreateAh(#[source] io::Error),
+    /// A work request completed with an error status (from [`WorkCompletion::status`]).
+    ///
+    /// [`WorkCompletion::status`]: crate::WorkCompletion::status
+    #[error(transparent)]
+    Completion(#[from] crate::cq::WcError),
+    /// The device does not support this operation (EOPNOTSUPP).
+    #[error("{what}: not supported by this device")]
+    Unsupported {
+        /// The operation.
+        what: &'static str,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Whether this error is backpressure (a full queue) rather than a failure.
+    pub fn is_queue_full(&self) -> bool {
+        matches!(self, Error::QueueFull { .. })
+    }
+}

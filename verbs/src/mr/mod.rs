@@ -1,0 +1,259 @@
+//! Memory regions (`ibv_reg_mr`): owned regions whose buffer cannot move, raw registrations of
+//! caller memory, and bounds-checked local/remote descriptors.
+mod buf;
+mod owned;
+mod slice;
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use bitflags::bitflags;
+use verbs_sys as sys;
+
+pub(crate) use buf::AlignedBuf;
+pub use owned::{RegisteredBuf, RegisteredBufMut};
+pub use slice::{LocalSlice, RemoteSlice};
+
+use crate::pd::{Pd, PdInner};
+use crate::{Error, Result};
+
+bitflags! {
+    /// Access rights of a memory region or a QP (`enum ibv_access_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct AccessFlags: u32 {
+        /// The local NIC may write (needed for RECV, RDMA READ and atomic destinations, and
+        /// for any remote write or atomic right).
+        const LOCAL_WRITE = 1;
+        /// Peers may RDMA WRITE into it.
+        const REMOTE_WRITE = 1 << 1;
+        /// Peers may RDMA READ from it.
+        const REMOTE_READ = 1 << 2;
+        /// Peers may run atomics on it.
+        const REMOTE_ATOMIC = 1 << 3;
+        /// Memory windows may be bound to it.
+        const MW_BIND = 1 << 4;
+        /// Addresses are offsets from the region start.
+        const ZERO_BASED = 1 << 5;
+        /// On-demand paging.
+        const ON_DEMAND = 1 << 6;
+        /// Relaxed PCI ordering.
+        const RELAXED_ORDERING = 1 << 20;
+    }
+}
+
+impl AccessFlags {
+    /// Rights that let the network write into the region behind the program's back.
+    pub const REMOTELY_WRITABLE: AccessFlags =
+        AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+}
+
+/// A registration (`struct ibv_mr`), deregistered on drop.
+pub(crate) struct MrInner {
+    raw: NonNull<sys::ibv_mr>,
+    access: AccessFlags,
+    _pd: Arc<PdInner>,
+}
+
+// SAFETY: an MR handle has no thread affinity; ibv_dereg_mr may run on any thread.
+unsafe impl Send for MrInner {}
+// SAFETY: the handle is only read (lkey, rkey, addr) through shared references.
+unsafe impl Sync for MrInner {}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        // SAFETY: registered by ibv_reg_mr and deregistered once.
+        unsafe { sys::ibv_dereg_mr(self.raw.as_ptr()) };
+    }
+}
+
+impl MrInner {
+    /// # Safety
+    /// `addr..addr+len` must be memory that stays allocated while the registration lives.
+    unsafe fn register(pd: &Pd, addr: *mut u8, len: usize, access: AccessFlags) -> Result<Self> {
+        // SAFETY: forwarded caller contract; the PD is alive.
+        let raw = unsafe { sys::ibv_reg_mr(pd.as_raw(), addr.cast(), len, access.bits() as i32) };
+        let raw = sys::errno::check_ptr(raw).map_err(|source| Error::RegMr { len, source })?;
+        Ok(MrInner {
+            raw,
+            access,
+            _pd: pd.inner.clone(),
+        })
+    }
+    fn mr(&self) -> &sys::ibv_mr {
+        // SAFETY: valid until deregistered in drop.
+        unsafe { self.raw.as_ref() }
+    }
+}
+
+/// A memory region that owns its buffer: page-aligned, zero-initialised, never moved or
+/// resized, freed only after deregistration.
+///
+/// Reading it from Rust while the NIC may write into it would be a data race, so:
+/// - posting it as a destination (RECV, RDMA READ, atomic) moves it into the request (see
+///   [`RegisteredBufMut`]); it comes back with the completion;
+/// - a region with remote write or atomic rights ([`AccessFlags::REMOTELY_WRITABLE`]) can be
+///   written by a peer at any time, so it offers only copying access ([`read`](Self::read),
+///   [`write`](Self::write)), never a slice.
+pub struct MemoryRegion {
+    // Field order matters: the registration is dropped before the buffer it covers.
+    reg: MrInner,
+    buf: AlignedBuf,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("addr", &self.buf.as_ptr())
+            .field("len", &self.len())
+            .field("lkey", &self.lkey())
+            .field("rkey", &self.rkey())
+            .field("access", &self.access())
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Allocates a zeroed, page-aligned buffer of `len` bytes and registers it.
+    #[doc(alias = "ibv_reg_mr")]
+    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
+        let buf = AlignedBuf::zeroed(len)?;
+        // SAFETY: the buffer lives in the MemoryRegion and is dropped after the registration.
+        let reg = unsafe { MrInner::register(self, buf.as_ptr(), len, access)? };
+        Ok(MemoryRegion { reg, buf })
+    }
+
+    /// Registers caller-owned memory.
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be allocated memory that stays allocated (not freed, not
+    /// unmapped) as long as the returned [`RawMr`] lives, and as long as any work request using
+    /// it is in flight. Posting it is `unsafe` too: the caller keeps the memory untouched by
+    /// Rust code while the NIC may write into it.
+    #[doc(alias = "ibv_reg_mr")]
+    pub unsafe fn reg_mr_raw(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+    ) -> Result<RawMr> {
+        // SAFETY: forwarded caller contract.
+        let reg = unsafe { MrInner::register(self, addr, len, access)? };
+        Ok(RawMr { reg })
+    }
+}
+
+macro_rules! region_common {
+    () => {
+        /// Start address of the registered memory.
+        pub fn addr(&self) -> u64 {
+            self.reg.mr().addr as u64
+        }
+        /// Length of the registered memory.
+        pub fn len(&self) -> usize {
+            self.reg.mr().length
+        }
+        /// Whether the region is empty.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+        /// Local key: names this region in local scatter/gather entries.
+        pub fn lkey(&self) -> u32 {
+            self.reg.mr().lkey
+        }
+        /// Remote key: lets a peer access the region (with the rights of [`Self::access`]).
+        pub fn rkey(&self) -> u32 {
+            self.reg.mr().rkey
+        }
+        /// The rights it was registered with.
+        pub fn access(&self) -> AccessFlags {
+            self.reg.access
+        }
+        /// The raw `ibv_mr`, valid while this region lives.
+        pub fn as_raw(&self) -> *mut sys::ibv_mr {
+            self.reg.raw.as_ptr()
+        }
+        /// A local descriptor (address, length, lkey) of `range`, bounds-checked.
+        pub fn local(&self, range: impl std::ops::RangeBounds<usize>) -> Result<LocalSlice> {
+            let (start, len) = slice::check_range(range, self.len())?;
+            Ok(LocalSlice {
+                addr: self.addr() + start as u64,
+                len,
+                lkey: self.lkey(),
+            })
+        }
+        /// A remote descriptor (address, length, rkey) of `range` to give to a peer,
+        /// bounds-checked.
+        pub fn remote(&self, range: impl std::ops::RangeBounds<usize>) -> Result<RemoteSlice> {
+            let (start, len) = slice::check_range(range, self.len())?;
+            Ok(RemoteSlice {
+                addr: self.addr() + start as u64,
+                len,
+                rkey: self.rkey(),
+            })
+        }
+    };
+}
+
+impl MemoryRegion {
+    region_common!();
+
+    fn assert_not_remotely_writable(&self) {
+        assert!(
+            !self.access().intersects(AccessFlags::REMOTELY_WRITABLE),
+            "a region with remote write/atomic rights has no slice view: use read/write"
+        );
+    }
+
+    /// The bytes.
+    ///
+    /// # Panics
+    /// If the region has remote write or atomic rights: a peer may write it at any time.
+    pub fn as_slice(&self) -> &[u8] {
+        self.assert_not_remotely_writable();
+        self.buf.as_slice()
+    }
+
+    /// The bytes, mutably.
+    ///
+    /// # Panics
+    /// If the region has remote write or atomic rights.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.assert_not_remotely_writable();
+        self.buf.as_mut_slice()
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the region (volatile reads: correct even
+    /// while a peer writes into it, though the bytes may then be torn).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        slice::check_range(offset..offset.saturating_add(dst.len()), self.len())?;
+        self.buf.read_volatile(offset, dst);
+        Ok(())
+    }
+
+    /// Copies `src` into the region at `offset` (volatile writes).
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        slice::check_range(offset..offset.saturating_add(src.len()), self.len())?;
+        self.buf.write_volatile(offset, src);
+        Ok(())
+    }
+}
+
+/// A registration of caller-owned memory (from the `unsafe` [`Pd::reg_mr_raw`]). Its
+/// descriptors can only be posted with the `unsafe` post calls.
+pub struct RawMr {
+    reg: MrInner,
+}
+
+impl RawMr {
+    region_common!();
+}
+
+impl std::fmt::Debug for RawMr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawMr")
+            .field("addr", &self.addr())
+            .field("len", &self.len())
+            .field("lkey", &self.lkey())
+            .finish()
+    }
+}

@@ -1,0 +1,432 @@
+//! Queue pairs (RC, UC, UD): creation, state transitions checked against the transition table,
+//! and work-request posting (see [`post`]).
+mod attr;
+pub mod post;
+mod state;
+
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use verbs_sys as sys;
+
+pub use attr::{AhAttr, GlobalRoute, QpAttr, QpAttrMask};
+pub use post::{
+    PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
+};
+pub use state::{check_transition, transition, QpState, QpType};
+
+use crate::context::{Gid, Mtu};
+use crate::cq::{Cq, CqInner};
+use crate::mr::AccessFlags;
+use crate::pd::{Pd, PdInner};
+use crate::srq::{Srq, SrqInner};
+use crate::{Error, Result};
+use post::InFlight;
+
+/// Queue sizes of a QP (`struct ibv_qp_cap`). After creation, [`Qp::cap`] gives the sizes the
+/// device actually granted (at least those asked for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCap {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth (ignored with an SRQ).
+    pub max_recv_wr: u32,
+    /// SGEs per send request.
+    pub max_send_sge: u32,
+    /// SGEs per receive request.
+    pub max_recv_sge: u32,
+    /// Largest inline send, bytes.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    fn default() -> Self {
+        QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// What [`Pd::create_qp`] creates (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone)]
+pub struct QpInitAttr<'a> {
+    qp_type: QpType,
+    send_cq: &'a Cq,
+    recv_cq: &'a Cq,
+    srq: Option<&'a Srq>,
+    cap: QpCap,
+    sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// A QP of `qp_type` completing sends on `send_cq` and receives on `recv_cq` (may be the
+    /// same CQ), with [`QpCap::default`] queue sizes.
+    pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        QpInitAttr {
+            qp_type,
+            send_cq,
+            recv_cq,
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
+    /// Receives come from this shared receive queue.
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+    /// All queue sizes at once.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+    /// Send queue depth.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.cap.max_send_wr = n;
+        self
+    }
+    /// Receive queue depth.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.cap.max_recv_wr = n;
+        self
+    }
+    /// SGEs per send.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.cap.max_send_sge = n;
+        self
+    }
+    /// SGEs per receive.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.cap.max_recv_sge = n;
+        self
+    }
+    /// Largest inline send.
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.cap.max_inline_data = n;
+        self
+    }
+    /// Signal every send request, whatever its flags.
+    pub fn sq_sig_all(mut self, all: bool) -> Self {
+        self.sq_sig_all = all;
+        self
+    }
+}
+
+/// The identity of one end of a connection, exchanged out of band before RTR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpEndpoint {
+    /// QP number.
+    pub qp_num: u32,
+    /// First packet sequence number it will send.
+    pub psn: u32,
+    /// LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// GID (RoCE; zero on InfiniBand without GRH).
+    pub gid: Gid,
+}
+
+/// A queue pair. Cheap to clone; destroyed when the last handle is gone, after which the
+/// buffers of requests still in flight are dropped.
+#[derive(Clone)]
+pub struct Qp {
+    pub(crate) inner: Arc<QpInner>,
+}
+
+pub(crate) struct QpInner {
+    raw: NonNull<sys::ibv_qp>,
+    qp_type: QpType,
+    qp_num: u32,
+    cap: QpCap,
+    sq_sig_all: bool,
+    has_srq: bool,
+    max_rd_atomic: u8,
+    state: Mutex<QpState>,
+    // Dropped after the QP is destroyed (Drop runs first), so the NIC is done with them.
+    sq: Mutex<InFlight>,
+    rq: Mutex<InFlight>,
+    _srq: Option<Arc<SrqInner>>,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+    _pd: Arc<PdInner>,
+}
+
+// SAFETY: a QP handle has no thread affinity; post/modify/query are thread-safe in libibverbs,
+// and our bookkeeping (state, in-flight tables) is behind mutexes. The in-flight buffers are
+// `Send`.
+unsafe impl Send for QpInner {}
+// SAFETY: as above.
+unsafe impl Sync for QpInner {}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_qp, destroyed once. After this the NIC no longer
+        // touches the in-flight buffers, which are dropped with the fields.
+        unsafe { sys::ibv_destroy_qp(self.raw.as_ptr()) };
+    }
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qp_num", &self.inner.qp_num)
+            .field("qp_type", &self.inner.qp_type)
+            .field("state", &*self.inner.state.lock())
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Creates a queue pair in the Reset state.
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+        let max_rd_atomic = self
+            .context()
+            .query_device()
+            .map(|d| d.max_qp_rd_atom().min(d.max_qp_init_rd_atom()).clamp(1, 16) as u8)
+            .unwrap_or(1);
+        // SAFETY: all-zero is a valid ibv_qp_init_attr (null pointers, zero sizes).
+        let mut raw_init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        raw_init.send_cq = init.send_cq.as_raw();
+        raw_init.recv_cq = init.recv_cq.as_raw();
+        raw_init.srq = init.srq.map_or(std::ptr::null_mut(), Srq::as_raw);
+        raw_init.qp_type = init.qp_type.into();
+        raw_init.sq_sig_all = i32::from(init.sq_sig_all);
+        raw_init.cap = sys::ibv_qp_cap {
+            max_send_wr: init.cap.max_send_wr,
+            max_recv_wr: if init.srq.is_some() {
+                0
+            } else {
+                init.cap.max_recv_wr
+            },
+            max_send_sge: init.cap.max_send_sge,
+            max_recv_sge: if init.srq.is_some() {
+                0
+            } else {
+                init.cap.max_recv_sge
+            },
+            max_inline_data: init.cap.max_inline_data,
+        };
+        // SAFETY: live PD and CQs (and SRQ) of the same context; the struct is fully set.
+        let raw = unsafe { sys::ibv_create_qp(self.as_raw(), &mut raw_init) };
+        let raw = sys::errno::check_ptr(raw).map_err(|source| Error::CreateQp {
+            qp_type: init.qp_type,
+            source,
+        })?;
+        // ibv_create_qp wrote the granted sizes back into raw_init.cap.
+        let c = raw_init.cap;
+        // SAFETY: live QP; qp_num is a plain field.
+        let qp_num = unsafe { (*raw.as_ptr()).qp_num };
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                raw,
+                qp_type: init.qp_type,
+                qp_num,
+                cap: QpCap {
+                    max_send_wr: c.max_send_wr,
+                    max_recv_wr: c.max_recv_wr,
+                    max_send_sge: c.max_send_sge,
+                    max_recv_sge: c.max_recv_sge,
+                    max_inline_data: c.max_inline_data,
+                },
+                sq_sig_all: init.sq_sig_all,
+                has_srq: init.srq.is_some(),
+                max_rd_atomic,
+                state: Mutex::new(QpState::Reset),
+                sq: Mutex::new(InFlight::default()),
+                rq: Mutex::new(InFlight::default()),
+                _srq: init.srq.map(|s| s.inner.clone()),
+                _send_cq: init.send_cq.inner.clone(),
+                _recv_cq: init.recv_cq.inner.clone(),
+                _pd: self.inner.clone(),
+            }),
+        })
+    }
+}
+
+impl Qp {
+    /// The raw `ibv_qp`, valid while this handle lives.
+    pub fn as_raw(&self) -> *mut sys::ibv_qp {
+        self.inner.raw.as_ptr()
+    }
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.inner.qp_num
+    }
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.inner.qp_type
+    }
+    /// Whether every send is signaled regardless of its flags.
+    pub fn sq_sig_all(&self) -> bool {
+        self.inner.sq_sig_all
+    }
+    /// Queue sizes granted by the device.
+    pub fn cap(&self) -> QpCap {
+        self.inner.cap
+    }
+    /// The state as of the last transition made through this handle (see
+    /// [`query_state`](Self::query_state) for the device's view: errors move a QP to Err on
+    /// their own).
+    pub fn state(&self) -> QpState {
+        *self.inner.state.lock()
+    }
+
+    /// The state according to the device (and updates [`state`](Self::state)).
+    #[doc(alias = "ibv_query_qp")]
+    pub fn query_state(&self) -> Result<QpState> {
+        let mut attr = MaybeUninit::<sys::ibv_qp_attr>::zeroed();
+        let mut init = MaybeUninit::<sys::ibv_qp_init_attr>::zeroed();
+        // SAFETY: live QP; valid out-pointers.
+        let r = unsafe {
+            sys::ibv_query_qp(
+                self.as_raw(),
+                attr.as_mut_ptr(),
+                QpAttrMask::STATE.bits() as i32,
+                init.as_mut_ptr(),
+            )
+        };
+        sys::errno::check_ret(r).map_err(|source| Error::QueryQp {
+            qp_num: self.qp_num(),
+            source,
+        })?;
+        // SAFETY: zeroed then filled; all-integer struct.
+        let raw_state = unsafe { attr.assume_init() }.qp_state;
+        let s = QpState::try_from(raw_state).map_err(|v| Error::QueryQp {
+            qp_num: self.qp_num(),
+            source: std::io::Error::other(format!("unknown QP state {v}")),
+        })?;
+        *self.inner.state.lock() = s;
+        Ok(s)
+    }
+
+    /// Applies `attr` (which must set the target state). The attribute mask is checked against
+    /// the transition table first, so a missing or forbidden attribute is a typed
+    /// [`Error::InvalidTransition`] rather than an EINVAL from the kernel.
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn modify(&self, attr: &QpAttr) -> Result<()> {
+        let mut state = self.inner.state.lock();
+        let from = if attr.mask().contains(QpAttrMask::CUR_STATE) {
+            QpState::try_from(attr.raw.cur_qp_state).unwrap_or(*state)
+        } else {
+            *state
+        };
+        let Some(to) = attr.state() else {
+            return Err(Error::InvalidTransition {
+                qp_num: self.qp_num(),
+                from,
+                to: from,
+                problem: "needs a target state (qp_state)".into(),
+            });
+        };
+        check_transition(self.qp_type(), from, to, attr.mask()).map_err(|problem| {
+            Error::InvalidTransition {
+                qp_num: self.qp_num(),
+                from,
+                to,
+                problem,
+            }
+        })?;
+        let mut raw = attr.raw_copy();
+        // SAFETY: live QP; `raw` is a complete attribute struct and the mask names its set
+        // fields.
+        let r = unsafe { sys::ibv_modify_qp(self.as_raw(), &mut raw, attr.mask().bits() as i32) };
+        sys::errno::check_ret(r).map_err(|source| Error::ModifyQp {
+            qp_num: self.qp_num(),
+            to,
+            source,
+        })?;
+        *state = to;
+        Ok(())
+    }
+
+    /// Reset → Init for a connected QP: port, P_Key index 0, and what peers may do
+    /// (`access`: REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC).
+    pub fn to_init(&self, port: u8, access: AccessFlags) -> Result<()> {
+        self.modify(
+            &QpAttr::new()
+                .qp_state(QpState::Init)
+                .pkey_index(0)
+                .port_num(port)
+                .qp_access_flags(access),
+        )
+    }
+
+    /// Reset → Init for a UD QP: port, P_Key index 0 and Q_Key.
+    pub fn to_init_ud(&self, port: u8, qkey: u32) -> Result<()> {
+        self.modify(
+            &QpAttr::new()
+                .qp_state(QpState::Init)
+                .pkey_index(0)
+                .port_num(port)
+                .qkey(qkey),
+        )
+    }
+
+    /// Init → RTR. For RC/UC: connect to `remote` through `port` with path `mtu`; on RoCE
+    /// (`sgid_index` given) with a GRH to the remote GID. For UD the other arguments are unused.
+    pub fn to_rtr(
+        &self,
+        remote: &QpEndpoint,
+        port: u8,
+        sgid_index: Option<u8>,
+        mtu: Mtu,
+    ) -> Result<()> {
+        let mut attr = QpAttr::new().qp_state(QpState::Rtr);
+        if self.qp_type() != QpType::Ud {
+            let av = match sgid_index {
+                Some(sgid) => AhAttr::roce(port, remote.gid, sgid),
+                None => AhAttr {
+                    dlid: remote.lid,
+                    sl: 0,
+                    src_path_bits: 0,
+                    static_rate: 0,
+                    port_num: port,
+                    grh: None,
+                },
+            };
+            attr = attr
+                .ah_attr(av)
+                .path_mtu(mtu)
+                .dest_qp_num(remote.qp_num)
+                .rq_psn(remote.psn);
+            if self.qp_type() == QpType::Rc {
+                attr = attr
+                    .max_dest_rd_atomic(self.inner.max_rd_atomic)
+                    .min_rnr_timer(12);
+            }
+        }
+        self.modify(&attr)
+    }
+
+    /// RTR → RTS with send PSN `sq_psn` (RC: timeout 14, 7 retries, infinite RNR retries,
+    /// as many outstanding READ/atomics as the device allows up to 16).
+    pub fn to_rts(&self, sq_psn: u32) -> Result<()> {
+        let mut attr = QpAttr::new().qp_state(QpState::Rts).sq_psn(sq_psn);
+        if self.qp_type() == QpType::Rc {
+            attr = attr
+                .timeout(14)
+                .retry_cnt(7)
+                .rnr_retry(7)
+                .max_rd_atomic(self.inner.max_rd_atomic);
+        }
+        self.modify(&attr)
+    }
+
+    /// Moves the QP to Err: outstanding requests complete with flush errors (reclaim them).
+    pub fn to_error(&self) -> Result<()> {
+        self.modify(&QpAttr::new().qp_state(QpState::Err))
+    }
+
+    /// Moves the QP to Reset: outstanding requests are discarded without completions; take
+    /// their buffers back with [`take_in_flight`](Self::take_in_flight).
+    pub fn reset(&self) -> Result<()> {
+        self.modify(&QpAttr::new().qp_state(QpState::Reset))
+    }
+}

@@ -1,0 +1,215 @@
+//! Work requests and posting.
+//!
+//! Two ways to post:
+//! - **Safe, owned**: [`SendRequest`] / [`RecvRequest`] take their memory by value
+//!   ([`RegisteredBuf`](crate::RegisteredBuf) / [`RegisteredBufMut`](crate::RegisteredBufMut)). Posting moves it into the QP's in-flight table;
+//!   [`Qp::reclaim`](crate::Qp::reclaim) hands it back when a polled completion proves the NIC is done with it.
+//!   The library assigns the `wr_id` (returned by the post call).
+//! - **Unsafe, borrowed**: [`SendWr`] / [`RecvWr`] carry plain [`LocalSlice`]s and your own
+//!   `wr_id`; [`Qp::post_send_unchecked`](crate::Qp::post_send_unchecked) is `unsafe` because nothing keeps that memory alive
+//!   or untouched until the completion.
+//!
+//! A chain of requests is posted with one call (one doorbell) by the `_batch` variants.
+
+mod inflight;
+mod recv;
+mod request;
+mod send;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bitflags::bitflags;
+use verbs_sys as sys;
+
+use crate::ah::Ah;
+use crate::mr::{LocalSlice, RemoteSlice};
+use crate::Error;
+
+pub(crate) use inflight::{owned_kind, InFlight};
+pub(crate) use recv::{post_recv_owned, post_recv_raw};
+pub use request::{PostError, Reclaimed, RecvRequest, SendRequest};
+
+/// `wr_id` bit marking a request posted through the owned (safe) API.
+pub const OWNED_WR_ID: u64 = 1 << 63;
+/// `wr_id` bit marking an owned receive request.
+pub(crate) const RECV_WR_ID: u64 = 1 << 62;
+
+/// Ids of owned requests are unique in the process, so a completion names exactly one request.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn next_id(recv: bool) -> u64 {
+    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed) & !(OWNED_WR_ID | RECV_WR_ID);
+    OWNED_WR_ID | if recv { RECV_WR_ID } else { 0 } | n
+}
+
+bitflags! {
+    /// Send request flags (`enum ibv_send_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier READ/atomics to complete first.
+        const FENCE = 1;
+        /// Produce a completion.
+        const SIGNALED = 1 << 1;
+        /// Ask for a solicited event at the receiver.
+        const SOLICITED = 1 << 2;
+        /// Copy the data into the request at post time (no lkey needed).
+        const INLINE = 1 << 3;
+        /// Offload IP checksum.
+        const IP_CSUM = 1 << 4;
+    }
+}
+
+/// The operation of a send-queue request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WrOp {
+    /// SEND: consumes a RECV at the peer.
+    Send,
+    /// SEND with 32-bit immediate data (host order here).
+    SendWithImm(u32),
+    /// RDMA WRITE into `remote`.
+    RdmaWrite(RemoteSlice),
+    /// RDMA WRITE with immediate: also consumes a RECV at the peer, which sees `imm`.
+    RdmaWriteWithImm(RemoteSlice, u32),
+    /// RDMA READ from `remote` into the local SGEs.
+    RdmaRead(RemoteSlice),
+    /// 64-bit compare-and-swap at `remote.addr` (8-byte aligned); the old value lands in the
+    /// local 8-byte SGE.
+    AtomicCmpSwap {
+        /// Target (only `addr` and `rkey` are used; `len` must be ≥ 8).
+        remote: RemoteSlice,
+        /// Value to compare with.
+        compare: u64,
+        /// Value written if equal.
+        swap: u64,
+    },
+    /// 64-bit fetch-and-add at `remote.addr`; the old value lands in the local SGE.
+    AtomicFetchAdd {
+        /// Target.
+        remote: RemoteSlice,
+        /// Value added.
+        add: u64,
+    },
+}
+
+impl WrOp {
+    /// Whether the NIC writes the local memory (READ and atomics).
+    pub fn writes_local(&self) -> bool {
+        matches!(
+            self,
+            WrOp::RdmaRead(_) | WrOp::AtomicCmpSwap { .. } | WrOp::AtomicFetchAdd { .. }
+        )
+    }
+    pub(crate) fn is_atomic(&self) -> bool {
+        matches!(
+            self,
+            WrOp::AtomicCmpSwap { .. } | WrOp::AtomicFetchAdd { .. }
+        )
+    }
+    pub(crate) fn remote(&self) -> Option<RemoteSlice> {
+        match *self {
+            WrOp::Send | WrOp::SendWithImm(_) => None,
+            WrOp::RdmaWrite(r) | WrOp::RdmaWriteWithImm(r, _) | WrOp::RdmaRead(r) => Some(r),
+            WrOp::AtomicCmpSwap { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
+                Some(remote)
+            }
+        }
+    }
+    pub(crate) fn fill(&self, wr: &mut sys::ibv_send_wr) {
+        use sys::ibv_wr_opcode as o;
+        let (opcode, imm) = match *self {
+            WrOp::Send => (o::IBV_WR_SEND, None),
+            WrOp::SendWithImm(i) => (o::IBV_WR_SEND_WITH_IMM, Some(i)),
+            WrOp::RdmaWrite(_) => (o::IBV_WR_RDMA_WRITE, None),
+            WrOp::RdmaWriteWithImm(_, i) => (o::IBV_WR_RDMA_WRITE_WITH_IMM, Some(i)),
+            WrOp::RdmaRead(_) => (o::IBV_WR_RDMA_READ, None),
+            WrOp::AtomicCmpSwap { .. } => (o::IBV_WR_ATOMIC_CMP_AND_SWP, None),
+            WrOp::AtomicFetchAdd { .. } => (o::IBV_WR_ATOMIC_FETCH_AND_ADD, None),
+        };
+        wr.opcode = opcode;
+        if let Some(i) = imm {
+            wr.imm_data_invalidated_rkey_union.imm_data = i.to_be();
+        }
+        match *self {
+            WrOp::RdmaWrite(r) | WrOp::RdmaWriteWithImm(r, _) | WrOp::RdmaRead(r) => {
+                wr.wr.rdma = sys::rdma_t {
+                    remote_addr: r.addr,
+                    rkey: r.rkey,
+                }
+            }
+            WrOp::AtomicCmpSwap {
+                remote,
+                compare,
+                swap,
+            } => {
+                wr.wr.atomic = sys::atomic_t {
+                    remote_addr: remote.addr,
+                    compare_add: compare,
+                    swap,
+                    rkey: remote.rkey,
+                }
+            }
+            WrOp::AtomicFetchAdd { remote, add } => {
+                wr.wr.atomic = sys::atomic_t {
+                    remote_addr: remote.addr,
+                    compare_add: add,
+                    swap: 0,
+                    rkey: remote.rkey,
+                }
+            }
+            WrOp::Send | WrOp::SendWithImm(_) => {}
+        }
+    }
+}
+
+/// Destination of a UD send.
+#[derive(Debug, Clone, Copy)]
+pub struct UdDest<'a> {
+    /// Address handle of the destination port.
+    pub ah: &'a Ah,
+    /// Destination QP number.
+    pub remote_qpn: u32,
+    /// Destination Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A borrowed send request for [`Qp::post_send_unchecked`](crate::Qp::post_send_unchecked).
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    /// Your id, returned in the completion (must not have the [`OWNED_WR_ID`] bit).
+    pub wr_id: u64,
+    /// The operation.
+    pub op: WrOp,
+    /// Local memory (with [`SendFlags::INLINE`], any readable memory: it is copied at post).
+    pub sges: &'a [LocalSlice],
+    /// Flags.
+    pub flags: SendFlags,
+    /// Destination, for UD QPs only.
+    pub ud: Option<UdDest<'a>>,
+}
+
+/// A borrowed receive request for [`Qp::post_recv_unchecked`](crate::Qp::post_recv_unchecked).
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    /// Your id (must not have the [`OWNED_WR_ID`] bit).
+    pub wr_id: u64,
+    /// Where to scatter the message.
+    pub sges: &'a [LocalSlice],
+}
+
+pub(crate) fn invalid(qp_num: u32, reason: String) -> Error {
+    Error::InvalidWorkRequest { qp_num, reason }
+}
+
+pub(crate) fn zeroed_send_wr() -> sys::ibv_send_wr {
+    // SAFETY: ibv_send_wr is integers, raw pointers and unions of those: all-zero is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+// LocalSlice is laid out like ibv_sge, so borrowed SGE lists are passed without copying.
+const _: () = {
+    assert!(std::mem::size_of::<LocalSlice>() == std::mem::size_of::<sys::ibv_sge>());
+    assert!(std::mem::align_of::<LocalSlice>() == std::mem::align_of::<sys::ibv_sge>());
+    assert!(std::mem::offset_of!(LocalSlice, addr) == std::mem::offset_of!(sys::ibv_sge, addr));
+    assert!(std::mem::offset_of!(LocalSlice, len) == std::mem::offset_of!(sys::ibv_sge, length));
+    assert!(std::mem::offset_of!(LocalSlice, lkey) == std::mem::offset_of!(sys::ibv_sge, lkey));
+};

@@ -1,0 +1,150 @@
+//! Receive posting shared by QPs and SRQs: owned chains and borrowed chains.
+use std::ptr;
+
+use parking_lot::Mutex;
+use verbs_sys as sys;
+
+use super::{invalid, next_id, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID};
+use crate::{Error, Result};
+
+/// Owned receive posting shared by QPs and SRQs.
+pub(crate) fn post_recv_owned(
+    table: &Mutex<InFlight>,
+    reqs: Vec<RecvRequest>,
+    qpn: u32,
+    queue: &'static str,
+    depth: u32,
+    max_sge: u32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
+) -> Result<Vec<u64>, PostError<Vec<RecvRequest>>> {
+    let fail = |error, reqs| PostError {
+        error,
+        unposted: reqs,
+        posted: Vec::new(),
+    };
+    if let Some(r) = reqs.iter().find(|r| r.sges.len() > max_sge as usize) {
+        let e = invalid(
+            qpn,
+            format!("{} SGEs exceed max_recv_sge {max_sge}", r.sges.len()),
+        );
+        return Err(fail(e, reqs));
+    }
+    let mut q = table.lock();
+    if q.len() + reqs.len() > depth as usize {
+        return Err(fail(
+            Error::QueueFull {
+                qp_num: qpn,
+                queue,
+                depth,
+            },
+            reqs,
+        ));
+    }
+    let ids: Vec<u64> = reqs.iter().map(|_| next_id(true)).collect();
+    let mut wrs: Vec<sys::ibv_recv_wr> = reqs
+        .iter()
+        .zip(&ids)
+        .map(|(r, id)| sys::ibv_recv_wr {
+            wr_id: *id,
+            next: ptr::null_mut(),
+            sg_list: r.sges.as_ptr() as *mut sys::ibv_sge,
+            num_sge: r.sges.len() as i32,
+        })
+        .collect();
+    let res = post_recv_chain(&mut wrs, qpn, queue, depth, post);
+    let n_ok = match &res {
+        Ok(()) => reqs.len(),
+        Err((k, _)) => *k,
+    };
+    let mut reqs = reqs;
+    let rest = reqs.split_off(n_ok);
+    for (r, id) in reqs.into_iter().zip(&ids) {
+        q.insert(*id, r.owners, None);
+    }
+    match res {
+        Ok(()) => Ok(ids),
+        Err((_, error)) => Err(PostError {
+            error,
+            unposted: rest,
+            posted: ids[..n_ok].to_vec(),
+        }),
+    }
+}
+
+/// Borrowed receive posting shared by QPs and SRQs.
+pub(crate) fn post_recv_raw(
+    wrs: &[RecvWr<'_>],
+    qpn: u32,
+    queue: &'static str,
+    depth: u32,
+    max_sge: u32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
+) -> Result<()> {
+    let mut raw = Vec::with_capacity(wrs.len());
+    for w in wrs {
+        if w.wr_id & OWNED_WR_ID != 0 {
+            return Err(invalid(
+                qpn,
+                "wr_id has the reserved OWNED_WR_ID bit".into(),
+            ));
+        }
+        if w.sges.len() > max_sge as usize {
+            return Err(invalid(
+                qpn,
+                format!("{} SGEs exceed max_recv_sge {max_sge}", w.sges.len()),
+            ));
+        }
+        raw.push(sys::ibv_recv_wr {
+            wr_id: w.wr_id,
+            next: ptr::null_mut(),
+            sg_list: w.sges.as_ptr() as *mut sys::ibv_sge,
+            num_sge: w.sges.len() as i32,
+        });
+    }
+    post_recv_chain(&mut raw, qpn, queue, depth, post).map_err(|(_, e)| e)
+}
+
+fn post_recv_chain(
+    wrs: &mut [sys::ibv_recv_wr],
+    qpn: u32,
+    queue: &'static str,
+    depth: u32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
+) -> Result<(), (usize, Error)> {
+    if wrs.is_empty() {
+        return Ok(());
+    }
+    let base = wrs.as_mut_ptr();
+    for i in 0..wrs.len() {
+        wrs[i].next = if i + 1 < wrs.len() {
+            base.wrapping_add(i + 1)
+        } else {
+            ptr::null_mut()
+        };
+    }
+    let mut bad = ptr::null_mut();
+    let r = post(base, &mut bad);
+    if r == 0 {
+        return Ok(());
+    }
+    let k = if bad.is_null() {
+        0
+    } else {
+        // SAFETY: `bad` points into `wrs`.
+        unsafe { bad.offset_from(base) }.clamp(0, wrs.len() as isize) as usize
+    };
+    let e = sys::errno::check_ret(r).unwrap_err();
+    let err = if e.raw_os_error() == Some(libc::ENOMEM) {
+        Error::QueueFull {
+            qp_num: qpn,
+            queue,
+            depth,
+        }
+    } else {
+        Error::PostRecv {
+            qp_num: qpn,
+            source: e,
+        }
+    };
+    Err((k, err))
+}

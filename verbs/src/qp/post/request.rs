@@ -1,0 +1,303 @@
+//! Owned work requests ([`SendRequest`], [`RecvRequest`]), the buffers they hand back
+//! ([`Reclaimed`]) and failed posts ([`PostError`]).
+use std::any::Any;
+use std::fmt;
+use std::ops::RangeBounds;
+
+use super::{SendFlags, WrOp};
+use crate::ah::Ah;
+use crate::mr::{LocalSlice, RegisteredBuf, RegisteredBufMut, RemoteSlice};
+use crate::{Error, Result};
+
+pub(crate) type Owner = Box<dyn Any + Send>;
+
+/// An owned send request: its memory is moved in and comes back through [`Qp::reclaim`](crate::Qp::reclaim).
+pub struct SendRequest {
+    pub(crate) op: WrOp,
+    pub(crate) sges: Vec<LocalSlice>,
+    pub(crate) owners: Vec<Owner>,
+    pub(crate) inline: Option<Box<[u8]>>,
+    pub(crate) flags: SendFlags,
+    pub(crate) ud: Option<(Ah, u32, u32)>,
+}
+
+impl fmt::Debug for SendRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendRequest")
+            .field("op", &self.op)
+            .field("sges", &self.sges)
+            .field("inline", &self.inline.as_ref().map(|d| d.len()))
+            .field("flags", &self.flags)
+            .finish_non_exhaustive()
+    }
+}
+
+fn not_for(op: &WrOp, what: &str) -> Error {
+    Error::InvalidWorkRequest {
+        qp_num: 0,
+        reason: format!("{op:?}: {what}"),
+    }
+}
+
+impl SendRequest {
+    /// A request with no memory yet (a zero-length SEND is valid); signaled.
+    pub fn new(op: WrOp) -> Self {
+        SendRequest {
+            op,
+            sges: Vec::new(),
+            owners: Vec::new(),
+            inline: None,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }
+    }
+
+    /// SEND of `range` of `buf`.
+    pub fn send<B: RegisteredBuf>(buf: B, range: impl RangeBounds<usize>) -> Result<Self> {
+        Self::new(WrOp::Send).sge(buf, range)
+    }
+
+    /// RDMA WRITE of `range` of `buf` to `remote`.
+    pub fn rdma_write<B: RegisteredBuf>(
+        buf: B,
+        range: impl RangeBounds<usize>,
+        remote: RemoteSlice,
+    ) -> Result<Self> {
+        Self::new(WrOp::RdmaWrite(remote)).sge(buf, range)
+    }
+
+    /// RDMA READ of `remote` into `range` of `buf`.
+    pub fn rdma_read<B: RegisteredBufMut>(
+        buf: B,
+        range: impl RangeBounds<usize>,
+        remote: RemoteSlice,
+    ) -> Result<Self> {
+        Self::new(WrOp::RdmaRead(remote)).sge_mut(buf, range)
+    }
+
+    /// Compare-and-swap at `remote`; the old value lands in `buf[offset..offset + 8]`.
+    pub fn compare_and_swap<B: RegisteredBufMut>(
+        buf: B,
+        offset: usize,
+        remote: RemoteSlice,
+        compare: u64,
+        swap: u64,
+    ) -> Result<Self> {
+        Self::new(WrOp::AtomicCmpSwap {
+            remote,
+            compare,
+            swap,
+        })
+        .sge_mut(buf, offset..offset.saturating_add(8))
+    }
+
+    /// Fetch-and-add at `remote`; the old value lands in `buf[offset..offset + 8]`.
+    pub fn fetch_and_add<B: RegisteredBufMut>(
+        buf: B,
+        offset: usize,
+        remote: RemoteSlice,
+        add: u64,
+    ) -> Result<Self> {
+        Self::new(WrOp::AtomicFetchAdd { remote, add })
+            .sge_mut(buf, offset..offset.saturating_add(8))
+    }
+
+    /// A SEND or RDMA WRITE (with or without immediate) of `data` copied into the request at
+    /// post time (inline): no registered memory involved. Must fit the QP's `max_inline_data`.
+    pub fn inline(op: WrOp, data: &[u8]) -> Result<Self> {
+        if op.writes_local() {
+            return Err(not_for(&op, "inline data is only for SEND and RDMA WRITE"));
+        }
+        let mut r = Self::new(op);
+        r.inline = Some(data.into());
+        r.flags |= SendFlags::INLINE;
+        Ok(r)
+    }
+
+    /// Adds `range` of `buf` as the next gather entry (the NIC reads it). Not for READ or
+    /// atomics, whose local memory is written: use [`sge_mut`](Self::sge_mut).
+    pub fn sge<B: RegisteredBuf>(mut self, buf: B, range: impl RangeBounds<usize>) -> Result<Self> {
+        if self.op.writes_local() {
+            return Err(not_for(&self.op, "writes local memory: use sge_mut"));
+        }
+        self.push(buf, range)?;
+        Ok(self)
+    }
+
+    /// Adds `range` of `buf` as the next scatter/gather entry; the NIC may write it.
+    pub fn sge_mut<B: RegisteredBufMut>(
+        mut self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Self> {
+        self.push(buf, range)?;
+        Ok(self)
+    }
+
+    fn push<B: RegisteredBuf>(&mut self, buf: B, range: impl RangeBounds<usize>) -> Result<()> {
+        if self.inline.is_some() {
+            return Err(not_for(&self.op, "inline request takes no SGEs"));
+        }
+        let sge = buf.local().slice(range)?;
+        self.sges.push(sge);
+        self.owners.push(Box::new(buf));
+        Ok(())
+    }
+
+    /// Whether to produce a completion (default: yes). Unsignaled requests are reclaimed with
+    /// the next signaled one.
+    pub fn signaled(mut self, yes: bool) -> Self {
+        self.flags.set(SendFlags::SIGNALED, yes);
+        self
+    }
+
+    /// Ask the receiver for a solicited event.
+    pub fn solicited(mut self, yes: bool) -> Self {
+        self.flags.set(SendFlags::SOLICITED, yes);
+        self
+    }
+
+    /// Fence behind earlier READ/atomics.
+    pub fn fence(mut self, yes: bool) -> Self {
+        self.flags.set(SendFlags::FENCE, yes);
+        self
+    }
+
+    /// UD destination: address handle (kept alive until completion), QP number, Q_Key.
+    pub fn ud(mut self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some((ah.clone(), remote_qpn, remote_qkey));
+        self
+    }
+
+    /// The operation.
+    pub fn op(&self) -> WrOp {
+        self.op
+    }
+
+    /// Takes back the buffers of a request that was not posted.
+    pub fn into_buffers(self) -> Reclaimed {
+        Reclaimed {
+            wr_id: 0,
+            bufs: self.owners,
+        }
+    }
+}
+
+/// An owned receive request.
+pub struct RecvRequest {
+    pub(crate) sges: Vec<LocalSlice>,
+    pub(crate) owners: Vec<Owner>,
+}
+
+impl fmt::Debug for RecvRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecvRequest")
+            .field("sges", &self.sges)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecvRequest {
+    /// Receive into `range` of `buf`.
+    pub fn new<B: RegisteredBufMut>(buf: B, range: impl RangeBounds<usize>) -> Result<Self> {
+        Self::empty().sge(buf, range)
+    }
+    /// A receive with no memory (for zero-length messages or WRITE_WITH_IMM notifications).
+    pub fn empty() -> Self {
+        RecvRequest {
+            sges: Vec::new(),
+            owners: Vec::new(),
+        }
+    }
+    /// Adds the next scatter entry.
+    pub fn sge<B: RegisteredBufMut>(
+        mut self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Self> {
+        self.sges.push(buf.local().slice(range)?);
+        self.owners.push(Box::new(buf));
+        Ok(self)
+    }
+    /// Takes back the buffers of a request that was not posted.
+    pub fn into_buffers(self) -> Reclaimed {
+        Reclaimed {
+            wr_id: 0,
+            bufs: self.owners,
+        }
+    }
+}
+
+/// Buffers handed back from a finished (or never posted) request.
+pub struct Reclaimed {
+    /// The request's id.
+    pub wr_id: u64,
+    pub(crate) bufs: Vec<Owner>,
+}
+
+impl fmt::Debug for Reclaimed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reclaimed")
+            .field("wr_id", &format_args!("{:#x}", self.wr_id))
+            .field("bufs", &self.bufs.len())
+            .finish()
+    }
+}
+
+impl Reclaimed {
+    /// Number of buffers (one per SGE).
+    pub fn len(&self) -> usize {
+        self.bufs.len()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.bufs.is_empty()
+    }
+    /// Takes the first buffer of type `B` (in SGE order).
+    pub fn take<B: 'static>(&mut self) -> Option<B> {
+        let i = self.bufs.iter().position(|b| b.is::<B>())?;
+        self.bufs.remove(i).downcast::<B>().ok().map(|b| *b)
+    }
+    /// All buffers, type-erased, in SGE order.
+    pub fn into_inner(self) -> Vec<Box<dyn Any + Send>> {
+        self.bufs
+    }
+}
+
+/// A failed post: the error and the requests that were not posted (their buffers are yours
+/// again). `posted` lists the ids of requests before the failing one that were posted.
+pub struct PostError<T> {
+    /// Why.
+    pub error: Error,
+    /// What was not posted.
+    pub unposted: T,
+    /// Ids of the requests (of a batch) posted before the failure.
+    pub posted: Vec<u64>,
+}
+
+impl<T> fmt::Debug for PostError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostError")
+            .field("error", &self.error)
+            .field("posted", &self.posted)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Display for PostError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl<T> std::error::Error for PostError<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<T> From<PostError<T>> for Error {
+    fn from(e: PostError<T>) -> Error {
+        e.error
+    }
+}

@@ -1,0 +1,364 @@
+//! Posting on a QP: send and receive requests, owned and borrowed, and reclaiming buffers.
+use std::ptr;
+
+use verbs_sys as sys;
+
+use super::owned_kind;
+use super::{
+    invalid, next_id, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError, Reclaimed,
+    RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
+};
+use crate::cq::WorkCompletion;
+use crate::mr::LocalSlice;
+use crate::qp::{Qp, QpState, QpType};
+use crate::{Error, Result};
+
+impl Qp {
+    /// Checks one send request against the QP's type and limits.
+    fn check_send(
+        &self,
+        op: &WrOp,
+        sges: &[LocalSlice],
+        flags: SendFlags,
+        has_ud: bool,
+    ) -> Result<()> {
+        let qpn = self.qp_num();
+        let t = self.qp_type();
+        let bad = |r: &str| Err(invalid(qpn, format!("{op:?}: {r}")));
+        let state = self.state();
+        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
+            return bad(&format!("the QP is in {state:?}, sends need RTS"));
+        }
+        match (t, op) {
+            (QpType::Ud, WrOp::Send | WrOp::SendWithImm(_)) => {}
+            (QpType::Ud, _) => return bad("a UD QP only sends"),
+            (QpType::Uc, WrOp::RdmaRead(_)) => return bad("a UC QP cannot RDMA READ"),
+            (QpType::Uc, o) if o.is_atomic() => return bad("a UC QP has no atomics"),
+            _ => {}
+        }
+        if (t == QpType::Ud) != has_ud {
+            return bad(if has_ud {
+                "only UD requests take a destination"
+            } else {
+                "a UD send needs a destination (address handle, QPN, Q_Key)"
+            });
+        }
+        let total: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
+        if flags.contains(SendFlags::INLINE) {
+            if op.writes_local() {
+                return bad("inline data is only for SEND and RDMA WRITE");
+            }
+            if total > u64::from(self.cap().max_inline_data) {
+                return bad(&format!(
+                    "{total} inline bytes exceed max_inline_data {}",
+                    self.cap().max_inline_data
+                ));
+            }
+        } else if sges.len() > self.cap().max_send_sge as usize {
+            return bad(&format!(
+                "{} SGEs exceed max_send_sge {}",
+                sges.len(),
+                self.cap().max_send_sge
+            ));
+        }
+        if let Some(r) = op.remote() {
+            if op.is_atomic() {
+                if r.addr % 8 != 0 {
+                    return bad("atomic remote address must be 8-byte aligned");
+                }
+                if total != 8 || sges.len() != 1 {
+                    return bad("an atomic needs exactly one 8-byte local SGE");
+                }
+            } else if total > u64::from(r.len) {
+                return bad(&format!(
+                    "{total} bytes do not fit the {}-byte remote slice",
+                    r.len
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn queue_full(&self, queue: &'static str, depth: u32) -> Error {
+        Error::QueueFull {
+            qp_num: self.qp_num(),
+            queue,
+            depth,
+        }
+    }
+
+    /// Posts one owned send request; returns its `wr_id`.
+    #[doc(alias = "ibv_post_send")]
+    // The error hands the request (with its buffers) back; it is rare, so its size is fine.
+    #[allow(clippy::result_large_err)]
+    pub fn post_send(&self, req: SendRequest) -> Result<u64, PostError<SendRequest>> {
+        self.post_send_batch(vec![req])
+            .map(|ids| ids[0])
+            .map_err(|e| PostError {
+                error: e.error,
+                unposted: e.unposted.into_iter().next().expect("one request"),
+                posted: e.posted,
+            })
+    }
+
+    /// Posts owned send requests as one chain (one doorbell); returns their ids. A request
+    /// that fails validation or a full queue posts nothing.
+    #[doc(alias = "ibv_post_send")]
+    pub fn post_send_batch(
+        &self,
+        mut reqs: Vec<SendRequest>,
+    ) -> Result<Vec<u64>, PostError<Vec<SendRequest>>> {
+        let fail = |error, reqs| PostError {
+            error,
+            unposted: reqs,
+            posted: Vec::new(),
+        };
+        for r in &reqs {
+            let inline_sge;
+            let sges: &[LocalSlice] = match &r.inline {
+                Some(d) => {
+                    inline_sge = [LocalSlice {
+                        addr: d.as_ptr() as u64,
+                        len: d.len() as u32,
+                        lkey: 0,
+                    }];
+                    &inline_sge
+                }
+                None => &r.sges,
+            };
+            if let Err(e) = self.check_send(&r.op, sges, r.flags, r.ud.is_some()) {
+                return Err(fail(e, reqs));
+            }
+        }
+        let mut sq = self.inner.sq.lock();
+        let depth = self.cap().max_send_wr;
+        if sq.len() + reqs.len() > depth as usize {
+            return Err(fail(self.queue_full("send", depth), reqs));
+        }
+        let ids: Vec<u64> = reqs.iter().map(|_| next_id(false)).collect();
+        let mut inline_sges: Vec<sys::ibv_sge> = reqs
+            .iter()
+            .map(|r| match &r.inline {
+                Some(d) => sys::ibv_sge {
+                    addr: d.as_ptr() as u64,
+                    length: d.len() as u32,
+                    lkey: 0,
+                },
+                None => sys::ibv_sge {
+                    addr: 0,
+                    length: 0,
+                    lkey: 0,
+                },
+            })
+            .collect();
+        let mut wrs: Vec<sys::ibv_send_wr> = Vec::with_capacity(reqs.len());
+        for (i, r) in reqs.iter_mut().enumerate() {
+            let mut wr = zeroed_send_wr();
+            wr.wr_id = ids[i];
+            if r.inline.is_some() {
+                wr.sg_list = &mut inline_sges[i];
+                wr.num_sge = 1;
+            } else {
+                wr.sg_list = r.sges.as_mut_ptr().cast();
+                wr.num_sge = r.sges.len() as i32;
+            }
+            wr.send_flags = r.flags.bits();
+            r.op.fill(&mut wr);
+            if let Some((ah, qpn, qkey)) = &r.ud {
+                wr.wr.ud = sys::ud_t {
+                    ah: ah.as_raw(),
+                    remote_qpn: *qpn,
+                    remote_qkey: *qkey,
+                };
+            }
+            wrs.push(wr);
+        }
+        let posted = self.post_chain(&mut wrs);
+        let n_ok = match posted {
+            Ok(()) => reqs.len(),
+            Err((k, _)) => k,
+        };
+        let rest = reqs.split_off(n_ok);
+        for (r, id) in reqs.into_iter().zip(&ids) {
+            sq.insert(*id, r.owners, r.ud.map(|u| u.0));
+        }
+        match posted {
+            Ok(()) => Ok(ids),
+            Err((_, error)) => Err(PostError {
+                error,
+                unposted: rest,
+                posted: ids[..n_ok].to_vec(),
+            }),
+        }
+    }
+
+    /// Links `wrs` and posts them; on failure returns the index of the first unposted one.
+    fn post_chain(&self, wrs: &mut [sys::ibv_send_wr]) -> Result<(), (usize, Error)> {
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let base = wrs.as_mut_ptr();
+        for i in 0..wrs.len() {
+            wrs[i].next = if i + 1 < wrs.len() {
+                base.wrapping_add(i + 1)
+            } else {
+                ptr::null_mut()
+            };
+        }
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: live QP; a well-formed chain whose SGE lists, inline data and AHs are alive
+        // for the call (owned by the caller's requests); the memory they describe is either
+        // owned by the requests (kept in the in-flight table) or the caller's `unsafe` promise.
+        let r = unsafe { sys::ibv_post_send(self.as_raw(), base, &mut bad) };
+        if r == 0 {
+            return Ok(());
+        }
+        let k = if bad.is_null() {
+            0
+        } else {
+            // SAFETY: `bad` points into `wrs`.
+            unsafe { bad.offset_from(base) }.clamp(0, wrs.len() as isize) as usize
+        };
+        let e = sys::errno::check_ret(r).unwrap_err();
+        let err = if e.raw_os_error() == Some(libc::ENOMEM) {
+            self.queue_full("send", self.cap().max_send_wr)
+        } else {
+            Error::PostSend {
+                qp_num: self.qp_num(),
+                source: e,
+            }
+        };
+        Err((k, err))
+    }
+
+    /// Posts borrowed send requests as one chain (one doorbell).
+    ///
+    /// # Safety
+    /// Until each request's completion is polled (or the QP is reset or destroyed), the memory
+    /// its SGEs describe must stay allocated and registered, must not be written by the
+    /// program if the NIC reads it (SEND, WRITE), and must not be read or written by the
+    /// program if the NIC writes it (READ, atomics). Inline requests are exempt: their data is
+    /// copied during the call.
+    #[doc(alias = "ibv_post_send")]
+    pub unsafe fn post_send_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
+        let mut raw = Vec::with_capacity(wrs.len());
+        for w in wrs {
+            if w.wr_id & OWNED_WR_ID != 0 {
+                return Err(invalid(
+                    self.qp_num(),
+                    "wr_id has the reserved OWNED_WR_ID bit".into(),
+                ));
+            }
+            self.check_send(&w.op, w.sges, w.flags, w.ud.is_some())?;
+            let mut wr = zeroed_send_wr();
+            wr.wr_id = w.wr_id;
+            // ibv_post_send does not write the SGE list; the cast drops const only.
+            wr.sg_list = w.sges.as_ptr() as *mut sys::ibv_sge;
+            wr.num_sge = w.sges.len() as i32;
+            wr.send_flags = w.flags.bits();
+            w.op.fill(&mut wr);
+            if let Some(ud) = w.ud {
+                wr.wr.ud = sys::ud_t {
+                    ah: ud.ah.as_raw(),
+                    remote_qpn: ud.remote_qpn,
+                    remote_qkey: ud.remote_qkey,
+                };
+            }
+            raw.push(wr);
+        }
+        self.post_chain(&mut raw).map_err(|(_, e)| e)
+    }
+
+    /// Posts one owned receive request; returns its `wr_id`.
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post_recv(&self, req: RecvRequest) -> Result<u64, PostError<RecvRequest>> {
+        self.post_recv_batch(vec![req])
+            .map(|ids| ids[0])
+            .map_err(|e| PostError {
+                error: e.error,
+                unposted: e.unposted.into_iter().next().expect("one request"),
+                posted: e.posted,
+            })
+    }
+
+    /// Posts owned receive requests as one chain.
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post_recv_batch(
+        &self,
+        reqs: Vec<RecvRequest>,
+    ) -> Result<Vec<u64>, PostError<Vec<RecvRequest>>> {
+        let qpn = self.qp_num();
+        if self.inner.has_srq {
+            return Err(PostError {
+                error: invalid(qpn, "this QP receives from its SRQ: post there".into()),
+                unposted: reqs,
+                posted: Vec::new(),
+            });
+        }
+        let cap = self.cap();
+        post_recv_owned(
+            &self.inner.rq,
+            reqs,
+            qpn,
+            "receive",
+            cap.max_recv_wr,
+            cap.max_recv_sge,
+            // SAFETY: live QP; the chain is well formed (built by post_recv_owned).
+            |wr, bad| unsafe { sys::ibv_post_recv(self.as_raw(), wr, bad) },
+        )
+    }
+
+    /// Posts borrowed receive requests as one chain.
+    ///
+    /// # Safety
+    /// Until each request's completion is polled (or the QP is reset or destroyed), the memory
+    /// its SGEs describe must stay allocated and registered and must not be read or written
+    /// by the program (the NIC writes it).
+    #[doc(alias = "ibv_post_recv")]
+    pub unsafe fn post_recv_unchecked(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        let cap = self.cap();
+        post_recv_raw(
+            wrs,
+            self.qp_num(),
+            "receive",
+            cap.max_recv_wr,
+            cap.max_recv_sge,
+            |wr, bad| {
+                // SAFETY: live QP; well-formed chain; memory per the caller's contract.
+                unsafe { sys::ibv_post_recv(self.as_raw(), wr, bad) }
+            },
+        )
+    }
+
+    /// Hands back the buffers of the owned requests this completion finishes: for a send
+    /// completion, the request and every earlier (unsignaled) send of this QP; for a receive,
+    /// that receive. Completions of other QPs, of SRQ receives, or of unsafe posts give
+    /// nothing. Call it for every completion of this QP you poll.
+    pub fn reclaim(&self, wc: &WorkCompletion) -> Vec<Reclaimed> {
+        if wc.qp_num() != self.qp_num() {
+            return Vec::new();
+        }
+        match owned_kind(wc) {
+            Some(false) => self.inner.sq.lock().complete(wc.wr_id(), true),
+            Some(true) => self.inner.rq.lock().complete(wc.wr_id(), false),
+            None => Vec::new(),
+        }
+    }
+
+    /// Number of owned requests in flight on the send and receive queues.
+    pub fn in_flight(&self) -> (usize, usize) {
+        (self.inner.sq.lock().len(), self.inner.rq.lock().len())
+    }
+
+    /// After [`reset`](Self::reset), takes back the buffers of every owned request (the reset
+    /// discarded them, so the NIC no longer uses them). Gives nothing in any other state.
+    pub fn take_in_flight(&self) -> Vec<Reclaimed> {
+        let state = self.inner.state.lock();
+        if *state != QpState::Reset {
+            return Vec::new();
+        }
+        let mut all = self.inner.sq.lock().take_all();
+        all.extend(self.inner.rq.lock().take_all());
+        all
+    }
+}

@@ -1,0 +1,49 @@
+//! Devices, context queries, the GID table.
+use std::net::IpAddr;
+
+use verbs::{AtomicCap, Context, GidType, LinkLayer, NodeType, PortState};
+
+use crate::support::{open, PORT};
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn lists_and_opens_the_test_device() {
+    let dev = testkit::device();
+    let list = verbs::devices().unwrap();
+    let me = list
+        .iter()
+        .find(|d| d.name == dev.name)
+        .expect("test device listed");
+    assert_eq!(me.node_type, NodeType::Ca);
+    let ctx = open();
+    assert_eq!(ctx.name(), dev.name);
+    let attr = ctx.query_device().unwrap();
+    assert_eq!(attr.node_guid(), me.guid);
+    assert!(attr.phys_port_cnt() >= 1);
+    assert!(attr.max_qp_wr() >= 16 && attr.max_sge() >= 1 && attr.max_cqe() >= 16);
+    // rxe does atomics among its own QPs.
+    assert_ne!(attr.atomic_cap(), AtomicCap::None);
+    let port = ctx.query_port(PORT).unwrap();
+    assert_eq!(port.state(), Some(PortState::Active));
+    assert_eq!(port.link_layer(), Some(LinkLayer::Ethernet));
+    assert!(port.gid_tbl_len() > 0);
+    assert!(port.active_mtu().is_some());
+    let _ = Context::open_first().unwrap();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn gid_table_has_the_roce_v2_ipv4_mapped_gid() {
+    let dev = testkit::device();
+    let ctx = open();
+    let table = ctx.gid_table().unwrap();
+    assert!(!table.is_empty());
+    let e = ctx.roce_v2_gid(PORT, IpAddr::V4(dev.addr)).unwrap();
+    assert_eq!(e.index, dev.gid_index, "table: {table:#?}");
+    assert_eq!(e.gid_type, Some(GidType::RoceV2));
+    assert_eq!(e.gid.to_ipv4_mapped(), Some(dev.addr));
+    let one = ctx.query_gid(PORT, e.index).unwrap();
+    assert_eq!(one, e);
+    // The same entry shows up in the table.
+    assert!(table.contains(&e));
+}

@@ -1,0 +1,38 @@
+//! Host-tier tests: behaviour that needs no device.
+use verbs::{Error, QpAttr, QpAttrMask, QpState};
+
+/// Device listing tells a kernel without RDMA apart from one with it: on a host without
+/// `/sys/class/infiniband` (no RDMA in this kernel), listing gives the dedicated error with a
+/// hint; where RDMA exists, listing succeeds.
+#[test]
+fn listing_reports_missing_rdma_support_clearly() {
+    let has_rdma = std::path::Path::new("/sys/class/infiniband_verbs").exists()
+        || std::path::Path::new("/sys/class/infiniband").exists();
+    match verbs::devices() {
+        Ok(list) => assert!(
+            has_rdma,
+            "listing succeeded without RDMA in sysfs: {list:?}"
+        ),
+        Err(e @ Error::NoRdmaSupport { .. }) => {
+            assert!(!has_rdma, "RDMA in sysfs but listing says none: {e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("no RDMA support") && msg.contains("cargo xtask test"),
+                "{msg}"
+            );
+        }
+        Err(e) => panic!("unexpected listing error: {e}"),
+    }
+}
+
+#[test]
+fn attribute_mask_follows_setters() {
+    let a = QpAttr::new()
+        .qp_state(QpState::Init)
+        .port_num(1)
+        .pkey_index(0);
+    assert_eq!(
+        a.mask(),
+        QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX
+    );
+}

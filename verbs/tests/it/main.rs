@@ -1,0 +1,14 @@
+//! Integration tests of the safe verbs layer. Host-tier tests run everywhere; device-tier
+//! tests (`#[ignore]`d) need the RDMA device `cargo xtask test` provides.
+mod support;
+
+mod compile_fail;
+mod cq;
+mod device;
+mod errors;
+mod events;
+mod host;
+mod mr;
+mod rc;
+mod srq;
+mod ud;

@@ -1,0 +1,324 @@
+//! Every RC opcode over a loopback pair, data verified byte for byte.
+use verbs::{
+    AccessFlags, LocalSlice, MemoryRegion, QpCap, QpType, RecvRequest, RecvWr, SendFlags,
+    SendRequest, SendWr, WcFlags, WcOpcode, WrOp,
+};
+
+use crate::support::{one, Pair, ALL_REMOTE};
+
+const IGNORE: &str = "needs an RDMA device: cargo xtask test";
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn filled(p: &Pair, data: &[u8]) -> MemoryRegion {
+    let mut mr =
+        p.pd.reg_mr(data.len().max(4096), AccessFlags::LOCAL_WRITE)
+            .unwrap();
+    mr.as_mut_slice()[..data.len()].copy_from_slice(data);
+    mr
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn send_and_send_with_imm() {
+    let _ = IGNORE;
+    let p = Pair::rc();
+    for imm in [None, Some(0xdead_beefu32)] {
+        let data = pattern(3000, imm.is_some() as u8);
+        let rx = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        let rid = p.b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+        let op = imm.map_or(WrOp::Send, WrOp::SendWithImm);
+        let req = SendRequest::new(op)
+            .sge(filled(&p, &data), 0..data.len())
+            .unwrap();
+        let sid = p.a.post_send(req).unwrap();
+
+        let (sc, mut sbufs) = one(&p.cq_a, &p.a);
+        assert_eq!(
+            (sc.wr_id, sc.status, sc.opcode),
+            (sid, Ok(()), Some(WcOpcode::Send))
+        );
+        assert_eq!(sbufs.len(), 1);
+        assert!(sbufs[0].take::<MemoryRegion>().is_some());
+
+        let (rc, mut rbufs) = one(&p.cq_b, &p.b);
+        assert_eq!(
+            (rc.wr_id, rc.status, rc.opcode),
+            (rid, Ok(()), Some(WcOpcode::Recv))
+        );
+        assert_eq!(rc.byte_len as usize, data.len());
+        assert_eq!(rc.imm, imm);
+        assert_eq!(rc.flags.contains(WcFlags::WITH_IMM), imm.is_some());
+        assert_eq!(rc.qp_num, p.b.qp_num());
+        let rx: MemoryRegion = rbufs[0].take().unwrap();
+        assert_eq!(&rx.as_slice()[..data.len()], &data[..]);
+        assert_eq!(p.a.in_flight(), (0, 0));
+        assert_eq!(p.b.in_flight(), (0, 0));
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn rdma_write_and_write_with_imm() {
+    let p = Pair::rc();
+    let target =
+        p.pd.reg_mr(8192, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
+            .unwrap();
+    let data = pattern(5000, 7);
+    let sid =
+        p.a.post_send(
+            SendRequest::rdma_write(
+                filled(&p, &data),
+                0..5000,
+                target.remote(100..5100).unwrap(),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+    let (c, back) = one(&p.cq_a, &p.a);
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode),
+        (sid, Ok(()), Some(WcOpcode::RdmaWrite))
+    );
+    assert_eq!(back.len(), 1);
+    let mut out = vec![0; 5200];
+    target.read(0, &mut out).unwrap();
+    assert!(out[..100].iter().all(|&b| b == 0));
+    assert_eq!(&out[100..5100], &data[..]);
+    assert!(out[5100..].iter().all(|&b| b == 0));
+
+    // With immediate: consumes a receive (no memory needed) and carries the value.
+    let rid = p.b.post_recv(RecvRequest::empty()).unwrap();
+    let data2 = pattern(64, 99);
+    let req = SendRequest::new(WrOp::RdmaWriteWithImm(
+        target.remote(0..64).unwrap(),
+        0x0102_0304,
+    ))
+    .sge(filled(&p, &data2), 0..64)
+    .unwrap();
+    p.a.post_send(req).unwrap();
+    let (c, _) = one(&p.cq_a, &p.a);
+    assert_eq!(c.status, Ok(()));
+    let (r, _) = one(&p.cq_b, &p.b);
+    assert_eq!(
+        (r.wr_id, r.opcode, r.imm),
+        (rid, Some(WcOpcode::RecvRdmaWithImm), Some(0x0102_0304))
+    );
+    assert_eq!(r.byte_len, 64);
+    let mut out = [0; 64];
+    target.read(0, &mut out).unwrap();
+    assert_eq!(&out[..], &data2[..]);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn rdma_read() {
+    let p = Pair::rc();
+    let data = pattern(4096, 3);
+    let mut source =
+        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+            .unwrap();
+    source.as_mut_slice().copy_from_slice(&data);
+    let dst = p.pd.reg_mr(8192, AccessFlags::LOCAL_WRITE).unwrap();
+    let id =
+        p.a.post_send(SendRequest::rdma_read(dst, 1000..5096, source.remote(..).unwrap()).unwrap())
+            .unwrap();
+    let (c, mut back) = one(&p.cq_a, &p.a);
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode),
+        (id, Ok(()), Some(WcOpcode::RdmaRead))
+    );
+    assert_eq!(c.byte_len, 4096);
+    let dst: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&dst.as_slice()[1000..5096], &data[..]);
+    assert!(dst.as_slice()[..1000].iter().all(|&b| b == 0));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn atomics_return_old_values() {
+    let p = Pair::rc();
+    let mut target =
+        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
+            .unwrap();
+    target.write(8, &100u64.to_ne_bytes()).unwrap();
+    let remote = target.remote(8..16).unwrap();
+
+    let res = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    // compare 100 -> swap 555: succeeds, old value 100.
+    p.a.post_send(SendRequest::compare_and_swap(res, 0, remote, 100, 555).unwrap())
+        .unwrap();
+    let (c, mut back) = one(&p.cq_a, &p.a);
+    assert_eq!((c.status, c.opcode), (Ok(()), Some(WcOpcode::CompSwap)));
+    let res: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(
+        u64::from_ne_bytes(res.as_slice()[..8].try_into().unwrap()),
+        100
+    );
+
+    // compare 100 again -> fails, returns current 555, leaves it.
+    p.a.post_send(SendRequest::compare_and_swap(res, 16, remote, 100, 1).unwrap())
+        .unwrap();
+    let (_, mut back) = one(&p.cq_a, &p.a);
+    let res: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(
+        u64::from_ne_bytes(res.as_slice()[16..24].try_into().unwrap()),
+        555
+    );
+
+    // fetch-and-add 45: returns 555, leaves 600.
+    p.a.post_send(SendRequest::fetch_and_add(res, 24, remote, 45).unwrap())
+        .unwrap();
+    let (c, mut back) = one(&p.cq_a, &p.a);
+    assert_eq!(c.opcode, Some(WcOpcode::FetchAdd));
+    let res: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(
+        u64::from_ne_bytes(res.as_slice()[24..32].try_into().unwrap()),
+        555
+    );
+    let mut now = [0; 8];
+    target.read(8, &mut now).unwrap();
+    assert_eq!(u64::from_ne_bytes(now), 600);
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn inline_multi_sge_and_unsignaled_batch() {
+    let cap = QpCap {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        max_send_sge: 3,
+        max_recv_sge: 2,
+        max_inline_data: 64,
+    };
+    let p = Pair::new(QpType::Rc, cap);
+    assert!(p.a.cap().max_inline_data >= 64 && p.a.cap().max_send_sge >= 3);
+
+    // Inline: no registered memory at all.
+    let rx = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    p.b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    p.a.post_send(SendRequest::inline(WrOp::Send, b"inline bytes").unwrap())
+        .unwrap();
+    let (c, back) = one(&p.cq_a, &p.a);
+    assert_eq!((c.status, back[0].len()), (Ok(()), 0));
+    let (r, mut back) = one(&p.cq_b, &p.b);
+    let rx: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[..r.byte_len as usize], b"inline bytes");
+    // Too long for the inline limit: refused before posting.
+    let big = vec![0u8; p.a.cap().max_inline_data as usize + 1];
+    let e =
+        p.a.post_send(SendRequest::inline(WrOp::Send, &big).unwrap())
+            .unwrap_err();
+    assert!(
+        matches!(e.error, verbs::Error::InvalidWorkRequest { .. }),
+        "{e:?}"
+    );
+
+    // Gather three buffers, scatter into two.
+    let parts = [pattern(100, 1), pattern(200, 2), pattern(300, 3)];
+    let r1 = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let r2 = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    p.b.post_recv(
+        RecvRequest::new(r1, 0..250)
+            .unwrap()
+            .sge(r2, 0..4096)
+            .unwrap(),
+    )
+    .unwrap();
+    let mut req = SendRequest::new(WrOp::Send);
+    for part in &parts {
+        req = req.sge(filled(&p, part), 0..part.len()).unwrap();
+    }
+    p.a.post_send(req).unwrap();
+    let (_, back) = one(&p.cq_a, &p.a);
+    assert_eq!(back[0].len(), 3);
+    let (r, mut back) = one(&p.cq_b, &p.b);
+    assert_eq!(r.byte_len, 600);
+    let r1: MemoryRegion = back[0].take().unwrap();
+    let r2: MemoryRegion = back[0].take().unwrap();
+    let all: Vec<u8> = parts.concat();
+    assert_eq!(&r1.as_slice()[..250], &all[..250]);
+    assert_eq!(&r2.as_slice()[..350], &all[250..]);
+
+    // Ten sends in one chain, only the last signaled: one completion returns all ten.
+    let rxs: Vec<_> = (0..10)
+        .map(|_| {
+            RecvRequest::new(p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap(), ..).unwrap()
+        })
+        .collect();
+    p.b.post_recv_batch(rxs).unwrap();
+    let reqs: Vec<_> = (0..10u8)
+        .map(|i| {
+            SendRequest::send(filled(&p, &[i; 10]), 0..10)
+                .unwrap()
+                .signaled(i == 9)
+        })
+        .collect();
+    let ids = p.a.post_send_batch(reqs).unwrap();
+    let (c, back) = one(&p.cq_a, &p.a);
+    assert_eq!(c.wr_id, ids[9]);
+    assert_eq!(back.iter().map(|r| r.wr_id).collect::<Vec<_>>(), ids);
+    crate::support::drain(&p.cq_b, 10, |wc| {
+        let mut back = p.b.reclaim(wc);
+        let mr: MemoryRegion = back[0].take().unwrap();
+        assert_eq!(mr.as_slice()[..10], [mr.as_slice()[0]; 10]);
+    });
+    crate::support::assert_quiet(&p.cq_a);
+    assert_eq!(p.a.in_flight(), (0, 0));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn borrowed_posting_with_raw_registration() {
+    let p = Pair::rc();
+    let mut src = vec![0u8; 4096].into_boxed_slice();
+    src[..6].copy_from_slice(b"borrow");
+    let mut dst = vec![0u8; 4096].into_boxed_slice();
+    // SAFETY: both boxes outlive the registrations and the requests, which complete below
+    // before the boxes are touched again.
+    let (smr, dmr) = unsafe {
+        (
+            p.pd.reg_mr_raw(src.as_mut_ptr(), src.len(), AccessFlags::LOCAL_WRITE)
+                .unwrap(),
+            p.pd.reg_mr_raw(dst.as_mut_ptr(), dst.len(), AccessFlags::LOCAL_WRITE)
+                .unwrap(),
+        )
+    };
+    let rsge: [LocalSlice; 1] = [dmr.local(..).unwrap()];
+    let ssge: [LocalSlice; 1] = [smr.local(0..6).unwrap()];
+    // SAFETY: as above.
+    unsafe {
+        p.b.post_recv_unchecked(&[RecvWr {
+            wr_id: 7,
+            sges: &rsge,
+        }])
+        .unwrap();
+        p.a.post_send_unchecked(&[SendWr {
+            wr_id: 8,
+            op: WrOp::Send,
+            sges: &ssge,
+            flags: SendFlags::SIGNALED,
+            ud: None,
+        }])
+        .unwrap();
+    }
+    let (c, back) = one(&p.cq_a, &p.a);
+    assert_eq!((c.wr_id, c.status, back.len()), (8, Ok(()), 0));
+    let (r, _) = one(&p.cq_b, &p.b);
+    assert_eq!((r.wr_id, r.byte_len), (7, 6));
+    drop((smr, dmr));
+    assert_eq!(&dst[..6], b"borrow");
+    // Ids with the reserved bit are refused.
+    // SAFETY: nothing is posted (refused before the call).
+    let e = unsafe {
+        p.b.post_recv_unchecked(&[RecvWr {
+            wr_id: verbs::OWNED_WR_ID,
+            sges: &[],
+        }])
+    };
+    assert!(matches!(e, Err(verbs::Error::InvalidWorkRequest { .. })));
+}

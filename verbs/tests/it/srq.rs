@@ -1,0 +1,63 @@
+//! A shared receive queue feeding two QPs.
+use std::collections::BTreeSet;
+
+use verbs::{AccessFlags, MemoryRegion, QpInitAttr, QpType, RecvRequest, SendRequest, WcOpcode};
+
+use crate::support::{connect, drain, one, open};
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn srq_shared_by_two_qps() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let scq = ctx.create_cq(64, None).unwrap();
+    let rcq = ctx.create_cq(64, None).unwrap();
+    let srq = pd.create_srq(32, 1).unwrap();
+    let s1 = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq))
+        .unwrap();
+    let s2 = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq))
+        .unwrap();
+    let r1 = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq).srq(&srq))
+        .unwrap();
+    let r2 = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq).srq(&srq))
+        .unwrap();
+    connect(&ctx, &s1, &r1);
+    connect(&ctx, &s2, &r2);
+    // A QP on an SRQ takes no receives of its own.
+    let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    assert!(r1.post_recv(RecvRequest::new(mr, ..).unwrap()).is_err());
+
+    let ids: BTreeSet<u64> = (0..4)
+        .map(|_| {
+            let mr = pd.reg_mr(256, AccessFlags::LOCAL_WRITE).unwrap();
+            srq.post_recv(RecvRequest::new(mr, ..).unwrap()).unwrap()
+        })
+        .collect();
+    for (i, qp) in [&s1, &s2, &s1, &s2].into_iter().enumerate() {
+        let mut mr = pd.reg_mr(256, AccessFlags::LOCAL_WRITE).unwrap();
+        mr.as_mut_slice()[..4].copy_from_slice(&[i as u8; 4]);
+        qp.post_send(SendRequest::send(mr, 0..4).unwrap()).unwrap();
+        let (c, _) = one(&scq, qp);
+        assert_eq!(c.status, Ok(()));
+    }
+    let mut by_qp = Vec::new();
+    let mut got_ids = BTreeSet::new();
+    let mut payloads = BTreeSet::new();
+    drain(&rcq, 4, |wc| {
+        assert_eq!(wc.opcode(), Some(WcOpcode::Recv));
+        by_qp.push(wc.qp_num());
+        got_ids.insert(wc.wr_id());
+        let mut back = srq.reclaim(wc);
+        let mr: MemoryRegion = back[0].take().unwrap();
+        payloads.insert(mr.as_slice()[0]);
+    });
+    assert_eq!(got_ids, ids);
+    assert_eq!(payloads, (0..4).collect());
+    assert_eq!(by_qp.iter().filter(|&&q| q == r1.qp_num()).count(), 2);
+    assert_eq!(by_qp.iter().filter(|&&q| q == r2.qp_num()).count(), 2);
+    assert_eq!(srq.in_flight(), 0);
+}

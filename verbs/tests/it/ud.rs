@@ -1,0 +1,64 @@
+//! UD send/receive through an address handle with a GRH.
+use verbs::{
+    AccessFlags, AhAttr, MemoryRegion, QpEndpoint, QpInitAttr, QpType, RecvRequest, SendRequest,
+    WcFlags,
+};
+
+use crate::support::{gid, one, open, PORT};
+
+const QKEY: u32 = 0x1111_2222;
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn ud_send_recv_through_an_address_handle() {
+    let ctx = open();
+    let (sgid, my_gid) = gid(&ctx);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq_a = ctx.create_cq(16, None).unwrap();
+    let cq_b = ctx.create_cq(16, None).unwrap();
+    let a = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq_a, &cq_a))
+        .unwrap();
+    let b = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq_b, &cq_b))
+        .unwrap();
+    let any = QpEndpoint {
+        qp_num: 0,
+        psn: 0,
+        lid: 0,
+        gid: my_gid,
+    };
+    for qp in [&a, &b] {
+        qp.to_init_ud(PORT, QKEY).unwrap();
+        qp.to_rtr(&any, PORT, Some(sgid), verbs::Mtu::Mtu1024)
+            .unwrap();
+        qp.to_rts(0x42).unwrap();
+    }
+    // The receive buffer starts with room for the 40-byte GRH.
+    let rx = pd.reg_mr(40 + 512, AccessFlags::LOCAL_WRITE).unwrap();
+    b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+
+    let ah = pd.create_ah(&AhAttr::roce(PORT, my_gid, sgid)).unwrap();
+    let mut tx = pd.reg_mr(512, AccessFlags::LOCAL_WRITE).unwrap();
+    tx.as_mut_slice()[..11].copy_from_slice(b"hello, ud!!");
+    // A UD send needs a destination.
+    let e = a.post_send(
+        SendRequest::send(pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap(), ..).unwrap(),
+    );
+    assert!(e.is_err());
+    a.post_send(
+        SendRequest::send(tx, 0..11)
+            .unwrap()
+            .ud(&ah, b.qp_num(), QKEY),
+    )
+    .unwrap();
+    let (c, _) = one(&cq_a, &a);
+    assert_eq!(c.status, Ok(()));
+    let (r, mut back) = one(&cq_b, &b);
+    assert_eq!(r.status, Ok(()));
+    assert_eq!(r.byte_len, 40 + 11);
+    assert_eq!(r.src_qp, a.qp_num());
+    assert!(r.flags.contains(WcFlags::GRH));
+    let rx: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[40..51], b"hello, ud!!");
+}
