@@ -1,0 +1,41 @@
+//! Connecting and moving data: in-process loopback on this host's device, and between hosts.
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cm::{Connector, Listener};
+
+use crate::support::*;
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn loopback_connect_send_recv_and_disconnect() {
+    let listener = Listener::bind(SocketAddr::new(local_ip(), 0), options()).unwrap();
+    let addr = listener.local_addr().expect("bound address");
+    assert_ne!(addr.port(), 0);
+    let server = std::thread::spawn(move || {
+        let req = listener.get_request(TIMEOUT).unwrap();
+        assert!(req.private_data().starts_with(b"from client"));
+        post_recv(req.qp(), req.pd(), 64);
+        let conn = req.accept(b"from server", TIMEOUT).unwrap();
+        let wc = wait_one(&conn);
+        wc.status.unwrap();
+        let mr = wc.mr.unwrap();
+        assert_eq!(&mr.as_slice()[..wc.byte_len as usize], b"ping");
+        conn.wait_disconnect(TIMEOUT).unwrap();
+    });
+    let started = Instant::now();
+    let conn = Connector::new(addr)
+        .src(local_ip())
+        .private_data(b"from client")
+        .unwrap()
+        .timeout(TIMEOUT)
+        .connect()
+        .unwrap();
+    eprintln!("loopback connect took {:?}", started.elapsed());
+    assert!(conn.private_data().starts_with(b"from server"));
+    assert!(conn.private_data()[11..].iter().all(|&b| b == 0));
+    send(&conn, b"ping");
+    wait_one(&conn).status.unwrap();
+    conn.disconnect(Duration::from_secs(5)).unwrap();
+    server.join().unwrap();
+}
