@@ -164,6 +164,8 @@ impl Connection {
     /// Polls the CQ until every owned request posted on the QP has completed (successfully or
     /// flushed) and its buffers are reclaimed and dropped, or `timeout` passes. Use after the QP
     /// has gone to Err (disconnect); completions of other QPs sharing the CQ are discarded.
+    /// A request whose completion was polled elsewhere without [`Qp::reclaim`] counts as
+    /// outstanding until then, so reclaim every completion you poll.
     pub fn drain(&self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let mut buf = CompletionBuf::new(16);

@@ -39,3 +39,26 @@ fn loopback_connect_send_recv_and_disconnect() {
     conn.disconnect(Duration::from_secs(5)).unwrap();
     server.join().unwrap();
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn two_hosts_private_data_send_recv_write_read() {
+    let port = port(1);
+    let peer = spawn_peer_server(port, &["--count", "1"]);
+    let started = Instant::now();
+    let conn = connect_retry(SocketAddr::new(peer_ip(), port), b"two hosts", TIMEOUT);
+    eprintln!("connected to the peer in {:?}", started.elapsed());
+    // The peer echoes our private data after its region.
+    assert_eq!(&conn.private_data()[16..25], b"two hosts");
+    assert_eq!(conn.peer_addr().map(|a| a.ip()), Some(peer_ip()));
+    write_then_read(&conn, 7);
+    echo(&conn, b"over the wire");
+    echo(&conn, &[0xab; 200]);
+    conn.disconnect(TIMEOUT).unwrap();
+    let out = finish_peer(peer);
+    assert!(
+        out.contains("accepted") && out.contains("disconnected"),
+        "{out}"
+    );
+    assert!(out.contains("served 1"), "{out}");
+}

@@ -121,3 +121,84 @@ pub fn send(conn: &Connection, data: &[u8]) {
 pub fn options() -> ConnOptions {
     ConnOptions::new()
 }
+
+/// Waits for the next receive completion (send completions on the way are checked and
+/// dropped) and returns the received bytes.
+pub fn wait_recv(conn: &Connection) -> Result<Vec<u8>, String> {
+    let mut buf = CompletionBuf::new(4);
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no receive within {TIMEOUT:?}"));
+        }
+        let polled = conn
+            .cq()
+            .wait_and_poll(&mut buf, Some(left))
+            .map_err(|e| e.to_string())?;
+        let mut got = None;
+        for wc in polled.iter() {
+            let info = WorkCompletionInfo::take(conn, wc);
+            info.status.map_err(|e| e.to_string())?;
+            if wc.opcode() == Some(verbs::WcOpcode::Recv) {
+                let mr = info.mr.expect("receive buffer");
+                got = Some(mr.as_slice()[..info.byte_len as usize].to_vec());
+            }
+        }
+        if let Some(g) = got {
+            return Ok(g);
+        }
+    }
+}
+
+/// Has the peer server echo `msg` and checks the echo.
+pub fn echo(conn: &Connection, msg: &[u8]) {
+    post_recv(conn.qp(), conn.pd(), 256);
+    send(conn, msg);
+    assert_eq!(wait_recv(conn).unwrap(), msg);
+}
+
+/// The peer server's region, advertised in the first 16 bytes of its accept private data.
+pub fn peer_region(conn: &Connection) -> verbs::RemoteSlice {
+    let b: [u8; 16] = conn.private_data()[..16].try_into().unwrap();
+    verbs::RemoteSlice::from_bytes(b)
+}
+
+/// RDMA WRITEs a pattern into the peer server's region and READs it back.
+pub fn write_then_read(conn: &Connection, seed: u8) {
+    let remote = peer_region(conn);
+    assert_eq!(remote.len, 4096);
+    let mut src = conn.pd().reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
+        *b = seed.wrapping_add(i as u8);
+    }
+    let expected = src.as_slice().to_vec();
+    conn.qp()
+        .post_send(
+            SendRequest::rdma_write(src, .., remote)
+                .unwrap()
+                .signaled(true),
+        )
+        .unwrap();
+    let wc = wait_one(conn);
+    wc.status.unwrap();
+    let dst = conn.pd().reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    conn.qp()
+        .post_send(
+            SendRequest::rdma_read(dst, .., remote)
+                .unwrap()
+                .signaled(true),
+        )
+        .unwrap();
+    let wc = wait_one(conn);
+    wc.status.unwrap();
+    let dst = wc.mr.expect("read buffer");
+    assert_eq!(dst.as_slice(), &expected[..]);
+}
+
+/// stdout of a finished peer program, after checking it succeeded.
+pub fn finish_peer(peer: ChildGuard) -> String {
+    let out = peer.wait_output(Duration::from_secs(30));
+    testkit::assert_success("cm-test-peer", &out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
