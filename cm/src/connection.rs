@@ -102,16 +102,22 @@ impl Connection {
 
     /// Waits up to `timeout` for the connection's next CM event and returns its kind
     /// (`Disconnected` when the peer went away). `Ok(None)`: nothing happened.
+    ///
+    /// When the peer disconnects, this side's QP is moved to Err at once (outstanding work
+    /// completes with flush errors) and the disconnect is answered, so the peer's
+    /// `rdma_disconnect` completes without waiting for CM timeouts.
     pub fn poll_event(&self, timeout: Duration) -> Result<Option<EventKind>> {
         let Some(ev) = self.id.get_event(timeout)? else {
             return Ok(None);
         };
         let kind = ev.kind().ok();
+        drop(ev);
         if matches!(
             kind,
             Some(EventKind::Disconnected | EventKind::DeviceRemoval)
         ) {
             self.disconnected.store(true, Ordering::Release);
+            self.shut_down()?;
         }
         Ok(kind)
     }
