@@ -62,3 +62,25 @@ fn two_hosts_private_data_send_recv_write_read() {
     );
     assert!(out.contains("served 1"), "{out}");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn ids_bind_in_both_port_spaces_and_share_the_device_context() {
+    for ps in [cm::PortSpace::Tcp, cm::PortSpace::Udp] {
+        let id = cm::CmId::with_own_channel(ps).unwrap();
+        assert!(matches!(id.context(), Err(cm::Error::NoDevice)));
+        id.bind_addr(SocketAddr::new(local_ip(), 0)).unwrap();
+        let local = id.local_addr().unwrap();
+        assert_eq!(local.ip(), local_ip());
+        assert_ne!(local.port(), 0);
+        assert_eq!(id.port_num(), 1);
+        let ctx = id.context().unwrap();
+        assert!(ctx.is_borrowed());
+        assert_eq!(ctx.name(), testkit::device().name);
+        // Verbs objects on the shared context outlive the id handle safely.
+        let pd = ctx.alloc_pd().unwrap();
+        drop(id);
+        let mr = pd.reg_mr(64, verbs::AccessFlags::LOCAL_WRITE).unwrap();
+        drop((mr, pd, ctx));
+    }
+}
