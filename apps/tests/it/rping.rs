@@ -100,3 +100,50 @@ fn multi_packet_pings_with_rdma_core_in_both_roles() {
     pair(OURS, THEIRS, 7_304, 10, 3000);
     pair(THEIRS, OURS, 7_305, 10, 3000);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn our_persistent_server_serves_concurrent_clients_of_both_kinds() {
+    let peer = testkit::peer();
+    let peer_addr = peer.device.addr.to_string();
+    let port = "7306";
+    let mut s = peer.command(OURS);
+    s.args(["-s", "-P", "-a", &peer_addr, "-p", port]);
+    let mut server = ChildGuard::spawn(s).expect("start server");
+    let client = |prog: &str| {
+        let mut c = Command::new(prog);
+        c.args(["-c", "-a", &peer_addr, "-p", port, "-v", "-V", "-C", "20"]);
+        c.args(["-I", &testkit::device().addr.to_string()]);
+        c
+    };
+    // Wait until it serves one client, then run several at once.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let out = ChildGuard::spawn(client(OURS))
+            .unwrap()
+            .wait_output(TIMEOUT);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server never served: {}",
+            all(&out)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let clients: Vec<_> = [OURS, THEIRS, OURS, THEIRS]
+        .iter()
+        .map(|p| (p.to_string(), ChildGuard::spawn(client(p)).unwrap()))
+        .collect();
+    for (prog, c) in clients {
+        let out = c.wait_output(TIMEOUT);
+        assert_success(&format!("{prog} -c"), &out);
+        assert!(
+            stdout(&out).contains("ping data: rdma-ping-19: "),
+            "{}",
+            all(&out)
+        );
+    }
+    server.kill();
+}
