@@ -1,1 +1,103 @@
-//! cm
+//! RDMA connection management over librdmacm: event channels with typed, self-acknowledging
+//! events, CM ids, and blocking listeners and connectors in which every wait has a timeout.
+//!
+//! # Quick start
+//!
+//! A server that accepts one connection and receives one message:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cm::{ConnOptions, Listener};
+//! use verbs::{AccessFlags, CompletionBuf, RecvRequest};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let listener = Listener::bind("192.168.77.1:7471".parse()?, ConnOptions::new())?;
+//! let req = listener.get_request(Duration::from_secs(30))?;
+//! let buf = req.pd().reg_mr(64, AccessFlags::LOCAL_WRITE)?;
+//! req.qp().post_recv(RecvRequest::new(buf, ..)?)?;
+//! let conn = req.accept(b"welcome", Duration::from_secs(5))?;
+//! let mut wcs = CompletionBuf::new(4);
+//! let done = conn.cq().wait_and_poll(&mut wcs, Some(Duration::from_secs(5)))?;
+//! println!("got {} bytes from {:?}", done[0].byte_len(), conn.private_data());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A client that connects with private data and sends one message:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cm::Connector;
+//! use verbs::{AccessFlags, CompletionBuf, SendRequest};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let conn = Connector::new("192.168.77.1:7471".parse()?)
+//!     .src("192.168.77.1".parse()?)
+//!     .private_data(b"hello")?
+//!     .timeout(Duration::from_secs(5))
+//!     .connect()?;
+//! let mut msg = conn.pd().reg_mr(64, AccessFlags::LOCAL_WRITE)?;
+//! msg.as_mut_slice()[..2].copy_from_slice(b"hi");
+//! conn.qp().post_send(SendRequest::send(msg, 0..2)?)?;
+//! let mut wcs = CompletionBuf::new(4);
+//! conn.cq().wait_and_poll(&mut wcs, Some(Duration::from_secs(5)))?[0].status()?;
+//! println!("server said {:?}", conn.private_data());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Layers
+//!
+//! - [`EventChannel`] and [`CmEvent`]: the raw event stream, with a timeout on every wait.
+//! - [`CmId`]: the librdmacm calls (bind, resolve, listen, connect, accept, reject,
+//!   disconnect) and the device [`context`](CmId::context) it shares with verbs.
+//! - [`Listener`], [`Connector`], [`Connection`]: the blocking helpers most programs use.
+//!
+//! QPs are verbs [`Qp`](verbs::Qp)s created on a verbs PD and CQ; this crate moves them
+//! through their states with the attributes the CM computes (`rdma_init_qp_attr`), so the
+//! verbs layer owns them entirely.
+//!
+//! # Private data
+//!
+//! Limits depend on the message (see [`max_private_data`]): on InfiniBand and RoCE a connect
+//! request carries 56 bytes, an accept 196, a reject 148. Longer data is
+//! [`Error::PrivateDataTooLong`]. The receiver sees the transport's full field, zero-padded
+//! after the sender's bytes; frame your data if its length matters.
+//!
+//! # Thread safety
+//!
+//! All handles are `Send + Sync`. Events go to the channel of the id they concern; the
+//! listener moves each new connection to a channel of its own (`rdma_migrate_id`), so several
+//! threads can accept and run connections from one listener without their events mixing.
+//! Event channels are non-blocking, so threads racing for one event never block past their
+//! timeouts.
+//!
+//! # Resource cleanup
+//!
+//! Every CM event is acknowledged exactly once, when the [`CmEvent`] is dropped, and holds
+//! the ids it names, so an id is never destroyed (which waits for its events to be
+//! acknowledged) while one of its events is alive. A verbs context obtained from an id keeps
+//! that id alive, because librdmacm closes a device context when its last id is destroyed. A
+//! [`Connection`] dropped while connected disconnects, moves its QP to the error state, waits
+//! (bounded) for the flushed work to complete, and only then destroys QP, CQ, PD and id.
+#![warn(missing_docs)]
+
+mod addr;
+mod connection;
+mod connector;
+mod error;
+mod event;
+mod id;
+mod listener;
+mod options;
+mod param;
+mod qp_attr;
+
+pub use connection::{Connection, DRAIN_TIMEOUT};
+pub use connector::{connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT};
+pub use error::{Error, Result};
+pub use event::{CmEvent, EventChannel, EventKind, PeerParam};
+pub use id::{CmId, PortSpace};
+pub use listener::{ConnectRequest, Listener, DEFAULT_BACKLOG};
+pub use options::ConnOptions;
+pub use param::{max_private_data, ConnParam, PrivateDataOp};

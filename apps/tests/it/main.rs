@@ -1,4 +1,6 @@
 //! Interop of `rc-pingpong` with rdma-core's `ibv_rc_pingpong`, in both roles (device tier).
+mod rping;
+
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 

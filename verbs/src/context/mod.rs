@@ -1,5 +1,6 @@
 //! Opening a device: [`Context`], device and port queries, the GID table.
 mod attr;
+mod borrowed;
 mod event;
 mod gid;
 
@@ -28,6 +29,9 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) raw: NonNull<sys::ibv_context>,
     name: String,
+    /// Set for a context another library owns (see [`Context::from_borrowed_raw`]): it is not
+    /// closed here, and this keeps its owner alive until the last verbs object is gone.
+    owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread; the verbs are thread-safe and the
@@ -38,6 +42,9 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        if self.owner.is_some() {
+            return;
+        }
         // SAFETY: opened by ibv_open_device; every child holds an Arc of this inner, so none is
         // alive any more.
         unsafe { sys::ibv_close_device(self.raw.as_ptr()) };
@@ -79,7 +86,11 @@ impl Context {
             device: name.clone(),
             source,
         })?;
-        let inner = Arc::new(ContextInner { raw, name });
+        let inner = Arc::new(ContextInner {
+            raw,
+            name,
+            owner: None,
+        });
         // Async events are read with a timeout: the fd must not block.
         // SAFETY: async_fd is a plain field of an open context.
         let fd = unsafe { (*raw.as_ptr()).async_fd };

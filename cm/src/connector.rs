@@ -1,0 +1,206 @@
+//! [`Connector`]: the active side: resolve address and route, create the QP, connect, all
+//! within one total timeout.
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use verbs::{Cq, Pd, Qp};
+
+use crate::param::{check_private_data, PrivateDataOp};
+use crate::{CmId, ConnOptions, Connection, Error, EventKind, PortSpace, Result};
+
+/// Total time a connection attempt may take by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds an RC connection to `dst`.
+#[derive(Debug, Clone)]
+pub struct Connector {
+    dst: SocketAddr,
+    src: Option<SocketAddr>,
+    opts: ConnOptions,
+    timeout: Duration,
+}
+
+impl Connector {
+    /// A connector to `dst` with default options and [`DEFAULT_CONNECT_TIMEOUT`].
+    pub fn new(dst: SocketAddr) -> Self {
+        Connector {
+            dst,
+            src: None,
+            opts: ConnOptions::default(),
+            timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+    /// Connect from this local IP (binds the id to its device: do this on hosts with several
+    /// RDMA devices).
+    pub fn src(mut self, ip: IpAddr) -> Self {
+        self.src = Some(SocketAddr::new(ip, 0));
+        self
+    }
+    /// Resource options and connection parameters.
+    pub fn options(mut self, opts: ConnOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+    /// Private data for the connect request: at most 56 bytes, else
+    /// [`Error::PrivateDataTooLong`].
+    pub fn private_data(mut self, data: &[u8]) -> Result<Self> {
+        check_private_data(PortSpace::Tcp, PrivateDataOp::Connect, data)?;
+        self.opts = self.opts.private_data(data)?;
+        Ok(self)
+    }
+    /// Total time for resolution and connection.
+    pub fn timeout(mut self, total: Duration) -> Self {
+        self.timeout = total;
+        self
+    }
+
+    /// Resolves the address and route and creates the PD, CQ and QP (Init), leaving time to
+    /// post receives before [`PendingConnection::connect`].
+    pub fn resolve(&self) -> Result<PendingConnection> {
+        let total = self.timeout;
+        let deadline = Instant::now() + total;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let id = CmId::with_own_channel(PortSpace::Tcp)?;
+
+        id.resolve_addr(self.src, self.dst, left())?;
+        let ev = id.wait_event(left(), "address resolution")?;
+        match ev.kind() {
+            Ok(EventKind::AddrResolved) => {}
+            Ok(EventKind::AddrError) => {
+                return Err(Error::ResolveAddr {
+                    dst: self.dst,
+                    source: status_error(ev.status()),
+                })
+            }
+            _ => return Err(unexpected(&ev, "address resolution")),
+        }
+        drop(ev);
+
+        id.resolve_route(left())?;
+        let ev = id.wait_event(left(), "route resolution")?;
+        match ev.kind() {
+            Ok(EventKind::RouteResolved) => {}
+            Ok(EventKind::RouteError) => {
+                return Err(Error::ResolveRoute(status_error(ev.status())))
+            }
+            _ => return Err(unexpected(&ev, "route resolution")),
+        }
+        drop(ev);
+
+        let (pd, cq, qp) = self.opts.resources(&id)?;
+        Ok(PendingConnection {
+            qp,
+            cq,
+            pd,
+            id,
+            opts: self.opts.clone(),
+            deadline,
+            total,
+        })
+    }
+
+    /// Resolves, creates the resources and connects: the established connection, or a typed
+    /// error (rejected, unreachable, timed out) within the total timeout.
+    pub fn connect(&self) -> Result<Connection> {
+        self.resolve()?.connect()
+    }
+}
+
+/// Connects to `dst` with `private_data`, default options, within `timeout`.
+pub fn connect(dst: SocketAddr, private_data: &[u8], timeout: Duration) -> Result<Connection> {
+    Connector::new(dst)
+        .private_data(private_data)?
+        .timeout(timeout)
+        .connect()
+}
+
+/// A resolved connection attempt whose QP exists (Init) but which has not sent its connect
+/// request yet.
+#[derive(Debug)]
+pub struct PendingConnection {
+    qp: Qp,
+    cq: Cq,
+    pd: Pd,
+    id: CmId,
+    opts: ConnOptions,
+    deadline: Instant,
+    total: Duration,
+}
+
+impl PendingConnection {
+    /// The QP (Init): post receives here before connecting.
+    pub fn qp(&self) -> &Qp {
+        &self.qp
+    }
+    /// The PD, to register memory.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+    /// The CQ.
+    pub fn cq(&self) -> &Cq {
+        &self.cq
+    }
+    /// The CM id.
+    pub fn id(&self) -> &CmId {
+        &self.id
+    }
+
+    /// Sends the connect request and waits (within what is left of the total timeout) for
+    /// the peer's answer.
+    #[doc(alias = "rdma_connect")]
+    pub fn connect(self) -> Result<Connection> {
+        let left = || self.deadline.saturating_duration_since(Instant::now());
+        self.id.connect(&self.opts.param, &self.qp)?;
+        let (private_data, peer_param) = loop {
+            let ev = self.id.get_event(left())?.ok_or(Error::Timeout {
+                op: "connect",
+                after: self.total,
+            })?;
+            match ev.kind() {
+                // The QP is ours (not librdmacm's): make it ready, then complete the handshake.
+                Ok(EventKind::ConnectResponse) => {
+                    self.id.ready_qp(&self.qp)?;
+                    self.id.establish()?;
+                    break (ev.private_data().to_vec(), ev.param());
+                }
+                Ok(EventKind::Established) => break (ev.private_data().to_vec(), ev.param()),
+                Ok(EventKind::Rejected) => {
+                    return Err(Error::Rejected {
+                        status: ev.status(),
+                        private_data: ev.private_data().to_vec(),
+                    })
+                }
+                Ok(k @ (EventKind::Unreachable | EventKind::ConnectError)) => {
+                    return Err(Error::Unreachable {
+                        event: k,
+                        status: ev.status(),
+                    })
+                }
+                Ok(EventKind::Disconnected | EventKind::DeviceRemoval) => {
+                    return Err(Error::Disconnected)
+                }
+                _ => continue,
+            }
+        };
+        let PendingConnection { qp, cq, pd, id, .. } = self;
+        Ok(Connection::new(id, pd, cq, qp, private_data, peer_param))
+    }
+}
+
+/// An event status (a negative errno) as an error.
+fn status_error(status: i32) -> std::io::Error {
+    std::io::Error::from_raw_os_error(status.checked_neg().filter(|e| *e > 0).unwrap_or(libc::EIO))
+}
+
+fn unexpected(ev: &crate::CmEvent, expected: &'static str) -> Error {
+    match ev.kind() {
+        Ok(event) => Error::UnexpectedEvent {
+            event,
+            status: ev.status(),
+            expected,
+        },
+        Err(code) => Error::GetEvent(std::io::Error::other(format!(
+            "unknown CM event type {code} while waiting for {expected}"
+        ))),
+    }
+}

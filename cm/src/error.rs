@@ -1,0 +1,140 @@
+//! The crate's error type: one variant per operation, each naming the librdmacm call.
+use std::io;
+use std::time::Duration;
+
+/// Result of this crate's operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Connection-management errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `rdma_create_event_channel` failed (often: no RDMA CM in the kernel, `rdma_ucm` not
+    /// loaded).
+    #[error("rdma_create_event_channel failed")]
+    CreateChannel(#[source] io::Error),
+    /// `rdma_get_cm_event` (or the poll before it) failed.
+    #[error("rdma_get_cm_event failed")]
+    GetEvent(#[source] io::Error),
+    /// `rdma_create_id` failed.
+    #[error("rdma_create_id ({port_space:?}) failed")]
+    CreateId {
+        /// The port space asked for.
+        port_space: crate::PortSpace,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// `rdma_bind_addr` failed.
+    #[error("rdma_bind_addr to {addr} failed")]
+    Bind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// `rdma_resolve_addr` failed to start, or finished with `RDMA_CM_EVENT_ADDR_ERROR`.
+    #[error("address resolution of {dst} failed")]
+    ResolveAddr {
+        /// The destination.
+        dst: std::net::SocketAddr,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// `rdma_resolve_route` failed to start, or finished with `RDMA_CM_EVENT_ROUTE_ERROR`.
+    #[error("route resolution failed")]
+    ResolveRoute(#[source] io::Error),
+    /// `rdma_listen` failed.
+    #[error("rdma_listen failed")]
+    Listen(#[source] io::Error),
+    /// `rdma_connect` failed.
+    #[error("rdma_connect failed")]
+    Connect(#[source] io::Error),
+    /// `rdma_accept` failed.
+    #[error("rdma_accept failed")]
+    Accept(#[source] io::Error),
+    /// `rdma_reject` failed.
+    #[error("rdma_reject failed")]
+    Reject(#[source] io::Error),
+    /// `rdma_establish` failed.
+    #[error("rdma_establish failed")]
+    Establish(#[source] io::Error),
+    /// `rdma_disconnect` failed.
+    #[error("rdma_disconnect failed")]
+    Disconnect(#[source] io::Error),
+    /// `rdma_migrate_id` failed.
+    #[error("rdma_migrate_id failed")]
+    Migrate(#[source] io::Error),
+    /// `rdma_init_qp_attr` failed.
+    #[error("rdma_init_qp_attr ({state:?}) failed")]
+    InitQpAttr {
+        /// The target QP state.
+        state: verbs::QpState,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The id has no device yet (bind to an RDMA address or resolve one first).
+    #[error("the CM id is not bound to an RDMA device yet")]
+    NoDevice,
+    /// A wait ran out of time.
+    #[error("{op} timed out after {after:?}")]
+    Timeout {
+        /// What was being waited for.
+        op: &'static str,
+        /// The time allowed.
+        after: Duration,
+    },
+    /// The peer rejected the connection (`RDMA_CM_EVENT_REJECTED`); also what a connection to a
+    /// port without a listener gives. `status` is the transport's reject reason (IB CM: 28 is
+    /// "consumer reject", 8 "invalid service id", i.e. no listener).
+    #[error("connection rejected (status {status})")]
+    Rejected {
+        /// Reject reason.
+        status: i32,
+        /// The peer's private data (padded by the transport; empty when it sent none).
+        private_data: Vec<u8>,
+    },
+    /// The peer could not be reached (`RDMA_CM_EVENT_UNREACHABLE` or
+    /// `RDMA_CM_EVENT_CONNECT_ERROR`).
+    #[error("peer unreachable ({event:?}, status {status})")]
+    Unreachable {
+        /// The event that said so.
+        event: crate::EventKind,
+        /// Its status.
+        status: i32,
+    },
+    /// Private data longer than the transport carries for this message.
+    #[error("private data of {len} bytes exceeds the limit of {max} bytes")]
+    PrivateDataTooLong {
+        /// Bytes given.
+        len: usize,
+        /// Bytes allowed.
+        max: usize,
+    },
+    /// The connection was disconnected (by the peer, or the device went away).
+    #[error("connection disconnected")]
+    Disconnected,
+    /// An event arrived that makes no sense at this point of the protocol.
+    #[error("unexpected CM event {event:?} (status {status}) while waiting for {expected}")]
+    UnexpectedEvent {
+        /// What arrived.
+        event: crate::EventKind,
+        /// Its status.
+        status: i32,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// A verbs call (PD, CQ, QP, MR, posting) failed.
+    #[error(transparent)]
+    Verbs(#[from] verbs::Error),
+}
+
+impl Error {
+    /// Whether this error is a timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
+    }
+}

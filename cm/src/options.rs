@@ -1,0 +1,97 @@
+//! [`ConnOptions`]: the verbs resources (PD, CQ, QP) each connection gets, and its parameters.
+use verbs::{AccessFlags, Cq, Pd, Qp, QpCap, QpInitAttr, QpType};
+
+use crate::{CmId, ConnParam, Result};
+
+/// How [`Listener`](crate::Listener) and [`Connector`](crate::Connector) set up a connection:
+/// the connection parameters sent to the peer and the verbs resources created for it.
+///
+/// By default every connection gets its own PD and CQ (with a completion channel, so waits
+/// sleep instead of spinning) on the device context of its CM id, an RC QP with
+/// [`QpCap::default`] queue sizes, and lets the peer RDMA READ and WRITE its memory.
+#[derive(Debug, Clone)]
+pub struct ConnOptions {
+    pub(crate) param: ConnParam,
+    pub(crate) cap: QpCap,
+    pub(crate) cq_entries: u32,
+    pub(crate) cq_channel: bool,
+    pub(crate) access: AccessFlags,
+    pub(crate) pd: Option<Pd>,
+}
+
+impl Default for ConnOptions {
+    fn default() -> Self {
+        ConnOptions {
+            param: ConnParam::default(),
+            cap: QpCap::default(),
+            cq_entries: 64,
+            cq_channel: true,
+            access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+            pd: None,
+        }
+    }
+}
+
+impl ConnOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Connection parameters (and private data) sent to the peer.
+    pub fn param(mut self, param: ConnParam) -> Self {
+        self.param = param;
+        self
+    }
+    /// Private data sent to the peer (see [`ConnParam::private_data`]).
+    pub fn private_data(mut self, data: &[u8]) -> Result<Self> {
+        self.param = self.param.private_data(data)?;
+        Ok(self)
+    }
+    /// QP queue sizes.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+    /// CQ size (send and receive completions share one CQ).
+    pub fn cq_entries(mut self, n: u32) -> Self {
+        self.cq_entries = n;
+        self
+    }
+    /// Whether the CQ gets a completion channel (for sleeping waits).
+    pub fn cq_channel(mut self, yes: bool) -> Self {
+        self.cq_channel = yes;
+        self
+    }
+    /// What the peer may do to this side's memory.
+    pub fn access(mut self, access: AccessFlags) -> Self {
+        self.access = access;
+        self
+    }
+    /// Create every connection's QP and CQ on this PD (shared memory registrations) instead
+    /// of a PD per connection. It must belong to the device the connections use.
+    pub fn pd(mut self, pd: Pd) -> Self {
+        self.pd = Some(pd);
+        self
+    }
+
+    /// PD, CQ and a QP in the Init state for `id`.
+    pub(crate) fn resources(&self, id: &CmId) -> Result<(Pd, Cq, Qp)> {
+        let pd = match &self.pd {
+            Some(pd) => pd.clone(),
+            None => id.context()?.alloc_pd()?,
+        };
+        let ctx = pd.context();
+        let channel = if self.cq_channel {
+            Some(ctx.create_comp_channel()?)
+        } else {
+            None
+        };
+        let cq = ctx.create_cq(self.cq_entries, channel)?;
+        let qp = id.create_qp(
+            &pd,
+            &QpInitAttr::new(QpType::Rc, &cq, &cq).cap(self.cap),
+            self.access,
+        )?;
+        Ok((pd, cq, qp))
+    }
+}

@@ -1,0 +1,86 @@
+//! Connecting and moving data: in-process loopback on this host's device, and between hosts.
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cm::{Connector, Listener};
+
+use crate::support::*;
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn loopback_connect_send_recv_and_disconnect() {
+    let listener = Listener::bind(SocketAddr::new(local_ip(), 0), options()).unwrap();
+    let addr = listener.local_addr().expect("bound address");
+    assert_ne!(addr.port(), 0);
+    let server = std::thread::spawn(move || {
+        let req = listener.get_request(TIMEOUT).unwrap();
+        assert!(req.private_data().starts_with(b"from client"));
+        post_recv(req.qp(), req.pd(), 64);
+        let conn = req.accept(b"from server", TIMEOUT).unwrap();
+        let wc = wait_one(&conn);
+        wc.status.unwrap();
+        let mr = wc.mr.unwrap();
+        assert_eq!(&mr.as_slice()[..wc.byte_len as usize], b"ping");
+        conn.wait_disconnect(TIMEOUT).unwrap();
+    });
+    let started = Instant::now();
+    let conn = Connector::new(addr)
+        .src(local_ip())
+        .private_data(b"from client")
+        .unwrap()
+        .timeout(TIMEOUT)
+        .connect()
+        .unwrap();
+    eprintln!("loopback connect took {:?}", started.elapsed());
+    assert!(conn.private_data().starts_with(b"from server"));
+    assert!(conn.private_data()[11..].iter().all(|&b| b == 0));
+    send(&conn, b"ping");
+    wait_one(&conn).status.unwrap();
+    conn.disconnect(Duration::from_secs(5)).unwrap();
+    server.join().unwrap();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn two_hosts_private_data_send_recv_write_read() {
+    let port = port(1);
+    let peer = spawn_peer_server(port, &["--count", "1"]);
+    let started = Instant::now();
+    let conn = connect_retry(SocketAddr::new(peer_ip(), port), b"two hosts", TIMEOUT);
+    eprintln!("connected to the peer in {:?}", started.elapsed());
+    // The peer echoes our private data after its region.
+    assert_eq!(&conn.private_data()[16..25], b"two hosts");
+    assert_eq!(conn.peer_addr().map(|a| a.ip()), Some(peer_ip()));
+    write_then_read(&conn, 7);
+    echo(&conn, b"over the wire");
+    echo(&conn, &[0xab; 200]);
+    conn.disconnect(TIMEOUT).unwrap();
+    let out = finish_peer(peer);
+    assert!(
+        out.contains("accepted") && out.contains("disconnected"),
+        "{out}"
+    );
+    assert!(out.contains("served 1"), "{out}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn ids_bind_in_both_port_spaces_and_share_the_device_context() {
+    for ps in [cm::PortSpace::Tcp, cm::PortSpace::Udp] {
+        let id = cm::CmId::with_own_channel(ps).unwrap();
+        assert!(matches!(id.context(), Err(cm::Error::NoDevice)));
+        id.bind_addr(SocketAddr::new(local_ip(), 0)).unwrap();
+        let local = id.local_addr().unwrap();
+        assert_eq!(local.ip(), local_ip());
+        assert_ne!(local.port(), 0);
+        assert_eq!(id.port_num(), 1);
+        let ctx = id.context().unwrap();
+        assert!(ctx.is_borrowed());
+        assert_eq!(ctx.name(), testkit::device().name);
+        // Verbs objects on the shared context outlive the id handle safely.
+        let pd = ctx.alloc_pd().unwrap();
+        drop(id);
+        let mr = pd.reg_mr(64, verbs::AccessFlags::LOCAL_WRITE).unwrap();
+        drop((mr, pd, ctx));
+    }
+}
