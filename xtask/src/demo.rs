@@ -1,13 +1,40 @@
 //! `cargo xtask demo`: brings up a device (two hosts in the qemu guest) and runs the reference
-//! programs between them, printing what each reports.
+//! programs between them (rdma-core's, ours, and each of ours against rdma-core's), printing
+//! what each reports.
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::util::Result;
+use std::path::PathBuf;
+
+use crate::util::{self, Error, Result};
 use crate::{apt, guest};
 
+/// Our reference programs, built for release.
+struct AppPaths {
+    rc_pingpong: PathBuf,
+    rping: PathBuf,
+}
+
+fn build_apps() -> Result<AppPaths> {
+    let mut cmd = util::cargo();
+    cmd.args(["build", "--release", "-p", "apps", "--bins"]);
+    let built = util::built_executables(cmd, "cargo build --release -p apps --bins", |_| true)?;
+    let find = |name: &str| {
+        built
+            .iter()
+            .find(|e| e.exe.file_name().is_some_and(|f| f == name))
+            .map(|e| e.exe.clone())
+            .ok_or_else(|| Error::new(format!("the apps build made no `{name}` program")))
+    };
+    Ok(AppPaths {
+        rc_pingpong: find("rc-pingpong")?,
+        rping: find("rping")?,
+    })
+}
+
 /// One program run between the two hosts: a server on the peer, a client here. Both are sh
-/// command lines with the `RDMA_TEST_*` environment of the guest.
+/// command lines with the `RDMA_TEST_*` environment of the guest; `$RC_PINGPONG` and `$RPING`
+/// name our reference programs (release builds).
 struct App {
     name: &'static str,
     server: &'static str,
@@ -16,25 +43,70 @@ struct App {
     show: &'static str,
 }
 
-/// The programs the demo runs, in order. The reference apps join this list as they land.
+const RC_PINGPONG_SERVER_C: &str =
+    "ibv_rc_pingpong -d $RDMA_TEST_PEER_DEVICE -g $RDMA_TEST_PEER_GID_INDEX";
+const RC_PINGPONG_CLIENT_C: &str =
+    "ibv_rc_pingpong -d $RDMA_TEST_DEVICE -g $RDMA_TEST_GID_INDEX $RDMA_TEST_PEER_ADDR";
+const RC_PINGPONG_SERVER_RS: &str =
+    "$RC_PINGPONG -d $RDMA_TEST_PEER_DEVICE -g $RDMA_TEST_PEER_GID_INDEX";
+const RC_PINGPONG_CLIENT_RS: &str =
+    "$RC_PINGPONG -d $RDMA_TEST_DEVICE -g $RDMA_TEST_GID_INDEX $RDMA_TEST_PEER_ADDR";
+const PINGPONG_SHOW: &str = "bytes in|iters in";
+const RPING_SERVER_C: &str = "rping -s -a $RDMA_TEST_PEER_ADDR -C 10 -v";
+const RPING_CLIENT_C: &str = "rping -c -I $RDMA_TEST_ADDR -a $RDMA_TEST_PEER_ADDR -C 10 -v";
+const RPING_SERVER_RS: &str = "$RPING -s -a $RDMA_TEST_PEER_ADDR -C 10 -v";
+const RPING_CLIENT_RS: &str = "$RPING -c -I $RDMA_TEST_ADDR -a $RDMA_TEST_PEER_ADDR -C 10 -v";
+const RPING_SHOW: &str = "ping data: rdma-ping-(0|9):";
+
+/// The programs the demo runs, in order: rdma-core's as the baseline, ours, then each of ours
+/// against rdma-core's counterpart.
 const APPS: &[App] = &[
     App {
-        name: "ibv_rc_pingpong (rdma-core, RC send/recv, 1000 x 4 KiB)",
-        server: "ibv_rc_pingpong -d $RDMA_TEST_PEER_DEVICE -g $RDMA_TEST_PEER_GID_INDEX",
-        client: "ibv_rc_pingpong -d $RDMA_TEST_DEVICE -g $RDMA_TEST_GID_INDEX $RDMA_TEST_PEER_ADDR",
-        show: "bytes in|iters in",
+        name: "ibv_rc_pingpong <-> ibv_rc_pingpong (rdma-core; RC send/recv, 1000 x 4 KiB)",
+        server: RC_PINGPONG_SERVER_C,
+        client: RC_PINGPONG_CLIENT_C,
+        show: PINGPONG_SHOW,
     },
     App {
-        name: "rping (rdma-core, rdma_cm + RDMA read/write, 10 pings)",
-        server: "rping -s -a $RDMA_TEST_PEER_ADDR -C 10 -v",
-        client: "rping -c -I $RDMA_TEST_ADDR -a $RDMA_TEST_PEER_ADDR -C 10 -v",
-        show: "ping data: rdma-ping-(0|9):",
+        name: "rc-pingpong <-> rc-pingpong (ours)",
+        server: RC_PINGPONG_SERVER_RS,
+        client: RC_PINGPONG_CLIENT_RS,
+        show: PINGPONG_SHOW,
+    },
+    App {
+        name: "rc-pingpong server (ours) <-> ibv_rc_pingpong client (rdma-core)",
+        server: RC_PINGPONG_SERVER_RS,
+        client: RC_PINGPONG_CLIENT_C,
+        show: PINGPONG_SHOW,
+    },
+    App {
+        name: "rping <-> rping (rdma-core; rdma_cm + RDMA read/write, 10 pings)",
+        server: RPING_SERVER_C,
+        client: RPING_CLIENT_C,
+        show: RPING_SHOW,
+    },
+    App {
+        name: "rping <-> rping (ours)",
+        server: RPING_SERVER_RS,
+        client: RPING_CLIENT_RS,
+        show: RPING_SHOW,
+    },
+    App {
+        name: "rping server (ours) <-> rping client (rdma-core)",
+        server: RPING_SERVER_RS,
+        client: RPING_CLIENT_C,
+        show: RPING_SHOW,
     },
 ];
 
 pub fn main(_args: &[String]) -> Result<ExitCode> {
     apt::ensure(apt::BASE)?;
-    let mut script = String::from("fail=0\nT='timeout 60'\n");
+    let apps = build_apps()?;
+    let mut script = format!(
+        "fail=0\nT='timeout 60'\nRC_PINGPONG={}\nRPING={}\n",
+        util::shell_quote(&apps.rc_pingpong.to_string_lossy()),
+        util::shell_quote(&apps.rping.to_string_lossy()),
+    );
     for app in APPS {
         script.push_str(&format!(
             r#"echo "== {name}"
