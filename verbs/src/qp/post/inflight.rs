@@ -30,14 +30,19 @@ impl InFlight {
             return Vec::new();
         }
         if in_order {
-            let rest = self.map.split_off(&(id + 1));
-            let done = std::mem::replace(&mut self.map, rest);
-            done.into_iter()
-                .map(|(wr_id, e)| Reclaimed {
+            // Everything up to `id` is done; usually that is one entry at the front.
+            let mut done = Vec::with_capacity(1);
+            while let Some(entry) = self.map.first_entry() {
+                if *entry.key() > id {
+                    break;
+                }
+                let (wr_id, e) = entry.remove_entry();
+                done.push(Reclaimed {
                     wr_id,
                     bufs: e.bufs,
-                })
-                .collect()
+                });
+            }
+            done
         } else {
             let e = self.map.remove(&id).expect("checked");
             vec![Reclaimed {
