@@ -12,7 +12,7 @@ use std::sync::Arc;
 use verbs_sys as sys;
 
 pub use attr::{AtomicCap, DeviceAttr, LinkLayer, Mtu, PortAttr, PortState};
-pub use event::{AsyncEvent, AsyncEventKind, AsyncEvents, EventElement};
+pub use event::{AsyncEvent, AsyncEventKind, AsyncEventReceiver, AsyncEvents, EventElement};
 pub use gid::{select_roce_v2, Gid, GidEntry, GidType};
 
 use crate::device::DeviceList;

@@ -322,3 +322,55 @@ fn borrowed_posting_with_raw_registration() {
     };
     assert!(matches!(e, Err(verbs::Error::InvalidWorkRequest { .. })));
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn uc_send_and_rdma_write_but_no_read() {
+    let p = Pair::new(QpType::Uc, QpCap::default());
+    let target =
+        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    let data = pattern(2000, 5);
+    p.a.post_send(
+        SendRequest::rdma_write(filled(&p, &data), 0..2000, target.remote(..).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let (c, _) = one(&p.cq_a, &p.a);
+    assert_eq!((c.status, c.opcode), (Ok(()), Some(WcOpcode::RdmaWrite)));
+    // UC has no acks: the send completion does not prove arrival, so poll the target.
+    let deadline = std::time::Instant::now() + crate::support::TIMEOUT;
+    let mut out = vec![0; 2000];
+    loop {
+        target.read(0, &mut out).unwrap();
+        if out == data {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "UC write never landed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    let rx = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    p.b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    p.a.post_send(
+        SendRequest::new(WrOp::SendWithImm(77))
+            .sge(filled(&p, b"uc!"), 0..3)
+            .unwrap(),
+    )
+    .unwrap();
+    one(&p.cq_a, &p.a);
+    let (r, mut back) = one(&p.cq_b, &p.b);
+    assert_eq!((r.byte_len, r.imm), (3, Some(77)));
+    let rx: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[..3], b"uc!");
+
+    // RDMA READ does not exist on UC: refused before posting, buffer handed back.
+    let dst = p.pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let e =
+        p.a.post_send(SendRequest::rdma_read(dst, 0..8, target.remote(0..8).unwrap()).unwrap())
+            .unwrap_err();
+    assert!(matches!(e.error, verbs::Error::InvalidWorkRequest { .. }));
+    assert_eq!(e.unposted.into_buffers().len(), 1);
+}
