@@ -117,8 +117,9 @@ pub use mr::{
 pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
 pub use qp::{
-    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpEndpoint, QpInitAttr, QpState,
-    QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
+    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint,
+    QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr,
+    UdDest, WrOp,
 };
 pub use srq::Srq;
 pub use verbs_sys as sys;

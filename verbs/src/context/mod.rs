@@ -28,6 +28,8 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) raw: NonNull<sys::ibv_context>,
     name: String,
+    /// False for a context someone else opened and closes (e.g. librdmacm's).
+    close_on_drop: bool,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread; the verbs are thread-safe and the
@@ -38,9 +40,11 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        // SAFETY: opened by ibv_open_device; every child holds an Arc of this inner, so none is
-        // alive any more.
-        unsafe { sys::ibv_close_device(self.raw.as_ptr()) };
+        if self.close_on_drop {
+            // SAFETY: opened by ibv_open_device; every child holds an Arc of this inner, so
+            // none is alive any more.
+            unsafe { sys::ibv_close_device(self.raw.as_ptr()) };
+        }
     }
 }
 
@@ -58,7 +62,7 @@ impl Context {
     pub fn open(name: &str) -> Result<Self> {
         let list = DeviceList::get()?;
         let dev = list.find(name)?;
-        Self::open_dev(dev, name.to_owned())
+        Self::open_dev(dev, name)
     }
 
     /// Opens the first device of the list.
@@ -69,17 +73,39 @@ impl Context {
             name: "(any)".into(),
             found: String::new(),
         })?;
-        Self::open_dev(dev, DeviceList::name_of(dev))
+        Self::open_dev(dev, &DeviceList::name_of(dev))
     }
 
-    fn open_dev(dev: NonNull<sys::ibv_device>, name: String) -> Result<Self> {
+    fn open_dev(dev: NonNull<sys::ibv_device>, name: &str) -> Result<Self> {
         // SAFETY: `dev` comes from a device list that is still alive.
         let raw = unsafe { sys::ibv_open_device(dev.as_ptr()) };
         let raw = sys::errno::check_ptr(raw).map_err(|source| Error::OpenDevice {
-            device: name.clone(),
+            device: name.to_owned(),
             source,
         })?;
-        let inner = Arc::new(ContextInner { raw, name });
+        // SAFETY: `raw` was just opened and is closed only by this handle.
+        unsafe { Self::from_raw(raw, true) }
+    }
+
+    /// Wraps a context opened elsewhere, e.g. the one librdmacm opened for a CM id
+    /// (`id->verbs`), so verbs objects can be created on it. Its async-event fd is made
+    /// non-blocking.
+    ///
+    /// # Safety
+    /// `raw` must be an open device context. With `close_on_drop`, ownership passes to the
+    /// returned handle, which closes it; without, the caller keeps it open for as long as the
+    /// handle or any object created from it lives.
+    pub unsafe fn from_raw(raw: NonNull<sys::ibv_context>, close_on_drop: bool) -> Result<Self> {
+        // SAFETY: open context per the caller; `device` is set by libibverbs.
+        let dev = unsafe { (*raw.as_ptr()).device };
+        let name = NonNull::new(dev)
+            .map(DeviceList::name_of)
+            .unwrap_or_default();
+        let inner = Arc::new(ContextInner {
+            raw,
+            name,
+            close_on_drop,
+        });
         // Async events are read with a timeout: the fd must not block.
         // SAFETY: async_fd is a plain field of an open context.
         let fd = unsafe { (*raw.as_ptr()).async_fd };

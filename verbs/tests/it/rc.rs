@@ -374,3 +374,52 @@ fn uc_send_and_rdma_write_but_no_read() {
     assert!(matches!(e.error, verbs::Error::InvalidWorkRequest { .. }));
     assert_eq!(e.unposted.into_buffers().len(), 1);
 }
+
+/// A QP created outside this crate (as librdmacm does) and wrapped gets the same posting.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn wrapped_raw_qp_and_context() {
+    use std::ptr::NonNull;
+    use verbs::{sys, Qp, QpInitAttr};
+
+    let p = Pair::rc();
+    let ctx = p.pd.context();
+    // SAFETY: the context stays open (held by `p`) for as long as the borrowed handle lives.
+    let borrowed =
+        unsafe { verbs::Context::from_raw(NonNull::new(ctx.as_raw()).unwrap(), false) }.unwrap();
+    assert_eq!(borrowed.name(), ctx.name());
+    drop(borrowed); // does not close the device
+
+    let init = QpInitAttr::new(QpType::Rc, &p.cq_a, &p.cq_a);
+    let mut raw_init = init.to_raw();
+    // SAFETY: live PD and CQs; complete attribute struct.
+    let raw = unsafe { sys::ibv_create_qp(p.pd.as_raw(), &mut raw_init) };
+    let raw = NonNull::new(raw).expect("ibv_create_qp");
+    let destroyed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = destroyed.clone();
+    let destroy: verbs::QpDestroy = Box::new(move |q: NonNull<sys::ibv_qp>| {
+        // SAFETY: called once, by the last handle.
+        unsafe { sys::ibv_destroy_qp(q.as_ptr()) };
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    // SAFETY: created just above with `init`'s objects in `p.pd`; only the handle destroys it.
+    let qp = unsafe { Qp::from_raw(raw, &p.pd, &init, init.get_cap(), 1, Some(destroy)) };
+    let peer =
+        p.pd.create_qp(&QpInitAttr::new(QpType::Rc, &p.cq_b, &p.cq_b))
+            .unwrap();
+    crate::support::connect(&ctx, &qp, &peer);
+    let rx = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    peer.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    qp.post_send(SendRequest::send(filled(&p, b"wrapped"), 0..7).unwrap())
+        .unwrap();
+    let (c, _) = one(&p.cq_a, &qp);
+    assert_eq!(c.status, Ok(()));
+    let (r, mut back) = one(&p.cq_b, &peer);
+    assert_eq!(r.byte_len, 7);
+    let rx: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[..7], b"wrapped");
+    drop(qp);
+    assert!(destroyed.load(std::sync::atomic::Ordering::SeqCst));
+    // The device is still open and usable.
+    ctx.query_device().unwrap();
+}
