@@ -102,8 +102,8 @@ mod util;
 
 pub use ah::Ah;
 pub use context::{
-    AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, EventElement,
-    Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
+    AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,
+    EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
 };
 pub use cq::{
     Completion, CompletionBuf, CompletionChannel, Cq, Polled, WcError, WcFlags, WcOpcode, WcStatus,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use verbs_sys as sys;
 
-pub use attr::{AtomicCap, DeviceAttr, LinkLayer, Mtu, PortAttr, PortState};
+pub use attr::{AtomicCap, DeviceAttr, DeviceAttrEx, LinkLayer, Mtu, PortAttr, PortState};
 pub use event::{AsyncEvent, AsyncEventKind, AsyncEventReceiver, AsyncEvents, EventElement};
 pub use gid::{select_roce_v2, Gid, GidEntry, GidType};
 
@@ -135,6 +135,20 @@ impl Context {
         sys::errno::check_ret(r).map_err(Error::QueryDevice)?;
         // SAFETY: filled by a successful query (and zeroed before: all-integer struct).
         Ok(DeviceAttr(unsafe { attr.assume_init() }))
+    }
+
+    /// Extended device attributes. Devices without the extended query report the basic
+    /// attributes and zeros elsewhere.
+    #[doc(alias = "ibv_query_device_ex")]
+    pub fn query_device_ex(&self) -> Result<DeviceAttrEx> {
+        let mut attr = MaybeUninit::<sys::ibv_device_attr_ex>::zeroed();
+        // SAFETY: open context; valid out-pointer (zeroed: the fallback path fills only the
+        // basic part); a null input asks for the default query.
+        let r =
+            unsafe { sys::ibv_query_device_ex(self.as_raw(), std::ptr::null(), attr.as_mut_ptr()) };
+        sys::errno::check_ret(r).map_err(Error::QueryDevice)?;
+        // SAFETY: zeroed then (partly) filled; all-integer struct.
+        Ok(DeviceAttrEx(unsafe { attr.assume_init() }))
     }
 
     /// Attributes of `port` (numbered from 1). A port the device lacks gives
