@@ -7,7 +7,7 @@ use crate::context::Gid;
 use crate::cq::Cq;
 use crate::srq::Srq;
 
-/// Queue sizes of a QP (`struct ibv_qp_cap`). After creation, [`Qp::cap`] gives the sizes the
+/// Queue sizes of a QP (`struct ibv_qp_cap`). After creation, [`Qp::cap`](crate::Qp::cap) gives the sizes the
 /// device actually granted (at least those asked for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCap {
@@ -35,7 +35,7 @@ impl Default for QpCap {
     }
 }
 
-/// What [`Pd::create_qp`] creates (`struct ibv_qp_init_attr`).
+/// What [`Pd::create_qp`](crate::Pd::create_qp) creates (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone)]
 pub struct QpInitAttr<'a> {
     pub(crate) qp_type: QpType,
@@ -108,7 +108,7 @@ impl<'a> QpInitAttr<'a> {
         self.cap
     }
     /// The C struct (for creating the QP elsewhere, e.g. `rdma_create_qp`; then wrap it with
-    /// [`Qp::from_raw`]). Its pointers are valid while the CQs (and SRQ) live.
+    /// [`Qp::from_raw`](crate::Qp::from_raw)). Its pointers are valid while the CQs (and SRQ) live.
     pub fn to_raw(&self) -> sys::ibv_qp_init_attr {
         // SAFETY: all-zero is a valid ibv_qp_init_attr (null pointers, zero sizes).
         let mut raw: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
