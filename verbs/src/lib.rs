@@ -116,6 +116,7 @@ pub use mr::{
 };
 pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
+pub use qp::{states, QpIn};
 pub use qp::{
     AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint,
     QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr,

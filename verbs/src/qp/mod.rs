@@ -4,6 +4,7 @@ mod attr;
 mod init;
 pub mod post;
 mod state;
+mod typed;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -18,6 +19,7 @@ pub use post::{
     PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
 };
 pub use state::{check_transition, transition, QpState, QpType};
+pub use typed::{states, QpIn};
 
 use crate::context::Mtu;
 use crate::cq::CqInner;
