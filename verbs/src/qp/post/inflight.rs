@@ -2,12 +2,13 @@
 use std::collections::BTreeMap;
 
 use super::request::Owner;
+use super::small::Small;
 use super::{Reclaimed, OWNED_WR_ID, RECV_WR_ID};
 use crate::ah::Ah;
 use crate::cq::WorkCompletion;
 
 struct Entry {
-    bufs: Vec<Owner>,
+    bufs: Small<Owner>,
     _ah: Option<Ah>,
 }
 
@@ -21,7 +22,7 @@ impl InFlight {
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
-    pub(crate) fn insert(&mut self, id: u64, bufs: Vec<Owner>, ah: Option<Ah>) {
+    pub(crate) fn insert(&mut self, id: u64, bufs: Small<Owner>, ah: Option<Ah>) {
         self.map.insert(id, Entry { bufs, _ah: ah });
     }
     /// Removes `id` and, for an in-order queue, everything posted before it.

@@ -4,6 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::ops::RangeBounds;
 
+use super::small::Small;
 use super::{SendFlags, WrOp};
 use crate::ah::Ah;
 use crate::mr::{LocalSlice, RegisteredBuf, RegisteredBufMut, RemoteSlice};
@@ -14,8 +15,8 @@ pub(crate) type Owner = Box<dyn Any + Send>;
 /// An owned send request: its memory is moved in and comes back through [`Qp::reclaim`](crate::Qp::reclaim).
 pub struct SendRequest {
     pub(crate) op: WrOp,
-    pub(crate) sges: Vec<LocalSlice>,
-    pub(crate) owners: Vec<Owner>,
+    pub(crate) sges: Small<LocalSlice>,
+    pub(crate) owners: Small<Owner>,
     pub(crate) inline: Option<Box<[u8]>>,
     pub(crate) flags: SendFlags,
     pub(crate) ud: Option<(Ah, u32, u32)>,
@@ -25,7 +26,7 @@ impl fmt::Debug for SendRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SendRequest")
             .field("op", &self.op)
-            .field("sges", &self.sges)
+            .field("sges", &self.sges.as_slice())
             .field("inline", &self.inline.as_ref().map(|d| d.len()))
             .field("flags", &self.flags)
             .finish_non_exhaustive()
@@ -44,8 +45,8 @@ impl SendRequest {
     pub fn new(op: WrOp) -> Self {
         SendRequest {
             op,
-            sges: Vec::new(),
-            owners: Vec::new(),
+            sges: Small::Empty,
+            owners: Small::Empty,
             inline: None,
             flags: SendFlags::SIGNALED,
             ud: None,
@@ -185,14 +186,14 @@ impl SendRequest {
 
 /// An owned receive request.
 pub struct RecvRequest {
-    pub(crate) sges: Vec<LocalSlice>,
-    pub(crate) owners: Vec<Owner>,
+    pub(crate) sges: Small<LocalSlice>,
+    pub(crate) owners: Small<Owner>,
 }
 
 impl fmt::Debug for RecvRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RecvRequest")
-            .field("sges", &self.sges)
+            .field("sges", &self.sges.as_slice())
             .finish_non_exhaustive()
     }
 }
@@ -205,8 +206,8 @@ impl RecvRequest {
     /// A receive with no memory (for zero-length messages or WRITE_WITH_IMM notifications).
     pub fn empty() -> Self {
         RecvRequest {
-            sges: Vec::new(),
-            owners: Vec::new(),
+            sges: Small::Empty,
+            owners: Small::Empty,
         }
     }
     /// Adds the next scatter entry.
@@ -232,7 +233,7 @@ impl RecvRequest {
 pub struct Reclaimed {
     /// The request's id.
     pub wr_id: u64,
-    pub(crate) bufs: Vec<Owner>,
+    pub(crate) bufs: Small<Owner>,
 }
 
 impl fmt::Debug for Reclaimed {
@@ -251,16 +252,16 @@ impl Reclaimed {
     }
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.bufs.is_empty()
+        self.bufs.len() == 0
     }
     /// Takes the first buffer of type `B` (in SGE order).
     pub fn take<B: 'static>(&mut self) -> Option<B> {
-        let i = self.bufs.iter().position(|b| b.is::<B>())?;
+        let i = self.bufs.as_slice().iter().position(|b| b.is::<B>())?;
         self.bufs.remove(i).downcast::<B>().ok().map(|b| *b)
     }
     /// All buffers, type-erased, in SGE order.
     pub fn into_inner(self) -> Vec<Box<dyn Any + Send>> {
-        self.bufs
+        self.bufs.into_vec()
     }
 }
 
