@@ -267,7 +267,8 @@ impl Qp {
     /// its SGEs describe must stay allocated and registered, must not be written by the
     /// program if the NIC reads it (SEND, WRITE), and must not be read or written by the
     /// program if the NIC writes it (READ, atomics). Inline requests are exempt: their data is
-    /// copied during the call.
+    /// copied during the call. The address handle of a UD request must stay alive until its
+    /// completion too.
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         let mut raw = Vec::with_capacity(wrs.len());
