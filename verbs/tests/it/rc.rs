@@ -256,12 +256,17 @@ fn inline_multi_sge_and_unsignaled_batch() {
             SendRequest::send(filled(&p, &[i; 10]), 0..10)
                 .unwrap()
                 .signaled(i == 9)
+                .tag(100 + u64::from(i))
         })
         .collect();
     let ids = p.a.post_send_batch(reqs).unwrap();
     let (c, back) = one(&p.cq_a, &p.a);
     assert_eq!(c.wr_id, ids[9]);
     assert_eq!(back.iter().map(|r| r.wr_id).collect::<Vec<_>>(), ids);
+    assert_eq!(
+        back.iter().map(|r| r.tag).collect::<Vec<_>>(),
+        (100..110).collect::<Vec<u64>>()
+    );
     crate::support::drain(&p.cq_b, 10, |wc| {
         let mut back = p.b.reclaim(wc);
         let mr: MemoryRegion = back[0].take().unwrap();

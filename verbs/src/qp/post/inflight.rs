@@ -9,6 +9,7 @@ use crate::cq::WorkCompletion;
 
 struct Entry {
     bufs: Small<Owner>,
+    tag: u64,
     _ah: Option<Ah>,
 }
 
@@ -22,8 +23,8 @@ impl InFlight {
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
-    pub(crate) fn insert(&mut self, id: u64, bufs: Small<Owner>, ah: Option<Ah>) {
-        self.map.insert(id, Entry { bufs, _ah: ah });
+    pub(crate) fn insert(&mut self, id: u64, tag: u64, bufs: Small<Owner>, ah: Option<Ah>) {
+        self.map.insert(id, Entry { bufs, tag, _ah: ah });
     }
     /// Removes `id` and, for an in-order queue, everything posted before it.
     pub(crate) fn complete(&mut self, id: u64, in_order: bool) -> Vec<Reclaimed> {
@@ -41,6 +42,7 @@ impl InFlight {
                 done.push(Reclaimed {
                     wr_id,
                     bufs: e.bufs,
+                    tag: e.tag,
                 });
             }
             done
@@ -49,6 +51,7 @@ impl InFlight {
             vec![Reclaimed {
                 wr_id: id,
                 bufs: e.bufs,
+                tag: e.tag,
             }]
         }
     }
@@ -58,6 +61,7 @@ impl InFlight {
             .map(|(wr_id, e)| Reclaimed {
                 wr_id,
                 bufs: e.bufs,
+                tag: e.tag,
             })
             .collect()
     }

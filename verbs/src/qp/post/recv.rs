@@ -50,7 +50,7 @@ pub(crate) fn post_recv_one(
     }];
     match post_recv_chain(&mut wr, qpn, queue, depth, post) {
         Ok(()) => {
-            q.insert(id, req.owners, None);
+            q.insert(id, req.tag, req.owners, None);
             Ok(id)
         }
         Err((_, error)) => Err(fail(error, req)),
@@ -109,7 +109,7 @@ pub(crate) fn post_recv_owned(
     let mut reqs = reqs;
     let rest = reqs.split_off(n_ok);
     for (r, id) in reqs.into_iter().zip(&ids) {
-        q.insert(*id, r.owners, None);
+        q.insert(*id, r.tag, r.owners, None);
     }
     match res {
         Ok(()) => Ok(ids),

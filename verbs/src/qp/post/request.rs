@@ -17,6 +17,7 @@ pub struct SendRequest {
     pub(crate) op: WrOp,
     pub(crate) sges: Small<LocalSlice>,
     pub(crate) owners: Small<Owner>,
+    pub(crate) tag: u64,
     pub(crate) inline: Option<Box<[u8]>>,
     pub(crate) flags: SendFlags,
     pub(crate) ud: Option<(Ah, u32, u32)>,
@@ -47,6 +48,7 @@ impl SendRequest {
             op,
             sges: Small::Empty,
             owners: Small::Empty,
+            tag: 0,
             inline: None,
             flags: SendFlags::SIGNALED,
             ud: None,
@@ -164,6 +166,13 @@ impl SendRequest {
         self
     }
 
+    /// A value of yours carried with the request and handed back in [`Reclaimed::tag`]
+    /// (the `wr_id` is assigned by the library).
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
+
     /// UD destination: address handle (kept alive until completion), QP number, Q_Key.
     pub fn ud(mut self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
         self.ud = Some((ah.clone(), remote_qpn, remote_qkey));
@@ -179,6 +188,7 @@ impl SendRequest {
     pub fn into_buffers(self) -> Reclaimed {
         Reclaimed {
             wr_id: 0,
+            tag: self.tag,
             bufs: self.owners,
         }
     }
@@ -188,6 +198,7 @@ impl SendRequest {
 pub struct RecvRequest {
     pub(crate) sges: Small<LocalSlice>,
     pub(crate) owners: Small<Owner>,
+    pub(crate) tag: u64,
 }
 
 impl fmt::Debug for RecvRequest {
@@ -208,6 +219,7 @@ impl RecvRequest {
         RecvRequest {
             sges: Small::Empty,
             owners: Small::Empty,
+            tag: 0,
         }
     }
     /// Adds the next scatter entry.
@@ -220,10 +232,16 @@ impl RecvRequest {
         self.owners.push(Box::new(buf));
         Ok(self)
     }
+    /// A value of yours carried with the request and handed back in [`Reclaimed::tag`].
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
     /// Takes back the buffers of a request that was not posted.
     pub fn into_buffers(self) -> Reclaimed {
         Reclaimed {
             wr_id: 0,
+            tag: self.tag,
             bufs: self.owners,
         }
     }
@@ -233,6 +251,8 @@ impl RecvRequest {
 pub struct Reclaimed {
     /// The request's id.
     pub wr_id: u64,
+    /// The tag given to the request (0 if none).
+    pub tag: u64,
     pub(crate) bufs: Small<Owner>,
 }
 
@@ -240,6 +260,7 @@ impl fmt::Debug for Reclaimed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reclaimed")
             .field("wr_id", &format_args!("{:#x}", self.wr_id))
+            .field("tag", &self.tag)
             .field("bufs", &self.bufs.len())
             .finish()
     }

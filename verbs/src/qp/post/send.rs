@@ -160,7 +160,7 @@ impl Qp {
         let mut wr = [Self::build_wr(&mut req, id, &mut inline_sge)];
         match self.post_chain(&mut wr) {
             Ok(()) => {
-                sq.insert(id, req.owners, req.ud.map(|u| u.0));
+                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
                 Ok(id)
             }
             Err((_, error)) => Err(fail(error, req)),
@@ -209,7 +209,7 @@ impl Qp {
         };
         let rest = reqs.split_off(n_ok);
         for (r, id) in reqs.into_iter().zip(&ids) {
-            sq.insert(*id, r.owners, r.ud.map(|u| u.0));
+            sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0));
         }
         match posted {
             Ok(()) => Ok(ids),
@@ -301,6 +301,8 @@ impl Qp {
 
     /// Posts one owned receive request; returns its `wr_id`.
     #[doc(alias = "ibv_post_recv")]
+    // The error hands the request (with its buffers) back; it is rare, so its size is fine.
+    #[allow(clippy::result_large_err)]
     pub fn post_recv(&self, req: RecvRequest) -> Result<u64, PostError<RecvRequest>> {
         let qpn = self.qp_num();
         if self.inner.has_srq {
