@@ -117,6 +117,18 @@
 //! acknowledged in batches and at the latest before their CQ is destroyed; async events are
 //! acknowledged as soon as they are read. Errors from destroy calls cannot be reported from
 //! `drop` and are ignored.
+//!
+//! # Limitations
+//!
+//! - A completion channel serves one CQ (the CQ takes it by value), so events never need
+//!   routing between CQs.
+//! - Owned requests get library-assigned `wr_id`s (carry your own value with
+//!   `SendRequest::tag`); borrowed (`unsafe`) requests keep yours, without the
+//!   [`OWNED_WR_ID`] bit.
+//! - The tracked QP state follows transitions made through the handle; errors move a QP to
+//!   Err on their own, which [`Qp::query_state`] picks up.
+//! - Not wrapped yet: extended CQs (`ibv_create_cq_ex`), memory windows, XRC, device memory,
+//!   flow steering; use `as_raw()` and [`sys`].
 #![warn(missing_docs)]
 
 pub mod ah;
