@@ -35,6 +35,19 @@ impl Default for QpCap {
     }
 }
 
+impl From<sys::ibv_qp_cap> for QpCap {
+    /// The sizes a creating call wrote back (e.g. `rdma_create_qp`'s `init_attr.cap`).
+    fn from(c: sys::ibv_qp_cap) -> Self {
+        QpCap {
+            max_send_wr: c.max_send_wr,
+            max_recv_wr: c.max_recv_wr,
+            max_send_sge: c.max_send_sge,
+            max_recv_sge: c.max_recv_sge,
+            max_inline_data: c.max_inline_data,
+        }
+    }
+}
+
 /// What [`Pd::create_qp`](crate::Pd::create_qp) creates (`struct ibv_qp_init_attr`).
 #[derive(Debug, Clone)]
 pub struct QpInitAttr<'a> {

@@ -106,13 +106,7 @@ impl Pd {
         })?;
         // ibv_create_qp wrote the granted sizes back into raw_init.cap.
         let c = raw_init.cap;
-        let cap = QpCap {
-            max_send_wr: c.max_send_wr,
-            max_recv_wr: c.max_recv_wr,
-            max_send_sge: c.max_send_sge,
-            max_recv_sge: c.max_recv_sge,
-            max_inline_data: c.max_inline_data,
-        };
+        let cap = QpCap::from(c);
         // SAFETY: just created with exactly these objects; destroyed by ibv_destroy_qp.
         Ok(unsafe { Qp::from_raw(raw, self, init, cap, max_rd_atomic, None) })
     }
