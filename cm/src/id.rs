@@ -347,7 +347,7 @@ impl CmId {
         // SAFETY: librdmacm keeps the context open while an id bound to it exists, and the
         // owner handed over is this id's inner, which is destroyed only after the last verbs
         // object on the returned context.
-        Ok(unsafe { Context::from_borrowed_raw(raw, self.inner.clone()) })
+        Ok(unsafe { Context::from_borrowed_raw(raw, self.inner.clone()) }?)
     }
 
     /// The device port the id is bound to (0 before binding).

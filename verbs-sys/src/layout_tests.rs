@@ -34,6 +34,7 @@ fn layouts_match_verbs_h() {
     check!(ibv_context, 328, 8, device: 0, cmd_fd: 264, async_fd: 268, num_comp_vectors: 272);
     check!(ibv_comp_channel, 16, 8, context: 0, fd: 8, refcnt: 12);
     check!(ibv_cq, 128, 8, context: 0, channel: 8, cq_context: 16, handle: 24, cqe: 28);
+    check!(ibv_device_attr_ex, 400, 8, orig_attr: 0, comp_mask: 232, odp_caps: 240, completion_timestamp_mask: 264, hca_core_clock: 272, device_cap_flags_ex: 280, max_dm_size: 376, phys_port_cnt_ex: 396);
     // Fields inside unions.
     assert_eq!(offset_of!(ibv_wc, imm_data_invalidated_rkey_union), 24);
     assert_eq!(offset_of!(ibv_send_wr, imm_data_invalidated_rkey_union), 36);

@@ -72,6 +72,36 @@
 //! [`RegisteredBufMut`]) for an owned handle that keeps both the bytes and the registration
 //! alive.
 //!
+//! # Map of the API
+//!
+//! - Devices: [`devices`], [`Context::open`], [`Context::query_device`],
+//!   [`Context::query_device_ex`], [`Context::query_port`], [`Context::gid_table`],
+//!   [`Context::roce_v2_gid`] (the RoCE v2 GID of an IP address).
+//! - Async events: [`Context::get_async_event`] (with timeout), [`Context::async_events`]
+//!   (iterator), [`Context::async_event_channel`] (channel fed by a thread).
+//! - Memory: [`Pd::reg_mr`] (owned [`MemoryRegion`]), `unsafe` [`Pd::reg_mr_raw`] ([`RawMr`]),
+//!   descriptors [`LocalSlice`] / [`RemoteSlice`] via `local(range)` / `remote(range)`.
+//! - Completions: [`Context::create_cq`], [`Cq::poll`] into a [`CompletionBuf`],
+//!   [`Cq::poll_timeout`], event mode with [`Context::create_comp_channel`],
+//!   [`Cq::req_notify`], [`Cq::get_event`] and the lossless [`Cq::wait_and_poll`].
+//! - Queue pairs: [`Pd::create_qp`] with [`QpInitAttr`]; [`Qp::modify`] with [`QpAttr`]
+//!   (checked against the transition table), or [`Qp::to_init`] / [`Qp::to_rtr`] /
+//!   [`Qp::to_rts`], or the typestate [`QpIn`]; [`Pd::create_srq`], [`Pd::create_ah`].
+//! - Posting: [`Qp::post_send`] / [`Qp::post_send_batch`] / [`Qp::post_recv`] with
+//!   [`SendRequest`] / [`RecvRequest`], [`Qp::reclaim`]; `unsafe` [`Qp::post_send_unchecked`]
+//!   / [`Qp::post_recv_unchecked`] with [`SendWr`] / [`RecvWr`]. A full queue is
+//!   [`Error::QueueFull`] and hands the request back ([`PostError`]).
+//!
+//! # Building on this crate
+//!
+//! - Registered-memory pools implement [`RegisteredBuf`] / [`RegisteredBufMut`] for their
+//!   buffer handles (see the traits' safety contracts); such buffers post safely.
+//! - Connection managers wrap objects librdmacm creates: [`Context::from_raw`] for its device
+//!   context, [`QpInitAttr::to_raw`] to create a QP with `rdma_create_qp` on this crate's PD
+//!   and CQs, [`Qp::from_raw`] to adopt it (with its own destroy function), then
+//!   [`Qp::query_state`] after the CM moved it to RTS.
+//! - Every handle has `as_raw()` for calls this crate does not wrap; [`sys`] is the FFI.
+//!
 //! # Thread safety
 //!
 //! Every handle ([`Context`], [`Pd`], [`MemoryRegion`], [`Cq`], [`Qp`], [`Srq`], [`Ah`]) is
@@ -87,6 +117,18 @@
 //! acknowledged in batches and at the latest before their CQ is destroyed; async events are
 //! acknowledged as soon as they are read. Errors from destroy calls cannot be reported from
 //! `drop` and are ignored.
+//!
+//! # Limitations
+//!
+//! - A completion channel serves one CQ (the CQ takes it by value), so events never need
+//!   routing between CQs.
+//! - Owned requests get library-assigned `wr_id`s (carry your own value with
+//!   `SendRequest::tag`); borrowed (`unsafe`) requests keep yours, without the
+//!   [`OWNED_WR_ID`] bit.
+//! - The tracked QP state follows transitions made through the handle; errors move a QP to
+//!   Err on their own, which [`Qp::query_state`] picks up.
+//! - Not wrapped yet: extended CQs (`ibv_create_cq_ex`), memory windows, XRC, device memory,
+//!   flow steering; use `as_raw()` and [`sys`].
 #![warn(missing_docs)]
 
 pub mod ah;
@@ -102,8 +144,8 @@ mod util;
 
 pub use ah::Ah;
 pub use context::{
-    AsyncEvent, AsyncEventKind, AtomicCap, Context, DeviceAttr, EventElement, Gid, GidEntry,
-    GidType, LinkLayer, Mtu, PortAttr, PortState,
+    AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,
+    EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
 };
 pub use cq::{
     Completion, CompletionBuf, CompletionChannel, Cq, Polled, WcError, WcFlags, WcOpcode, WcStatus,
@@ -116,9 +158,11 @@ pub use mr::{
 };
 pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
+pub use qp::{states, QpIn};
 pub use qp::{
-    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpEndpoint, QpInitAttr, QpState,
-    QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
+    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint,
+    QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr,
+    UdDest, WrOp,
 };
 pub use srq::Srq;
 pub use verbs_sys as sys;

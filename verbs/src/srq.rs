@@ -104,14 +104,19 @@ impl Srq {
 
     /// Posts one owned receive; returns its `wr_id`.
     #[doc(alias = "ibv_post_srq_recv")]
+    // The error hands the request (with its buffers) back; it is rare, so its size is fine.
+    #[allow(clippy::result_large_err)]
     pub fn post_recv(&self, req: RecvRequest) -> Result<u64, PostError<RecvRequest>> {
-        self.post_recv_batch(vec![req])
-            .map(|ids| ids[0])
-            .map_err(|e| PostError {
-                error: e.error,
-                unposted: e.unposted.into_iter().next().expect("one request"),
-                posted: e.posted,
-            })
+        post::post_recv_one(
+            &self.inner.rq,
+            req,
+            0,
+            "shared receive",
+            self.inner.max_wr,
+            self.inner.max_sge,
+            // SAFETY: live SRQ; well-formed chain built by post_recv_one.
+            |wr, bad| unsafe { sys::ibv_post_srq_recv(self.as_raw(), wr, bad) },
+        )
     }
 
     /// Posts owned receives as one chain.

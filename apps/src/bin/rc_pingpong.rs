@@ -53,11 +53,6 @@ struct Args {
 }
 
 type BoxError = Box<dyn std::error::Error>;
-type Done = (
-    Result<(), verbs::WcError>,
-    Option<WcOpcode>,
-    Vec<verbs::Reclaimed>,
-);
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -275,26 +270,19 @@ fn run(args: &Args) -> Result<(), BoxError> {
             pp.cq.get_event(None)?;
             pp.cq.req_notify(false)?;
         }
-        // Poll (busy, unless in event mode) and take back the buffers of what completed.
-        let done: Vec<Done> = loop {
-            let polled = pp.cq.poll(&mut wcs)?;
-            if polled.is_empty() && !args.events {
-                continue;
-            }
-            break polled
-                .iter()
-                .map(|wc| (wc.status(), wc.opcode(), pp.qp.reclaim(wc)))
-                .collect();
-        };
-        for (status, opcode, back) in done {
-            if let Err(e) = status {
+        // Poll (busy, unless in event mode); the completions borrow only `wcs`, so the
+        // buffers they return can be reposted while iterating.
+        let polled = pp.cq.poll(&mut wcs)?;
+        for wc in &polled {
+            let back = pp.qp.reclaim(wc);
+            if let Err(e) = wc.status() {
                 return Err(format!(
                     "Failed status {:?} ({}) for wr_id {}",
                     e.status, e.code, e.wr_id
                 )
                 .into());
             }
-            let bit = match opcode {
+            let bit = match wc.opcode() {
                 Some(WcOpcode::Send) => {
                     scnt += 1;
                     SEND

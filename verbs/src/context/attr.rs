@@ -221,6 +221,64 @@ impl std::fmt::Debug for DeviceAttr {
     }
 }
 
+/// Extended device attributes (`struct ibv_device_attr_ex`): the basic ones plus capabilities
+/// newer devices report (on-demand paging, completion timestamps, device memory).
+#[derive(Clone, Copy)]
+pub struct DeviceAttrEx(pub(crate) sys::ibv_device_attr_ex);
+
+impl DeviceAttrEx {
+    /// The basic attributes.
+    pub fn orig(&self) -> DeviceAttr {
+        DeviceAttr(self.0.orig_attr)
+    }
+    /// Extended capability flags (`device_cap_flags_ex`).
+    pub fn device_cap_flags_ex(&self) -> u64 {
+        self.0.device_cap_flags_ex
+    }
+    /// On-demand-paging general capabilities (0: no ODP).
+    pub fn odp_general_caps(&self) -> u64 {
+        self.0.odp_caps.general_caps
+    }
+    /// Valid bits of completion timestamps (0: no timestamps).
+    pub fn completion_timestamp_mask(&self) -> u64 {
+        self.0.completion_timestamp_mask
+    }
+    /// Device clock in kHz (for timestamps).
+    pub fn hca_core_clock(&self) -> u64 {
+        self.0.hca_core_clock
+    }
+    /// Largest device-memory allocation, bytes (0: none).
+    pub fn max_dm_size(&self) -> u64 {
+        self.0.max_dm_size
+    }
+    /// Number of ports, beyond the 255 of the basic struct.
+    pub fn phys_port_cnt_ex(&self) -> u32 {
+        self.0.phys_port_cnt_ex
+    }
+    /// The raw struct.
+    pub fn as_raw(&self) -> &sys::ibv_device_attr_ex {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DeviceAttrEx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceAttrEx")
+            .field("orig", &self.orig())
+            .field(
+                "device_cap_flags_ex",
+                &format_args!("{:#x}", self.device_cap_flags_ex()),
+            )
+            .field("odp_general_caps", &self.odp_general_caps())
+            .field(
+                "completion_timestamp_mask",
+                &self.completion_timestamp_mask(),
+            )
+            .field("max_dm_size", &self.max_dm_size())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Port attributes (`struct ibv_port_attr`).
 #[derive(Clone, Copy)]
 pub struct PortAttr(pub(crate) sys::ibv_port_attr);

@@ -2,6 +2,8 @@
 //! SRQs and ports, read with a timeout or as an iterator.
 use std::io;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use verbs_sys as sys;
@@ -177,6 +179,74 @@ fn element_of(
             EventElement::Port(unsafe { el.port_num } as u8)
         }
         Ok(DeviceFatal) | Err(_) => EventElement::Device,
+    }
+}
+
+/// Async events delivered on a channel by a background thread (see
+/// [`Context::async_event_channel`]). Dropping it stops the thread.
+#[derive(Debug)]
+pub struct AsyncEventReceiver {
+    rx: mpsc::Receiver<Result<AsyncEvent>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AsyncEventReceiver {
+    /// The channel: `recv`, `recv_timeout`, `try_recv`, `iter` as usual. A read error of the
+    /// device's event queue arrives as an `Err` item, after which the thread stops.
+    pub fn receiver(&self) -> &mpsc::Receiver<Result<AsyncEvent>> {
+        &self.rx
+    }
+
+    /// Waits up to `timeout` for the next event.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Result<AsyncEvent>> {
+        self.rx.recv_timeout(timeout).ok()
+    }
+}
+
+impl Drop for AsyncEventReceiver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// How often the event thread checks whether its receiver is gone.
+const STOP_CHECK: Duration = Duration::from_millis(50);
+
+impl Context {
+    /// Starts a thread that reads async events and sends them on a channel; the thread keeps
+    /// the context open until the returned receiver is dropped.
+    pub fn async_event_channel(&self) -> std::io::Result<AsyncEventReceiver> {
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = self.clone();
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("{}-async-events", self.name()))
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    match ctx.get_async_event(Some(STOP_CHECK)) {
+                        Ok(None) => {}
+                        Ok(Some(ev)) => {
+                            if tx.send(Ok(ev)).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+            })?;
+        Ok(AsyncEventReceiver {
+            rx,
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 

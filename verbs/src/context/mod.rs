@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use verbs_sys as sys;
 
-pub use attr::{AtomicCap, DeviceAttr, LinkLayer, Mtu, PortAttr, PortState};
-pub use event::{AsyncEvent, AsyncEventKind, AsyncEvents, EventElement};
+pub use attr::{AtomicCap, DeviceAttr, DeviceAttrEx, LinkLayer, Mtu, PortAttr, PortState};
+pub use event::{AsyncEvent, AsyncEventKind, AsyncEventReceiver, AsyncEvents, EventElement};
 pub use gid::{select_roce_v2, Gid, GidEntry, GidType};
 
 use crate::device::DeviceList;
@@ -29,9 +29,8 @@ pub struct Context {
 pub(crate) struct ContextInner {
     pub(crate) raw: NonNull<sys::ibv_context>,
     name: String,
-    /// Set for a context another library owns (see [`Context::from_borrowed_raw`]): it is not
-    /// closed here, and this keeps its owner alive until the last verbs object is gone.
-    owner: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// How the context is released when the last handle goes.
+    release: Release,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread; the verbs are thread-safe and the
@@ -40,14 +39,29 @@ unsafe impl Send for ContextInner {}
 // SAFETY: as above; every call through a shared context is internally synchronised by libibverbs.
 unsafe impl Sync for ContextInner {}
 
+/// What happens to the `ibv_context` when the last verbs handle of it goes.
+pub(crate) enum Release {
+    /// Closed here (`ibv_close_device`).
+    Close,
+    /// Opened and closed by someone else; the optional owner is whatever keeps it open (for
+    /// librdmacm, a CM id on the device), held until the last verbs object is gone.
+    Borrowed {
+        /// Held, never read: its drop is what may let the owner close the context.
+        _keep_alive: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    },
+}
+
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        if self.owner.is_some() {
-            return;
+        match &self.release {
+            // SAFETY: opened by ibv_open_device (or handed over to be closed here); every
+            // child holds an Arc of this inner, so none is alive any more.
+            Release::Close => unsafe {
+                sys::ibv_close_device(self.raw.as_ptr());
+            },
+            // Someone else closes it; dropping the owner handle (after this) may let them.
+            Release::Borrowed { .. } => {}
         }
-        // SAFETY: opened by ibv_open_device; every child holds an Arc of this inner, so none is
-        // alive any more.
-        unsafe { sys::ibv_close_device(self.raw.as_ptr()) };
     }
 }
 
@@ -65,7 +79,7 @@ impl Context {
     pub fn open(name: &str) -> Result<Self> {
         let list = DeviceList::get()?;
         let dev = list.find(name)?;
-        Self::open_dev(dev, name.to_owned())
+        Self::open_dev(dev, name)
     }
 
     /// Opens the first device of the list.
@@ -76,21 +90,48 @@ impl Context {
             name: "(any)".into(),
             found: String::new(),
         })?;
-        Self::open_dev(dev, DeviceList::name_of(dev))
+        Self::open_dev(dev, &DeviceList::name_of(dev))
     }
 
-    fn open_dev(dev: NonNull<sys::ibv_device>, name: String) -> Result<Self> {
+    fn open_dev(dev: NonNull<sys::ibv_device>, name: &str) -> Result<Self> {
         // SAFETY: `dev` comes from a device list that is still alive.
         let raw = unsafe { sys::ibv_open_device(dev.as_ptr()) };
         let raw = sys::errno::check_ptr(raw).map_err(|source| Error::OpenDevice {
-            device: name.clone(),
+            device: name.to_owned(),
             source,
         })?;
-        let inner = Arc::new(ContextInner {
-            raw,
-            name,
-            owner: None,
-        });
+        // SAFETY: `raw` was just opened and is closed only by this handle.
+        unsafe { Self::wrap(raw, Release::Close) }
+    }
+
+    /// Wraps a context opened elsewhere, so verbs objects can be created on it. Its async-event
+    /// fd is made non-blocking. For a context another library owns and may close (librdmacm's
+    /// `id->verbs`), prefer [`Context::from_borrowed_raw`], which keeps that library's handle
+    /// alive.
+    ///
+    /// # Safety
+    /// `raw` must be an open device context. With `close_on_drop`, ownership passes to the
+    /// returned handle, which closes it; without, the caller keeps it open for as long as the
+    /// handle or any object created from it lives.
+    pub unsafe fn from_raw(raw: NonNull<sys::ibv_context>, close_on_drop: bool) -> Result<Self> {
+        let release = if close_on_drop {
+            Release::Close
+        } else {
+            Release::Borrowed { _keep_alive: None }
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe { Self::wrap(raw, release) }
+    }
+
+    /// # Safety
+    /// `raw` is an open device context that `release` describes truthfully.
+    pub(crate) unsafe fn wrap(raw: NonNull<sys::ibv_context>, release: Release) -> Result<Self> {
+        // SAFETY: open context per the caller; `device` is set by libibverbs.
+        let dev = unsafe { (*raw.as_ptr()).device };
+        let name = NonNull::new(dev)
+            .map(DeviceList::name_of)
+            .unwrap_or_default();
+        let inner = Arc::new(ContextInner { raw, name, release });
         // Async events are read with a timeout: the fd must not block.
         // SAFETY: async_fd is a plain field of an open context.
         let fd = unsafe { (*raw.as_ptr()).async_fd };
@@ -120,6 +161,20 @@ impl Context {
         sys::errno::check_ret(r).map_err(Error::QueryDevice)?;
         // SAFETY: filled by a successful query (and zeroed before: all-integer struct).
         Ok(DeviceAttr(unsafe { attr.assume_init() }))
+    }
+
+    /// Extended device attributes. Devices without the extended query report the basic
+    /// attributes and zeros elsewhere.
+    #[doc(alias = "ibv_query_device_ex")]
+    pub fn query_device_ex(&self) -> Result<DeviceAttrEx> {
+        let mut attr = MaybeUninit::<sys::ibv_device_attr_ex>::zeroed();
+        // SAFETY: open context; valid out-pointer (zeroed: the fallback path fills only the
+        // basic part); a null input asks for the default query.
+        let r =
+            unsafe { sys::ibv_query_device_ex(self.as_raw(), std::ptr::null(), attr.as_mut_ptr()) };
+        sys::errno::check_ret(r).map_err(Error::QueryDevice)?;
+        // SAFETY: zeroed then (partly) filled; all-integer struct.
+        Ok(DeviceAttrEx(unsafe { attr.assume_init() }))
     }
 
     /// Attributes of `port` (numbered from 1). A port the device lacks gives

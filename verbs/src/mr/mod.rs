@@ -42,9 +42,11 @@ bitflags! {
 }
 
 impl AccessFlags {
-    /// Rights that let the network write into the region behind the program's back.
-    pub const REMOTELY_WRITABLE: AccessFlags =
-        AccessFlags::REMOTE_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+    /// Rights that let the network write into the region behind the program's back (memory
+    /// windows bound to the region may grant remote writes too).
+    pub const REMOTELY_WRITABLE: AccessFlags = AccessFlags::REMOTE_WRITE
+        .union(AccessFlags::REMOTE_ATOMIC)
+        .union(AccessFlags::MW_BIND);
 }
 
 /// A registration (`struct ibv_mr`), deregistered on drop.

@@ -1,8 +1,10 @@
 //! Queue pairs (RC, UC, UD): creation, state transitions checked against the transition table,
 //! and work-request posting (see [`post`]).
 mod attr;
+mod init;
 pub mod post;
 mod state;
+mod typed;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
@@ -12,125 +14,20 @@ use parking_lot::Mutex;
 use verbs_sys as sys;
 
 pub use attr::{AhAttr, GlobalRoute, QpAttr, QpAttrMask};
+pub use init::{QpCap, QpEndpoint, QpInitAttr};
 pub use post::{
     PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
 };
 pub use state::{check_transition, transition, QpState, QpType};
+pub use typed::{states, QpIn};
 
-use crate::context::{Gid, Mtu};
-use crate::cq::{Cq, CqInner};
+use crate::context::Mtu;
+use crate::cq::CqInner;
 use crate::mr::AccessFlags;
 use crate::pd::{Pd, PdInner};
-use crate::srq::{Srq, SrqInner};
+use crate::srq::SrqInner;
 use crate::{Error, Result};
 use post::InFlight;
-
-/// Queue sizes of a QP (`struct ibv_qp_cap`). After creation, [`Qp::cap`] gives the sizes the
-/// device actually granted (at least those asked for).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpCap {
-    /// Send queue depth.
-    pub max_send_wr: u32,
-    /// Receive queue depth (ignored with an SRQ).
-    pub max_recv_wr: u32,
-    /// SGEs per send request.
-    pub max_send_sge: u32,
-    /// SGEs per receive request.
-    pub max_recv_sge: u32,
-    /// Largest inline send, bytes.
-    pub max_inline_data: u32,
-}
-
-impl Default for QpCap {
-    fn default() -> Self {
-        QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        }
-    }
-}
-
-/// What [`Pd::create_qp`] creates (`struct ibv_qp_init_attr`).
-#[derive(Debug, Clone)]
-pub struct QpInitAttr<'a> {
-    qp_type: QpType,
-    send_cq: &'a Cq,
-    recv_cq: &'a Cq,
-    srq: Option<&'a Srq>,
-    cap: QpCap,
-    sq_sig_all: bool,
-}
-
-impl<'a> QpInitAttr<'a> {
-    /// A QP of `qp_type` completing sends on `send_cq` and receives on `recv_cq` (may be the
-    /// same CQ), with [`QpCap::default`] queue sizes.
-    pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
-        QpInitAttr {
-            qp_type,
-            send_cq,
-            recv_cq,
-            srq: None,
-            cap: QpCap::default(),
-            sq_sig_all: false,
-        }
-    }
-    /// Receives come from this shared receive queue.
-    pub fn srq(mut self, srq: &'a Srq) -> Self {
-        self.srq = Some(srq);
-        self
-    }
-    /// All queue sizes at once.
-    pub fn cap(mut self, cap: QpCap) -> Self {
-        self.cap = cap;
-        self
-    }
-    /// Send queue depth.
-    pub fn max_send_wr(mut self, n: u32) -> Self {
-        self.cap.max_send_wr = n;
-        self
-    }
-    /// Receive queue depth.
-    pub fn max_recv_wr(mut self, n: u32) -> Self {
-        self.cap.max_recv_wr = n;
-        self
-    }
-    /// SGEs per send.
-    pub fn max_send_sge(mut self, n: u32) -> Self {
-        self.cap.max_send_sge = n;
-        self
-    }
-    /// SGEs per receive.
-    pub fn max_recv_sge(mut self, n: u32) -> Self {
-        self.cap.max_recv_sge = n;
-        self
-    }
-    /// Largest inline send.
-    pub fn max_inline_data(mut self, n: u32) -> Self {
-        self.cap.max_inline_data = n;
-        self
-    }
-    /// Signal every send request, whatever its flags.
-    pub fn sq_sig_all(mut self, all: bool) -> Self {
-        self.sq_sig_all = all;
-        self
-    }
-}
-
-/// The identity of one end of a connection, exchanged out of band before RTR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QpEndpoint {
-    /// QP number.
-    pub qp_num: u32,
-    /// First packet sequence number it will send.
-    pub psn: u32,
-    /// LID (InfiniBand; 0 on RoCE).
-    pub lid: u16,
-    /// GID (RoCE; zero on InfiniBand without GRH).
-    pub gid: Gid,
-}
 
 /// A queue pair. Cheap to clone; destroyed when the last handle is gone, after which the
 /// buffers of requests still in flight are dropped.
@@ -139,8 +36,12 @@ pub struct Qp {
     pub(crate) inner: Arc<QpInner>,
 }
 
+/// How a QP is destroyed (`ibv_destroy_qp`, or e.g. `rdma_destroy_qp` for a CM-created QP).
+pub type QpDestroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) + Send + Sync>;
+
 pub(crate) struct QpInner {
     raw: NonNull<sys::ibv_qp>,
+    destroy: Option<QpDestroy>,
     qp_type: QpType,
     qp_num: u32,
     cap: QpCap,
@@ -166,9 +67,14 @@ unsafe impl Sync for QpInner {}
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        // SAFETY: created by ibv_create_qp, destroyed once. After this the NIC no longer
-        // touches the in-flight buffers, which are dropped with the fields.
-        unsafe { sys::ibv_destroy_qp(self.raw.as_ptr()) };
+        match self.destroy.take() {
+            Some(destroy) => destroy(self.raw),
+            // SAFETY: created by ibv_create_qp, destroyed once. After this the NIC no longer
+            // touches the in-flight buffers, which are dropped with the fields.
+            None => unsafe {
+                sys::ibv_destroy_qp(self.raw.as_ptr());
+            },
+        }
     }
 }
 
@@ -191,28 +97,7 @@ impl Pd {
             .query_device()
             .map(|d| d.max_qp_rd_atom().min(d.max_qp_init_rd_atom()).clamp(1, 16) as u8)
             .unwrap_or(1);
-        // SAFETY: all-zero is a valid ibv_qp_init_attr (null pointers, zero sizes).
-        let mut raw_init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        raw_init.send_cq = init.send_cq.as_raw();
-        raw_init.recv_cq = init.recv_cq.as_raw();
-        raw_init.srq = init.srq.map_or(std::ptr::null_mut(), Srq::as_raw);
-        raw_init.qp_type = init.qp_type.into();
-        raw_init.sq_sig_all = i32::from(init.sq_sig_all);
-        raw_init.cap = sys::ibv_qp_cap {
-            max_send_wr: init.cap.max_send_wr,
-            max_recv_wr: if init.srq.is_some() {
-                0
-            } else {
-                init.cap.max_recv_wr
-            },
-            max_send_sge: init.cap.max_send_sge,
-            max_recv_sge: if init.srq.is_some() {
-                0
-            } else {
-                init.cap.max_recv_sge
-            },
-            max_inline_data: init.cap.max_inline_data,
-        };
+        let mut raw_init = init.to_raw();
         // SAFETY: live PD and CQs (and SRQ) of the same context; the struct is fully set.
         let raw = unsafe { sys::ibv_create_qp(self.as_raw(), &mut raw_init) };
         let raw = sys::errno::check_ptr(raw).map_err(|source| Error::CreateQp {
@@ -221,20 +106,40 @@ impl Pd {
         })?;
         // ibv_create_qp wrote the granted sizes back into raw_init.cap.
         let c = raw_init.cap;
-        // SAFETY: live QP; qp_num is a plain field.
+        let cap = QpCap::from(c);
+        // SAFETY: just created with exactly these objects; destroyed by ibv_destroy_qp.
+        Ok(unsafe { Qp::from_raw(raw, self, init, cap, max_rd_atomic, None) })
+    }
+}
+
+impl Qp {
+    /// Wraps a QP created elsewhere, e.g. by `rdma_create_qp` on this crate's PD and CQs, so it
+    /// gets this crate's posting and bookkeeping. The tracked state starts as Reset: after
+    /// the creator moved it (rdma_connect/rdma_accept), call [`query_state`](Self::query_state).
+    /// `max_rd_atomic` is what [`to_rtr`](Self::to_rtr)/[`to_rts`](Self::to_rts) would use.
+    ///
+    /// # Safety
+    /// `raw` must be a live QP of `init`'s type created in `pd` with `init`'s CQs and SRQ and
+    /// (at least) the queue sizes `cap`; ownership passes to the returned handle, which
+    /// destroys it with `destroy` (or `ibv_destroy_qp` when `None`) exactly once, when the last
+    /// handle is dropped. Nobody else may destroy it.
+    pub unsafe fn from_raw(
+        raw: NonNull<sys::ibv_qp>,
+        pd: &Pd,
+        init: &QpInitAttr<'_>,
+        cap: QpCap,
+        max_rd_atomic: u8,
+        destroy: Option<QpDestroy>,
+    ) -> Qp {
+        // SAFETY: live QP per the caller; qp_num is a plain field.
         let qp_num = unsafe { (*raw.as_ptr()).qp_num };
-        Ok(Qp {
+        Qp {
             inner: Arc::new(QpInner {
                 raw,
+                destroy,
                 qp_type: init.qp_type,
                 qp_num,
-                cap: QpCap {
-                    max_send_wr: c.max_send_wr,
-                    max_recv_wr: c.max_recv_wr,
-                    max_send_sge: c.max_send_sge,
-                    max_recv_sge: c.max_recv_sge,
-                    max_inline_data: c.max_inline_data,
-                },
+                cap,
                 sq_sig_all: init.sq_sig_all,
                 has_srq: init.srq.is_some(),
                 max_rd_atomic,
@@ -244,9 +149,9 @@ impl Pd {
                 _srq: init.srq.map(|s| s.inner.clone()),
                 _send_cq: init.send_cq.inner.clone(),
                 _recv_cq: init.recv_cq.inner.clone(),
-                _pd: self.inner.clone(),
+                _pd: pd.inner.clone(),
             }),
-        })
+        }
     }
 }
 

@@ -23,6 +23,9 @@ fn lists_and_opens_the_test_device() {
     assert!(attr.max_qp_wr() >= 16 && attr.max_sge() >= 1 && attr.max_cqe() >= 16);
     // rxe does atomics among its own QPs.
     assert_ne!(attr.atomic_cap(), AtomicCap::None);
+    let ex = ctx.query_device_ex().unwrap();
+    assert_eq!(ex.orig().node_guid(), attr.node_guid());
+    assert_eq!(ex.orig().max_qp_wr(), attr.max_qp_wr());
     let port = ctx.query_port(PORT).unwrap();
     assert_eq!(port.state(), Some(PortState::Active));
     assert_eq!(port.link_layer(), Some(LinkLayer::Ethernet));

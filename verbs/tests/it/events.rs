@@ -100,8 +100,20 @@ fn async_event_for_a_qp_moved_to_error_or_a_cq_overrun() {
         )
         .unwrap();
     }
-    let ev = wait_for(&ctx, |k| k == AsyncEventKind::CqErr);
+    // This time through the channel API.
+    let events = ctx.async_event_channel().unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    let ev = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Some(Ok(ev)) if ev.kind == Ok(AsyncEventKind::CqErr) => break ev,
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => panic!("{e}"),
+            None => panic!("no CQ error event within {TIMEOUT:?}"),
+        }
+    };
     assert_eq!(ev.element, EventElement::Cq(small.as_raw() as usize));
+    drop(events);
 }
 
 fn wait_for(ctx: &verbs::Context, want: impl Fn(AsyncEventKind) -> bool) -> verbs::AsyncEvent {

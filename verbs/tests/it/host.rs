@@ -36,3 +36,25 @@ fn attribute_mask_follows_setters() {
         QpAttrMask::STATE | QpAttrMask::PORT | QpAttrMask::PKEY_INDEX
     );
 }
+
+/// Every handle can move between and be shared by threads (see the crate's thread-safety
+/// section); the error type can cross threads too.
+#[test]
+fn handles_are_send_and_sync() {
+    fn both<T: Send + Sync>() {}
+    both::<verbs::Context>();
+    both::<verbs::Pd>();
+    both::<verbs::MemoryRegion>();
+    both::<verbs::RawMr>();
+    both::<verbs::Cq>();
+    both::<verbs::Qp>();
+    both::<verbs::Srq>();
+    both::<verbs::Ah>();
+    both::<verbs::Error>();
+    both::<verbs::AsyncEvent>();
+    fn send<T: Send>() {}
+    send::<verbs::CompletionChannel>();
+    send::<verbs::SendRequest>();
+    send::<verbs::RecvRequest>();
+    send::<verbs::Reclaimed>();
+}

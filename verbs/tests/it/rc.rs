@@ -256,12 +256,17 @@ fn inline_multi_sge_and_unsignaled_batch() {
             SendRequest::send(filled(&p, &[i; 10]), 0..10)
                 .unwrap()
                 .signaled(i == 9)
+                .tag(100 + u64::from(i))
         })
         .collect();
     let ids = p.a.post_send_batch(reqs).unwrap();
     let (c, back) = one(&p.cq_a, &p.a);
     assert_eq!(c.wr_id, ids[9]);
     assert_eq!(back.iter().map(|r| r.wr_id).collect::<Vec<_>>(), ids);
+    assert_eq!(
+        back.iter().map(|r| r.tag).collect::<Vec<_>>(),
+        (100..110).collect::<Vec<u64>>()
+    );
     crate::support::drain(&p.cq_b, 10, |wc| {
         let mut back = p.b.reclaim(wc);
         let mr: MemoryRegion = back[0].take().unwrap();
@@ -321,4 +326,105 @@ fn borrowed_posting_with_raw_registration() {
         }])
     };
     assert!(matches!(e, Err(verbs::Error::InvalidWorkRequest { .. })));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn uc_send_and_rdma_write_but_no_read() {
+    let p = Pair::new(QpType::Uc, QpCap::default());
+    let target =
+        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+            .unwrap();
+    let data = pattern(2000, 5);
+    p.a.post_send(
+        SendRequest::rdma_write(filled(&p, &data), 0..2000, target.remote(..).unwrap()).unwrap(),
+    )
+    .unwrap();
+    let (c, _) = one(&p.cq_a, &p.a);
+    assert_eq!((c.status, c.opcode), (Ok(()), Some(WcOpcode::RdmaWrite)));
+    // UC has no acks: the send completion does not prove arrival, so poll the target.
+    let deadline = std::time::Instant::now() + crate::support::TIMEOUT;
+    let mut out = vec![0; 2000];
+    loop {
+        target.read(0, &mut out).unwrap();
+        if out == data {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "UC write never landed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    let rx = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    p.b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    p.a.post_send(
+        SendRequest::new(WrOp::SendWithImm(77))
+            .sge(filled(&p, b"uc!"), 0..3)
+            .unwrap(),
+    )
+    .unwrap();
+    one(&p.cq_a, &p.a);
+    let (r, mut back) = one(&p.cq_b, &p.b);
+    assert_eq!((r.byte_len, r.imm), (3, Some(77)));
+    let rx: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[..3], b"uc!");
+
+    // RDMA READ does not exist on UC: refused before posting, buffer handed back.
+    let dst = p.pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let e =
+        p.a.post_send(SendRequest::rdma_read(dst, 0..8, target.remote(0..8).unwrap()).unwrap())
+            .unwrap_err();
+    assert!(matches!(e.error, verbs::Error::InvalidWorkRequest { .. }));
+    assert_eq!(e.unposted.into_buffers().len(), 1);
+}
+
+/// A QP created outside this crate (as librdmacm does) and wrapped gets the same posting.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn wrapped_raw_qp_and_context() {
+    use std::ptr::NonNull;
+    use verbs::{sys, Qp, QpInitAttr};
+
+    let p = Pair::rc();
+    let ctx = p.pd.context();
+    // SAFETY: the context stays open (held by `p`) for as long as the borrowed handle lives.
+    let borrowed =
+        unsafe { verbs::Context::from_raw(NonNull::new(ctx.as_raw()).unwrap(), false) }.unwrap();
+    assert_eq!(borrowed.name(), ctx.name());
+    drop(borrowed); // does not close the device
+
+    let init = QpInitAttr::new(QpType::Rc, &p.cq_a, &p.cq_a);
+    let mut raw_init = init.to_raw();
+    // SAFETY: live PD and CQs; complete attribute struct.
+    let raw = unsafe { sys::ibv_create_qp(p.pd.as_raw(), &mut raw_init) };
+    let raw = NonNull::new(raw).expect("ibv_create_qp");
+    let destroyed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = destroyed.clone();
+    let destroy: verbs::QpDestroy = Box::new(move |q: NonNull<sys::ibv_qp>| {
+        // SAFETY: called once, by the last handle.
+        unsafe { sys::ibv_destroy_qp(q.as_ptr()) };
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    // SAFETY: created just above with `init`'s objects in `p.pd`; only the handle destroys it.
+    let qp = unsafe { Qp::from_raw(raw, &p.pd, &init, init.get_cap(), 1, Some(destroy)) };
+    let peer =
+        p.pd.create_qp(&QpInitAttr::new(QpType::Rc, &p.cq_b, &p.cq_b))
+            .unwrap();
+    crate::support::connect(&ctx, &qp, &peer);
+    let rx = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    peer.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    qp.post_send(SendRequest::send(filled(&p, b"wrapped"), 0..7).unwrap())
+        .unwrap();
+    let (c, _) = one(&p.cq_a, &qp);
+    assert_eq!(c.status, Ok(()));
+    let (r, mut back) = one(&p.cq_b, &peer);
+    assert_eq!(r.byte_len, 7);
+    let rx: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[..7], b"wrapped");
+    drop(qp);
+    assert!(destroyed.load(std::sync::atomic::Ordering::SeqCst));
+    // The device is still open and usable.
+    ctx.query_device().unwrap();
 }

@@ -83,11 +83,18 @@ pub fn connect(ctx: &Context, a: &Qp, b: &Qp) {
         lid: 0,
         gid,
     };
-    for (qp, remote, own) in [(a, &eb, &ea), (b, &ea, &eb)] {
-        qp.to_init(PORT, access).unwrap();
-        qp.to_rtr(remote, PORT, Some(sgid), Mtu::Mtu1024).unwrap();
-        qp.to_rts(own.psn).unwrap();
-    }
+    // One end through the typestate API, the other through the plain calls.
+    verbs::QpIn::new(a.clone())
+        .unwrap()
+        .init(PORT, access)
+        .unwrap()
+        .rtr(&eb, PORT, Some(sgid), Mtu::Mtu1024)
+        .unwrap()
+        .rts(ea.psn)
+        .unwrap();
+    b.to_init(PORT, access).unwrap();
+    b.to_rtr(&ea, PORT, Some(sgid), Mtu::Mtu1024).unwrap();
+    b.to_rts(eb.psn).unwrap();
 }
 
 /// Polls `cq` until `n` completions arrived (panics after [`TIMEOUT`]), passing each to `f`.

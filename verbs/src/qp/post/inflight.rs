@@ -2,12 +2,14 @@
 use std::collections::BTreeMap;
 
 use super::request::Owner;
+use super::small::Small;
 use super::{Reclaimed, OWNED_WR_ID, RECV_WR_ID};
 use crate::ah::Ah;
 use crate::cq::WorkCompletion;
 
 struct Entry {
-    bufs: Vec<Owner>,
+    bufs: Small<Owner>,
+    tag: u64,
     _ah: Option<Ah>,
 }
 
@@ -21,8 +23,8 @@ impl InFlight {
     pub(crate) fn len(&self) -> usize {
         self.map.len()
     }
-    pub(crate) fn insert(&mut self, id: u64, bufs: Vec<Owner>, ah: Option<Ah>) {
-        self.map.insert(id, Entry { bufs, _ah: ah });
+    pub(crate) fn insert(&mut self, id: u64, tag: u64, bufs: Small<Owner>, ah: Option<Ah>) {
+        self.map.insert(id, Entry { bufs, tag, _ah: ah });
     }
     /// Removes `id` and, for an in-order queue, everything posted before it.
     pub(crate) fn complete(&mut self, id: u64, in_order: bool) -> Vec<Reclaimed> {
@@ -30,19 +32,26 @@ impl InFlight {
             return Vec::new();
         }
         if in_order {
-            let rest = self.map.split_off(&(id + 1));
-            let done = std::mem::replace(&mut self.map, rest);
-            done.into_iter()
-                .map(|(wr_id, e)| Reclaimed {
+            // Everything up to `id` is done; usually that is one entry at the front.
+            let mut done = Vec::with_capacity(1);
+            while let Some(entry) = self.map.first_entry() {
+                if *entry.key() > id {
+                    break;
+                }
+                let (wr_id, e) = entry.remove_entry();
+                done.push(Reclaimed {
                     wr_id,
                     bufs: e.bufs,
-                })
-                .collect()
+                    tag: e.tag,
+                });
+            }
+            done
         } else {
             let e = self.map.remove(&id).expect("checked");
             vec![Reclaimed {
                 wr_id: id,
                 bufs: e.bufs,
+                tag: e.tag,
             }]
         }
     }
@@ -52,6 +61,7 @@ impl InFlight {
             .map(|(wr_id, e)| Reclaimed {
                 wr_id,
                 bufs: e.bufs,
+                tag: e.tag,
             })
             .collect()
     }

@@ -15,6 +15,7 @@ mod inflight;
 mod recv;
 mod request;
 mod send;
+mod small;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -26,7 +27,7 @@ use crate::mr::{LocalSlice, RemoteSlice};
 use crate::Error;
 
 pub(crate) use inflight::{owned_kind, InFlight};
-pub(crate) use recv::{post_recv_owned, post_recv_raw};
+pub(crate) use recv::{post_recv_one, post_recv_owned, post_recv_raw};
 pub use request::{PostError, Reclaimed, RecvRequest, SendRequest};
 
 /// `wr_id` bit marking a request posted through the owned (safe) API.

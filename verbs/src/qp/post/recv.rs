@@ -7,6 +7,56 @@ use verbs_sys as sys;
 use super::{invalid, next_id, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID};
 use crate::{Error, Result};
 
+/// One owned receive, without the batch's allocations (the common case).
+#[allow(clippy::result_large_err)] // hands the request back; rare
+pub(crate) fn post_recv_one(
+    table: &Mutex<InFlight>,
+    req: RecvRequest,
+    qpn: u32,
+    queue: &'static str,
+    depth: u32,
+    max_sge: u32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
+) -> Result<u64, PostError<RecvRequest>> {
+    let fail = |error, req| PostError {
+        error,
+        unposted: req,
+        posted: Vec::new(),
+    };
+    if req.sges.len() > max_sge as usize {
+        let e = invalid(
+            qpn,
+            format!("{} SGEs exceed max_recv_sge {max_sge}", req.sges.len()),
+        );
+        return Err(fail(e, req));
+    }
+    let mut q = table.lock();
+    if q.len() >= depth as usize {
+        return Err(fail(
+            Error::QueueFull {
+                qp_num: qpn,
+                queue,
+                depth,
+            },
+            req,
+        ));
+    }
+    let id = next_id(true);
+    let mut wr = [sys::ibv_recv_wr {
+        wr_id: id,
+        next: ptr::null_mut(),
+        sg_list: req.sges.as_slice().as_ptr() as *mut sys::ibv_sge,
+        num_sge: req.sges.len() as i32,
+    }];
+    match post_recv_chain(&mut wr, qpn, queue, depth, post) {
+        Ok(()) => {
+            q.insert(id, req.tag, req.owners, None);
+            Ok(id)
+        }
+        Err((_, error)) => Err(fail(error, req)),
+    }
+}
+
 /// Owned receive posting shared by QPs and SRQs.
 pub(crate) fn post_recv_owned(
     table: &Mutex<InFlight>,
@@ -47,7 +97,7 @@ pub(crate) fn post_recv_owned(
         .map(|(r, id)| sys::ibv_recv_wr {
             wr_id: *id,
             next: ptr::null_mut(),
-            sg_list: r.sges.as_ptr() as *mut sys::ibv_sge,
+            sg_list: r.sges.as_slice().as_ptr() as *mut sys::ibv_sge,
             num_sge: r.sges.len() as i32,
         })
         .collect();
@@ -59,7 +109,7 @@ pub(crate) fn post_recv_owned(
     let mut reqs = reqs;
     let rest = reqs.split_off(n_ok);
     for (r, id) in reqs.into_iter().zip(&ids) {
-        q.insert(*id, r.owners, None);
+        q.insert(*id, r.tag, r.owners, None);
     }
     match res {
         Ok(()) => Ok(ids),

@@ -4,6 +4,7 @@ use std::any::Any;
 use std::fmt;
 use std::ops::RangeBounds;
 
+use super::small::Small;
 use super::{SendFlags, WrOp};
 use crate::ah::Ah;
 use crate::mr::{LocalSlice, RegisteredBuf, RegisteredBufMut, RemoteSlice};
@@ -14,8 +15,9 @@ pub(crate) type Owner = Box<dyn Any + Send>;
 /// An owned send request: its memory is moved in and comes back through [`Qp::reclaim`](crate::Qp::reclaim).
 pub struct SendRequest {
     pub(crate) op: WrOp,
-    pub(crate) sges: Vec<LocalSlice>,
-    pub(crate) owners: Vec<Owner>,
+    pub(crate) sges: Small<LocalSlice>,
+    pub(crate) owners: Small<Owner>,
+    pub(crate) tag: u64,
     pub(crate) inline: Option<Box<[u8]>>,
     pub(crate) flags: SendFlags,
     pub(crate) ud: Option<(Ah, u32, u32)>,
@@ -25,7 +27,7 @@ impl fmt::Debug for SendRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SendRequest")
             .field("op", &self.op)
-            .field("sges", &self.sges)
+            .field("sges", &self.sges.as_slice())
             .field("inline", &self.inline.as_ref().map(|d| d.len()))
             .field("flags", &self.flags)
             .finish_non_exhaustive()
@@ -44,8 +46,9 @@ impl SendRequest {
     pub fn new(op: WrOp) -> Self {
         SendRequest {
             op,
-            sges: Vec::new(),
-            owners: Vec::new(),
+            sges: Small::Empty,
+            owners: Small::Empty,
+            tag: 0,
             inline: None,
             flags: SendFlags::SIGNALED,
             ud: None,
@@ -163,6 +166,13 @@ impl SendRequest {
         self
     }
 
+    /// A value of yours carried with the request and handed back in [`Reclaimed::tag`]
+    /// (the `wr_id` is assigned by the library).
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
+
     /// UD destination: address handle (kept alive until completion), QP number, Q_Key.
     pub fn ud(mut self, ah: &Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
         self.ud = Some((ah.clone(), remote_qpn, remote_qkey));
@@ -178,6 +188,7 @@ impl SendRequest {
     pub fn into_buffers(self) -> Reclaimed {
         Reclaimed {
             wr_id: 0,
+            tag: self.tag,
             bufs: self.owners,
         }
     }
@@ -185,14 +196,15 @@ impl SendRequest {
 
 /// An owned receive request.
 pub struct RecvRequest {
-    pub(crate) sges: Vec<LocalSlice>,
-    pub(crate) owners: Vec<Owner>,
+    pub(crate) sges: Small<LocalSlice>,
+    pub(crate) owners: Small<Owner>,
+    pub(crate) tag: u64,
 }
 
 impl fmt::Debug for RecvRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RecvRequest")
-            .field("sges", &self.sges)
+            .field("sges", &self.sges.as_slice())
             .finish_non_exhaustive()
     }
 }
@@ -205,8 +217,9 @@ impl RecvRequest {
     /// A receive with no memory (for zero-length messages or WRITE_WITH_IMM notifications).
     pub fn empty() -> Self {
         RecvRequest {
-            sges: Vec::new(),
-            owners: Vec::new(),
+            sges: Small::Empty,
+            owners: Small::Empty,
+            tag: 0,
         }
     }
     /// Adds the next scatter entry.
@@ -219,10 +232,16 @@ impl RecvRequest {
         self.owners.push(Box::new(buf));
         Ok(self)
     }
+    /// A value of yours carried with the request and handed back in [`Reclaimed::tag`].
+    pub fn tag(mut self, tag: u64) -> Self {
+        self.tag = tag;
+        self
+    }
     /// Takes back the buffers of a request that was not posted.
     pub fn into_buffers(self) -> Reclaimed {
         Reclaimed {
             wr_id: 0,
+            tag: self.tag,
             bufs: self.owners,
         }
     }
@@ -232,13 +251,16 @@ impl RecvRequest {
 pub struct Reclaimed {
     /// The request's id.
     pub wr_id: u64,
-    pub(crate) bufs: Vec<Owner>,
+    /// The tag given to the request (0 if none).
+    pub tag: u64,
+    pub(crate) bufs: Small<Owner>,
 }
 
 impl fmt::Debug for Reclaimed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Reclaimed")
             .field("wr_id", &format_args!("{:#x}", self.wr_id))
+            .field("tag", &self.tag)
             .field("bufs", &self.bufs.len())
             .finish()
     }
@@ -251,16 +273,16 @@ impl Reclaimed {
     }
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.bufs.is_empty()
+        self.bufs.len() == 0
     }
     /// Takes the first buffer of type `B` (in SGE order).
     pub fn take<B: 'static>(&mut self) -> Option<B> {
-        let i = self.bufs.iter().position(|b| b.is::<B>())?;
+        let i = self.bufs.as_slice().iter().position(|b| b.is::<B>())?;
         self.bufs.remove(i).downcast::<B>().ok().map(|b| *b)
     }
     /// All buffers, type-erased, in SGE order.
     pub fn into_inner(self) -> Vec<Box<dyn Any + Send>> {
-        self.bufs
+        self.bufs.into_vec()
     }
 }
 

@@ -5,8 +5,8 @@ use verbs_sys as sys;
 
 use super::owned_kind;
 use super::{
-    invalid, next_id, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError, Reclaimed,
-    RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
+    invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError,
+    Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
 };
 use crate::cq::WorkCompletion;
 use crate::mr::LocalSlice;
@@ -87,18 +87,84 @@ impl Qp {
         }
     }
 
+    /// Checks an owned request against the QP.
+    fn check_request(&self, r: &SendRequest) -> Result<()> {
+        let inline_sge;
+        let sges: &[LocalSlice] = match &r.inline {
+            Some(d) => {
+                inline_sge = [LocalSlice {
+                    addr: d.as_ptr() as u64,
+                    len: d.len() as u32,
+                    lkey: 0,
+                }];
+                &inline_sge
+            }
+            None => r.sges.as_slice(),
+        };
+        self.check_send(&r.op, sges, r.flags, r.ud.is_some())
+    }
+
+    /// The C work request of an owned request; `inline_sge` holds the SGE of inline data and
+    /// must stay in place until the post.
+    fn build_wr(r: &mut SendRequest, id: u64, inline_sge: &mut sys::ibv_sge) -> sys::ibv_send_wr {
+        let mut wr = zeroed_send_wr();
+        wr.wr_id = id;
+        if let Some(d) = &r.inline {
+            *inline_sge = sys::ibv_sge {
+                addr: d.as_ptr() as u64,
+                length: d.len() as u32,
+                lkey: 0,
+            };
+            wr.sg_list = inline_sge;
+            wr.num_sge = 1;
+        } else {
+            wr.sg_list = r.sges.as_mut_slice().as_mut_ptr().cast();
+            wr.num_sge = r.sges.len() as i32;
+        }
+        wr.send_flags = r.flags.bits();
+        r.op.fill(&mut wr);
+        if let Some((ah, qpn, qkey)) = &r.ud {
+            wr.wr.ud = sys::ud_t {
+                ah: ah.as_raw(),
+                remote_qpn: *qpn,
+                remote_qkey: *qkey,
+            };
+        }
+        wr
+    }
+
     /// Posts one owned send request; returns its `wr_id`.
     #[doc(alias = "ibv_post_send")]
     // The error hands the request (with its buffers) back; it is rare, so its size is fine.
     #[allow(clippy::result_large_err)]
-    pub fn post_send(&self, req: SendRequest) -> Result<u64, PostError<SendRequest>> {
-        self.post_send_batch(vec![req])
-            .map(|ids| ids[0])
-            .map_err(|e| PostError {
-                error: e.error,
-                unposted: e.unposted.into_iter().next().expect("one request"),
-                posted: e.posted,
-            })
+    pub fn post_send(&self, mut req: SendRequest) -> Result<u64, PostError<SendRequest>> {
+        let fail = |error, req| PostError {
+            error,
+            unposted: req,
+            posted: Vec::new(),
+        };
+        if let Err(e) = self.check_request(&req) {
+            return Err(fail(e, req));
+        }
+        let mut sq = self.inner.sq.lock();
+        let depth = self.cap().max_send_wr;
+        if sq.len() >= depth as usize {
+            return Err(fail(self.queue_full("send", depth), req));
+        }
+        let id = next_id(false);
+        let mut inline_sge = sys::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        let mut wr = [Self::build_wr(&mut req, id, &mut inline_sge)];
+        match self.post_chain(&mut wr) {
+            Ok(()) => {
+                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
+                Ok(id)
+            }
+            Err((_, error)) => Err(fail(error, req)),
+        }
     }
 
     /// Posts owned send requests as one chain (one doorbell); returns their ids. A request
@@ -113,22 +179,8 @@ impl Qp {
             unposted: reqs,
             posted: Vec::new(),
         };
-        for r in &reqs {
-            let inline_sge;
-            let sges: &[LocalSlice] = match &r.inline {
-                Some(d) => {
-                    inline_sge = [LocalSlice {
-                        addr: d.as_ptr() as u64,
-                        len: d.len() as u32,
-                        lkey: 0,
-                    }];
-                    &inline_sge
-                }
-                None => &r.sges,
-            };
-            if let Err(e) = self.check_send(&r.op, sges, r.flags, r.ud.is_some()) {
-                return Err(fail(e, reqs));
-            }
+        if let Some(e) = reqs.iter().find_map(|r| self.check_request(r).err()) {
+            return Err(fail(e, reqs));
         }
         let mut sq = self.inner.sq.lock();
         let depth = self.cap().max_send_wr;
@@ -136,43 +188,20 @@ impl Qp {
             return Err(fail(self.queue_full("send", depth), reqs));
         }
         let ids: Vec<u64> = reqs.iter().map(|_| next_id(false)).collect();
-        let mut inline_sges: Vec<sys::ibv_sge> = reqs
-            .iter()
-            .map(|r| match &r.inline {
-                Some(d) => sys::ibv_sge {
-                    addr: d.as_ptr() as u64,
-                    length: d.len() as u32,
-                    lkey: 0,
-                },
-                None => sys::ibv_sge {
-                    addr: 0,
-                    length: 0,
-                    lkey: 0,
-                },
-            })
+        let mut inline_sges = vec![
+            sys::ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            };
+            reqs.len()
+        ];
+        let mut wrs: Vec<sys::ibv_send_wr> = reqs
+            .iter_mut()
+            .zip(&ids)
+            .zip(inline_sges.iter_mut())
+            .map(|((r, id), sge)| Self::build_wr(r, *id, sge))
             .collect();
-        let mut wrs: Vec<sys::ibv_send_wr> = Vec::with_capacity(reqs.len());
-        for (i, r) in reqs.iter_mut().enumerate() {
-            let mut wr = zeroed_send_wr();
-            wr.wr_id = ids[i];
-            if r.inline.is_some() {
-                wr.sg_list = &mut inline_sges[i];
-                wr.num_sge = 1;
-            } else {
-                wr.sg_list = r.sges.as_mut_ptr().cast();
-                wr.num_sge = r.sges.len() as i32;
-            }
-            wr.send_flags = r.flags.bits();
-            r.op.fill(&mut wr);
-            if let Some((ah, qpn, qkey)) = &r.ud {
-                wr.wr.ud = sys::ud_t {
-                    ah: ah.as_raw(),
-                    remote_qpn: *qpn,
-                    remote_qkey: *qkey,
-                };
-            }
-            wrs.push(wr);
-        }
         let posted = self.post_chain(&mut wrs);
         let n_ok = match posted {
             Ok(()) => reqs.len(),
@@ -180,7 +209,7 @@ impl Qp {
         };
         let rest = reqs.split_off(n_ok);
         for (r, id) in reqs.into_iter().zip(&ids) {
-            sq.insert(*id, r.owners, r.ud.map(|u| u.0));
+            sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0));
         }
         match posted {
             Ok(()) => Ok(ids),
@@ -238,7 +267,8 @@ impl Qp {
     /// its SGEs describe must stay allocated and registered, must not be written by the
     /// program if the NIC reads it (SEND, WRITE), and must not be read or written by the
     /// program if the NIC writes it (READ, atomics). Inline requests are exempt: their data is
-    /// copied during the call.
+    /// copied during the call. The address handle of a UD request must stay alive until its
+    /// completion too.
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         let mut raw = Vec::with_capacity(wrs.len());
@@ -271,14 +301,28 @@ impl Qp {
 
     /// Posts one owned receive request; returns its `wr_id`.
     #[doc(alias = "ibv_post_recv")]
+    // The error hands the request (with its buffers) back; it is rare, so its size is fine.
+    #[allow(clippy::result_large_err)]
     pub fn post_recv(&self, req: RecvRequest) -> Result<u64, PostError<RecvRequest>> {
-        self.post_recv_batch(vec![req])
-            .map(|ids| ids[0])
-            .map_err(|e| PostError {
-                error: e.error,
-                unposted: e.unposted.into_iter().next().expect("one request"),
-                posted: e.posted,
-            })
+        let qpn = self.qp_num();
+        if self.inner.has_srq {
+            return Err(PostError {
+                error: invalid(qpn, "this QP receives from its SRQ: post there".into()),
+                unposted: req,
+                posted: Vec::new(),
+            });
+        }
+        let cap = self.cap();
+        post_recv_one(
+            &self.inner.rq,
+            req,
+            qpn,
+            "receive",
+            cap.max_recv_wr,
+            cap.max_recv_sge,
+            // SAFETY: live QP; the chain is well formed (built by post_recv_one).
+            |wr, bad| unsafe { sys::ibv_post_recv(self.as_raw(), wr, bad) },
+        )
     }
 
     /// Posts owned receive requests as one chain.
