@@ -164,22 +164,10 @@ impl PendingConnection {
                     break (ev.private_data().to_vec(), ev.param());
                 }
                 Ok(EventKind::Established) => break (ev.private_data().to_vec(), ev.param()),
-                Ok(EventKind::Rejected) => {
-                    return Err(Error::Rejected {
-                        status: ev.status(),
-                        private_data: ev.private_data().to_vec(),
-                    })
-                }
-                Ok(k @ (EventKind::Unreachable | EventKind::ConnectError)) => {
-                    return Err(Error::Unreachable {
-                        event: k,
-                        status: ev.status(),
-                    })
-                }
-                Ok(EventKind::Disconnected | EventKind::DeviceRemoval) => {
-                    return Err(Error::Disconnected)
-                }
-                _ => continue,
+                _ => match ev.connection_failure() {
+                    Some(e) => return Err(e),
+                    None => continue,
+                },
             }
         };
         let PendingConnection { qp, cq, pd, id, .. } = self;

@@ -62,7 +62,7 @@ impl EventChannel {
         let ch = EventChannel {
             inner: Arc::new(ChannelInner { raw }),
         };
-        set_nonblocking(ch.as_raw_fd()).map_err(Error::CreateChannel)?;
+        sys::fd::set_nonblocking(ch.as_raw_fd()).map_err(Error::CreateChannel)?;
         Ok(ch)
     }
 
@@ -78,7 +78,7 @@ impl EventChannel {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            if !wait_readable(self.as_raw_fd(), left).map_err(Error::GetEvent)? {
+            if !sys::fd::wait_readable(self.as_raw_fd(), Some(left)).map_err(Error::GetEvent)? {
                 return Ok(None);
             }
             let mut ev = std::ptr::null_mut();
@@ -214,6 +214,25 @@ impl std::fmt::Debug for CmEvent {
 }
 
 impl CmEvent {
+    /// The error this event means for a connection being set up (either side), or `None` for
+    /// an event that does not end the attempt.
+    pub(crate) fn connection_failure(&self) -> Option<Error> {
+        match self.kind() {
+            Ok(EventKind::Rejected) => Some(Error::Rejected {
+                status: self.status(),
+                private_data: self.private_data().to_vec(),
+            }),
+            Ok(k @ (EventKind::Unreachable | EventKind::ConnectError)) => {
+                Some(Error::Unreachable {
+                    event: k,
+                    status: self.status(),
+                })
+            }
+            Ok(EventKind::Disconnected | EventKind::DeviceRemoval) => Some(Error::Disconnected),
+            _ => None,
+        }
+    }
+
     /// # Safety
     ///
     /// `raw` must be an unacknowledged event just read from `channel`.
@@ -313,45 +332,6 @@ impl CmEvent {
     pub fn as_raw(&self) -> *mut sys::rdma_cm_event {
         self.raw.as_ptr()
     }
-}
-
-/// Waits until `fd` is readable or `timeout` passes; retries on EINTR.
-pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        match n {
-            1.. => return Ok(true),
-            0 => return Ok(false),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
-    }
-}
-
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own; no memory arguments.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    if flags < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -165,22 +165,10 @@ impl ConnectRequest {
             })?;
             match ev.kind() {
                 Ok(EventKind::Established) => break,
-                Ok(EventKind::Rejected) => {
-                    return Err(Error::Rejected {
-                        status: ev.status(),
-                        private_data: ev.private_data().to_vec(),
-                    })
-                }
-                Ok(k @ (EventKind::ConnectError | EventKind::Unreachable)) => {
-                    return Err(Error::Unreachable {
-                        event: k,
-                        status: ev.status(),
-                    })
-                }
-                Ok(EventKind::Disconnected | EventKind::DeviceRemoval) => {
-                    return Err(Error::Disconnected)
-                }
-                _ => continue,
+                _ => match ev.connection_failure() {
+                    Some(e) => return Err(e),
+                    None => continue,
+                },
             }
         }
         let ConnectRequest {

@@ -6,11 +6,13 @@
 //!   `ibv_get_async_event`, but with the event type as a plain integer, so an event type newer than
 //!   these bindings cannot produce an invalid Rust enum value.
 //! - [`errno`]: one helper per C error convention.
+//! - [`fd`]: waiting on a channel's descriptor with a timeout, and non-blocking mode.
 //!
-//! Everything here is `unsafe` to call; the safe layer is the `verbs` crate.
+//! Everything else here is `unsafe` to call; the safe layer is the `verbs` crate.
 #![allow(non_camel_case_types)]
 
 pub mod errno;
+pub mod fd;
 mod shims;
 
 pub use rdma_sys::*;

@@ -140,7 +140,6 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod srq;
-mod util;
 
 pub use ah::Ah;
 pub use context::{

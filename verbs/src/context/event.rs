@@ -120,7 +120,7 @@ impl Context {
     #[doc(alias = "ibv_get_async_event")]
     pub fn get_async_event(&self, timeout: Option<Duration>) -> Result<Option<AsyncEvent>> {
         loop {
-            if !crate::util::wait_readable(self.async_fd(), timeout).map_err(Error::AsyncEvent)? {
+            if !sys::fd::wait_readable(self.async_fd(), timeout).map_err(Error::AsyncEvent)? {
                 return Ok(None);
             }
             let mut ev = MaybeUninit::<sys::ibv_async_event_raw>::zeroed();

@@ -135,7 +135,7 @@ impl Context {
         // Async events are read with a timeout: the fd must not block.
         // SAFETY: async_fd is a plain field of an open context.
         let fd = unsafe { (*raw.as_ptr()).async_fd };
-        crate::util::set_nonblocking(fd).map_err(|source| Error::OpenDevice {
+        sys::fd::set_nonblocking(fd).map_err(|source| Error::OpenDevice {
             device: inner.name.clone(),
             source,
         })?;

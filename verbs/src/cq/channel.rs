@@ -65,7 +65,7 @@ impl Context {
             raw,
             _ctx: self.inner.clone(),
         };
-        crate::util::set_nonblocking(inner.fd()).map_err(Error::CreateCompChannel)?;
+        sys::fd::set_nonblocking(inner.fd()).map_err(Error::CreateCompChannel)?;
         Ok(CompletionChannel { inner })
     }
 }

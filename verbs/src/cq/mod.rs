@@ -220,7 +220,7 @@ impl Cq {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if !crate::util::wait_readable(ch.fd(), left).map_err(Error::GetCqEvent)? {
+            if !sys::fd::wait_readable(ch.fd(), left).map_err(Error::GetCqEvent)? {
                 return Ok(false);
             }
             let mut cq = std::ptr::null_mut();

@@ -35,6 +35,64 @@ pub const OWNED_WR_ID: u64 = 1 << 63;
 /// `wr_id` bit marking an owned receive request.
 pub(crate) const RECV_WR_ID: u64 = 1 << 62;
 
+/// A C work request that links into a chain through its `next` field.
+pub(crate) trait ChainedWr {
+    fn set_next(&mut self, next: *mut Self);
+}
+
+impl ChainedWr for sys::ibv_send_wr {
+    fn set_next(&mut self, next: *mut Self) {
+        self.next = next;
+    }
+}
+
+impl ChainedWr for sys::ibv_recv_wr {
+    fn set_next(&mut self, next: *mut Self) {
+        self.next = next;
+    }
+}
+
+/// Links `wrs` into one chain and posts it with `post` (one doorbell). On failure, returns how
+/// many requests the device took before the first one it refused, and the error: a full queue
+/// (ENOMEM) as [`Error::QueueFull`], anything else through `other`.
+pub(crate) fn post_chain<W: ChainedWr>(
+    wrs: &mut [W],
+    full: impl FnOnce() -> Error,
+    other: impl FnOnce(std::io::Error) -> Error,
+    post: impl FnOnce(*mut W, *mut *mut W) -> i32,
+) -> Result<(), (usize, Error)> {
+    if wrs.is_empty() {
+        return Ok(());
+    }
+    let n = wrs.len();
+    let base = wrs.as_mut_ptr();
+    for (i, wr) in wrs.iter_mut().enumerate() {
+        wr.set_next(if i + 1 < n {
+            base.wrapping_add(i + 1)
+        } else {
+            std::ptr::null_mut()
+        });
+    }
+    let mut bad = std::ptr::null_mut();
+    let r = post(base, &mut bad);
+    if r == 0 {
+        return Ok(());
+    }
+    let taken = if bad.is_null() {
+        0
+    } else {
+        // SAFETY: the provider sets `bad` to an element of the chain, which lies in `wrs`.
+        unsafe { bad.offset_from(base) }.clamp(0, n as isize) as usize
+    };
+    let e = sys::errno::check_ret(r).unwrap_err();
+    let err = if e.raw_os_error() == Some(libc::ENOMEM) {
+        full()
+    } else {
+        other(e)
+    };
+    Err((taken, err))
+}
+
 /// Ids of owned requests are unique in the process, so a completion names exactly one request.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 

@@ -4,7 +4,7 @@ use std::ptr;
 use parking_lot::Mutex;
 use verbs_sys as sys;
 
-use super::{invalid, next_id, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID};
+use super::{invalid, next_id, post_chain, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID};
 use crate::{Error, Result};
 
 /// One owned receive, without the batch's allocations (the common case).
@@ -161,40 +161,17 @@ fn post_recv_chain(
     depth: u32,
     post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
 ) -> Result<(), (usize, Error)> {
-    if wrs.is_empty() {
-        return Ok(());
-    }
-    let base = wrs.as_mut_ptr();
-    for i in 0..wrs.len() {
-        wrs[i].next = if i + 1 < wrs.len() {
-            base.wrapping_add(i + 1)
-        } else {
-            ptr::null_mut()
-        };
-    }
-    let mut bad = ptr::null_mut();
-    let r = post(base, &mut bad);
-    if r == 0 {
-        return Ok(());
-    }
-    let k = if bad.is_null() {
-        0
-    } else {
-        // SAFETY: `bad` points into `wrs`.
-        unsafe { bad.offset_from(base) }.clamp(0, wrs.len() as isize) as usize
-    };
-    let e = sys::errno::check_ret(r).unwrap_err();
-    let err = if e.raw_os_error() == Some(libc::ENOMEM) {
-        Error::QueueFull {
+    post_chain(
+        wrs,
+        || Error::QueueFull {
             qp_num: qpn,
             queue,
             depth,
-        }
-    } else {
-        Error::PostRecv {
+        },
+        |source| Error::PostRecv {
             qp_num: qpn,
-            source: e,
-        }
-    };
-    Err((k, err))
+            source,
+        },
+        post,
+    )
 }

@@ -1,13 +1,12 @@
 //! Posting on a QP: send and receive requests, owned and borrowed, and reclaiming buffers.
-use std::ptr;
 
 use verbs_sys as sys;
 
-use super::owned_kind;
 use super::{
     invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError,
     Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
 };
+use super::{owned_kind, post_chain};
 use crate::cq::WorkCompletion;
 use crate::mr::LocalSlice;
 use crate::qp::{Qp, QpState, QpType};
@@ -223,41 +222,19 @@ impl Qp {
 
     /// Links `wrs` and posts them; on failure returns the index of the first unposted one.
     fn post_chain(&self, wrs: &mut [sys::ibv_send_wr]) -> Result<(), (usize, Error)> {
-        if wrs.is_empty() {
-            return Ok(());
-        }
-        let base = wrs.as_mut_ptr();
-        for i in 0..wrs.len() {
-            wrs[i].next = if i + 1 < wrs.len() {
-                base.wrapping_add(i + 1)
-            } else {
-                ptr::null_mut()
-            };
-        }
-        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
-        // SAFETY: live QP; a well-formed chain whose SGE lists, inline data and AHs are alive
-        // for the call (owned by the caller's requests); the memory they describe is either
-        // owned by the requests (kept in the in-flight table) or the caller's `unsafe` promise.
-        let r = unsafe { sys::ibv_post_send(self.as_raw(), base, &mut bad) };
-        if r == 0 {
-            return Ok(());
-        }
-        let k = if bad.is_null() {
-            0
-        } else {
-            // SAFETY: `bad` points into `wrs`.
-            unsafe { bad.offset_from(base) }.clamp(0, wrs.len() as isize) as usize
-        };
-        let e = sys::errno::check_ret(r).unwrap_err();
-        let err = if e.raw_os_error() == Some(libc::ENOMEM) {
-            self.queue_full("send", self.cap().max_send_wr)
-        } else {
-            Error::PostSend {
+        post_chain(
+            wrs,
+            || self.queue_full("send", self.cap().max_send_wr),
+            |source| Error::PostSend {
                 qp_num: self.qp_num(),
-                source: e,
-            }
-        };
-        Err((k, err))
+                source,
+            },
+            // SAFETY: live QP; a well-formed chain whose SGE lists, inline data and AHs are
+            // alive for the call (owned by the caller's requests); the memory they describe is
+            // either owned by the requests (kept in the in-flight table) or the caller's
+            // `unsafe` promise.
+            |wr, bad| unsafe { sys::ibv_post_send(self.as_raw(), wr, bad) },
+        )
     }
 
     /// Posts borrowed send requests as one chain (one doorbell).

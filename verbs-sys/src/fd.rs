@@ -1,11 +1,12 @@
-//! Small OS helpers: waiting on a file descriptor with a timeout, non-blocking mode.
+//! The descriptors of completion channels, async events and CM event channels: waiting on one
+//! with a timeout, and non-blocking mode. Safe functions: they touch no memory but their own.
 use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 /// Waits until `fd` is readable or `timeout` passes (`None`: forever). Returns whether it is
 /// readable. Retries on EINTR with the remaining time.
-pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
+pub fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
         let ms = match deadline {
@@ -38,13 +39,13 @@ pub(crate) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> io::Result<
 
 /// Puts `fd` in non-blocking mode, so a read that races with another reader returns EAGAIN
 /// instead of blocking past a timeout.
-pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own; F_GETFL has no memory arguments.
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl with F_GETFL has no memory arguments; a bad descriptor is an error (EBADF).
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     if flags < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: as above.
+    // SAFETY: F_SETFL takes an integer argument; no memory is involved.
     if unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
         return Err(io::Error::last_os_error());
     }
