@@ -51,6 +51,12 @@ pub fn prepare() -> Result<Prepared> {
     apt::ensure(apt::GUEST)?;
     let cache = cache_dir();
     fs::create_dir_all(&cache).context(format_args!("cannot create {}", cache.display()))?;
+    // The versioned kernel package is looked up in apt's lists. Lists left from an earlier
+    // install may name a build the mirror no longer serves, so refresh them first whenever the
+    // kernel has to be downloaded (cheap next to the download itself).
+    if util::is_root() && !kernel_cached(&cache) {
+        apt::update()?;
+    }
     let kpkg = kernel_package()?;
     let kver = kpkg
         .strip_prefix("linux-image-")
@@ -79,6 +85,12 @@ pub fn prepare() -> Result<Prepared> {
     let modules = module_closure(&root, &kver)?;
     let initramfs = build_initramfs(&cache, &kver, &modules)?;
     Ok(Prepared { vmlinux, initramfs })
+}
+
+/// Whether some Debian kernel is already unpacked in the cache (then its package name is taken
+/// from the lists as they are, and only an upgrade of the lists would make us fetch another).
+fn kernel_cached(cache: &Path) -> bool {
+    fs::read_dir(cache.join("kernel")).is_ok_and(|mut d| d.next().is_some())
 }
 
 /// The versioned package `linux-image-amd64` depends on (e.g. `linux-image-6.1.0-xx-amd64`).
@@ -120,13 +132,7 @@ fn fetch_kernel(cache: &Path, kpkg: &str, kdir: &Path) -> Result<()> {
         cmd.args(["download", "-q", kpkg]).current_dir(&debs);
         util::output(cmd, &format!("apt-get download {kpkg}"))
     };
-    if let Err(e) = download() {
-        if !util::is_root() {
-            return Err(e);
-        }
-        apt::update()?;
-        download().context("missing kernel package")?;
-    }
+    download().context("missing kernel package")?;
     let deb = fs::read_dir(&debs)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .find(|p| {
