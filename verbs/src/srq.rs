@@ -109,6 +109,7 @@ impl Srq {
     pub fn post_recv(&self, req: RecvRequest) -> Result<u64, PostError<RecvRequest>> {
         post::post_recv_one(
             &self.inner.rq,
+            None,
             req,
             0,
             "shared receive",
@@ -127,6 +128,7 @@ impl Srq {
     ) -> Result<Vec<u64>, PostError<Vec<RecvRequest>>> {
         post::post_recv_owned(
             &self.inner.rq,
+            None,
             reqs,
             0,
             "shared receive",

@@ -8,6 +8,7 @@ mod typed;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -49,6 +50,12 @@ pub(crate) struct QpInner {
     has_srq: bool,
     max_rd_atomic: u8,
     state: Mutex<QpState>,
+    /// Whether the QP is (or may be) in Reset: owned posting is refused then. Changed only
+    /// while holding both in-flight tables, so a post (made under its table's lock) happens
+    /// entirely before or after a transition into or out of Reset. Some providers accept
+    /// posts in Reset and keep them past Reset -> Init; refusing them here is what makes the
+    /// table hold, while the QP is in Reset, only requests the reset discarded.
+    in_reset: AtomicBool,
     // Dropped after the QP is destroyed (Drop runs first), so the NIC is done with them.
     sq: Mutex<InFlight>,
     rq: Mutex<InFlight>,
@@ -122,7 +129,10 @@ impl Qp {
     /// `raw` must be a live QP of `init`'s type created in `pd` with `init`'s CQs and SRQ and
     /// (at least) the queue sizes `cap`; ownership passes to the returned handle, which
     /// destroys it with `destroy` (or `ibv_destroy_qp` when `None`) exactly once, when the last
-    /// handle is dropped. Nobody else may destroy it.
+    /// handle is dropped. Nobody else may destroy it, and its state may change only through
+    /// the returned handle, except transitions its creator makes before anything is posted
+    /// (call [`query_state`](Self::query_state) after them: owned posting is refused until the
+    /// handle knows the QP is out of Reset).
     pub unsafe fn from_raw(
         raw: NonNull<sys::ibv_qp>,
         pd: &Pd,
@@ -144,6 +154,7 @@ impl Qp {
                 has_srq: init.srq.is_some(),
                 max_rd_atomic,
                 state: Mutex::new(QpState::Reset),
+                in_reset: AtomicBool::new(true),
                 sq: Mutex::new(InFlight::default()),
                 rq: Mutex::new(InFlight::default()),
                 _srq: init.srq.map(|s| s.inner.clone()),
@@ -207,8 +218,24 @@ impl Qp {
             qp_num: self.qp_num(),
             source: std::io::Error::other(format!("unknown QP state {v}")),
         })?;
-        *self.inner.state.lock() = s;
+        let mut state = self.inner.state.lock();
+        *state = s;
+        self.set_in_reset(s == QpState::Reset);
         Ok(s)
+    }
+
+    /// Records whether the QP is in Reset, excluding posts meanwhile (see `in_reset`). Lock
+    /// order: state, then send table, then receive table.
+    fn set_in_reset(&self, yes: bool) {
+        let _sq = self.inner.sq.lock();
+        let _rq = self.inner.rq.lock();
+        self.inner.in_reset.store(yes, Ordering::Release);
+    }
+
+    /// Whether owned posting is refused because the QP is (or may be) in Reset. Read it under
+    /// the lock of the table the post goes into.
+    pub(crate) fn in_reset(&self) -> &AtomicBool {
+        &self.inner.in_reset
     }
 
     /// Applies `attr` (which must set the target state). The attribute mask is checked against
@@ -239,6 +266,10 @@ impl Qp {
             }
         })?;
         let mut raw = attr.raw_copy();
+        // Into or out of Reset: no owned post may slip in between the device's transition and
+        // the flag's (a post made in Reset would outlive the reset on some providers).
+        let tables = (to == QpState::Reset || from == QpState::Reset || *state == QpState::Reset)
+            .then(|| (self.inner.sq.lock(), self.inner.rq.lock()));
         // SAFETY: live QP; `raw` is a complete attribute struct and the mask names its set
         // fields.
         let r = unsafe { sys::ibv_modify_qp(self.as_raw(), &mut raw, attr.mask().bits() as i32) };
@@ -247,6 +278,12 @@ impl Qp {
             to,
             source,
         })?;
+        if tables.is_some() {
+            self.inner
+                .in_reset
+                .store(to == QpState::Reset, Ordering::Release);
+        }
+        drop(tables);
         *state = to;
         Ok(())
     }
@@ -330,7 +367,8 @@ impl Qp {
     }
 
     /// Moves the QP to Reset: outstanding requests are discarded without completions; take
-    /// their buffers back with [`take_in_flight`](Self::take_in_flight).
+    /// their buffers back with [`take_in_flight`](Self::take_in_flight). Owned requests are
+    /// refused until the QP leaves Reset.
     pub fn reset(&self) -> Result<()> {
         self.modify(&QpAttr::new().qp_state(QpState::Reset))
     }

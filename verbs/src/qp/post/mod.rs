@@ -27,7 +27,7 @@ use crate::mr::{LocalSlice, RemoteSlice};
 use crate::Error;
 
 pub(crate) use inflight::{owned_kind, InFlight};
-pub(crate) use recv::{post_recv_one, post_recv_owned, post_recv_raw};
+pub(crate) use recv::{in_reset_error, post_recv_one, post_recv_owned, post_recv_raw};
 pub use request::{PostError, Reclaimed, RecvRequest, SendRequest};
 
 /// `wr_id` bit marking a request posted through the owned (safe) API.

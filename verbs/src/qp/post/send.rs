@@ -1,12 +1,14 @@
 //! Posting on a QP: send and receive requests, owned and borrowed, and reclaiming buffers.
 
+use std::sync::atomic::Ordering;
+
 use verbs_sys as sys;
 
+use super::{in_reset_error, owned_kind, post_chain};
 use super::{
     invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError,
     Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
 };
-use super::{owned_kind, post_chain};
 use crate::cq::WorkCompletion;
 use crate::mr::LocalSlice;
 use crate::qp::{Qp, QpState, QpType};
@@ -78,6 +80,12 @@ impl Qp {
         Ok(())
     }
 
+    /// Owned requests are refused while the QP is in Reset: some providers accept them and
+    /// keep them past the next transition, after `take_in_flight` handed their buffers back.
+    fn refused_in_reset(&self) -> Error {
+        in_reset_error(self.qp_num())
+    }
+
     fn queue_full(&self, queue: &'static str, depth: u32) -> Error {
         Error::QueueFull {
             qp_num: self.qp_num(),
@@ -146,6 +154,9 @@ impl Qp {
             return Err(fail(e, req));
         }
         let mut sq = self.inner.sq.lock();
+        if self.in_reset().load(Ordering::Acquire) {
+            return Err(fail(self.refused_in_reset(), req));
+        }
         let depth = self.cap().max_send_wr;
         if sq.len() >= depth as usize {
             return Err(fail(self.queue_full("send", depth), req));
@@ -182,6 +193,9 @@ impl Qp {
             return Err(fail(e, reqs));
         }
         let mut sq = self.inner.sq.lock();
+        if self.in_reset().load(Ordering::Acquire) {
+            return Err(fail(self.refused_in_reset(), reqs));
+        }
         let depth = self.cap().max_send_wr;
         if sq.len() + reqs.len() > depth as usize {
             return Err(fail(self.queue_full("send", depth), reqs));
@@ -292,6 +306,7 @@ impl Qp {
         let cap = self.cap();
         post_recv_one(
             &self.inner.rq,
+            Some(self.in_reset()),
             req,
             qpn,
             "receive",
@@ -319,6 +334,7 @@ impl Qp {
         let cap = self.cap();
         post_recv_owned(
             &self.inner.rq,
+            Some(self.in_reset()),
             reqs,
             qpn,
             "receive",
@@ -373,6 +389,9 @@ impl Qp {
 
     /// After [`reset`](Self::reset), takes back the buffers of every owned request (the reset
     /// discarded them, so the NIC no longer uses them). Gives nothing in any other state.
+    /// Owned posting is refused while the QP is in Reset, so no request handed back here can
+    /// have been posted after the reset (some providers accept such a post and carry it over
+    /// into the next connection).
     pub fn take_in_flight(&self) -> Vec<Reclaimed> {
         let state = self.inner.state.lock();
         if *state != QpState::Reset {
