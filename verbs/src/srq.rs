@@ -25,6 +25,13 @@ pub(crate) struct SrqInner {
     _pd: Arc<PdInner>,
 }
 
+impl SrqInner {
+    /// The device context the SRQ was created on.
+    pub(crate) fn context_raw(&self) -> *mut sys::ibv_context {
+        self._pd.ctx.raw.as_ptr()
+    }
+}
+
 // SAFETY: an SRQ handle has no thread affinity; posting is thread-safe in libibverbs and the
 // in-flight table is behind a mutex.
 unsafe impl Send for SrqInner {}

@@ -85,6 +85,13 @@ impl Drop for QpInner {
     }
 }
 
+impl QpInner {
+    /// The device context of the QP's PD.
+    pub(crate) fn pd_context_raw(&self) -> *mut sys::ibv_context {
+        self._pd.ctx.raw.as_ptr()
+    }
+}
+
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp")
@@ -104,8 +111,24 @@ impl Pd {
             .query_device()
             .map(|d| d.max_qp_rd_atom().min(d.max_qp_init_rd_atom()).clamp(1, 16) as u8)
             .unwrap_or(1);
+        // Objects of another context are handles in another file descriptor's namespace and
+        // structs of maybe another provider: the kernel and the provider would misread them.
+        let ctx = self.inner.ctx.raw.as_ptr();
+        if init.send_cq.inner.context_raw() != ctx
+            || init.recv_cq.inner.context_raw() != ctx
+            || init.srq.is_some_and(|s| s.inner.context_raw() != ctx)
+        {
+            return Err(Error::CreateQp {
+                qp_type: init.qp_type,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the CQs and the SRQ must belong to the PD's device context",
+                ),
+            });
+        }
         let mut raw_init = init.to_raw();
-        // SAFETY: live PD and CQs (and SRQ) of the same context; the struct is fully set.
+        // SAFETY: live PD and CQs (and SRQ) of the same context (checked); the struct is fully
+        // set.
         let raw = unsafe { sys::ibv_create_qp(self.as_raw(), &mut raw_init) };
         let raw = sys::errno::check_ptr(raw).map_err(|source| Error::CreateQp {
             qp_type: init.qp_type,

@@ -62,3 +62,60 @@ fn ud_send_recv_through_an_address_handle() {
     let rx: MemoryRegion = back[0].take().unwrap();
     assert_eq!(&rx.as_slice()[40..51], b"hello, ud!!");
 }
+
+/// Objects of one device context are refused by another's QP: its kernel handles name other
+/// objects there, and its provider would read them as its own structs.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn objects_of_another_context_are_refused() {
+    let ctx = open();
+    let other = open(); // a second context of the same device: its own handle namespace
+    let (sgid, my_gid) = gid(&ctx);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let foreign_cq = other.create_cq(16, None).unwrap();
+    for (send, recv) in [(&foreign_cq, &cq), (&cq, &foreign_cq)] {
+        let e = pd
+            .create_qp(&QpInitAttr::new(QpType::Ud, send, recv))
+            .unwrap_err();
+        assert!(matches!(e, verbs::Error::CreateQp { .. }), "{e:?}");
+    }
+    let foreign_srq = other.alloc_pd().unwrap().create_srq(4, 1).unwrap();
+    let e = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).srq(&foreign_srq))
+        .unwrap_err();
+    assert!(matches!(e, verbs::Error::CreateQp { .. }), "{e:?}");
+
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
+        .unwrap();
+    let any = QpEndpoint {
+        qp_num: 0,
+        psn: 0,
+        lid: 0,
+        gid: my_gid,
+    };
+    qp.to_init_ud(PORT, QKEY).unwrap();
+    qp.to_rtr(&any, PORT, Some(sgid), verbs::Mtu::Mtu1024)
+        .unwrap();
+    qp.to_rts(0x42).unwrap();
+    let foreign_ah = other
+        .alloc_pd()
+        .unwrap()
+        .create_ah(&AhAttr::roce(PORT, my_gid, sgid))
+        .unwrap();
+    let tx = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let e = qp
+        .post_send(
+            SendRequest::send(tx, ..8)
+                .unwrap()
+                .ud(&foreign_ah, qp.qp_num(), QKEY),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e.error, verbs::Error::InvalidWorkRequest { .. }),
+        "{:?}",
+        e.error
+    );
+    assert_eq!(qp.in_flight(), (0, 0));
+}

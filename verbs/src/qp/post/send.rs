@@ -9,6 +9,7 @@ use super::{
     invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError,
     Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
 };
+use crate::ah::Ah;
 use crate::cq::WorkCompletion;
 use crate::mr::LocalSlice;
 use crate::qp::{Qp, QpState, QpType};
@@ -108,7 +109,22 @@ impl Qp {
             }
             None => r.sges.as_slice(),
         };
+        if let Some((ah, ..)) = &r.ud {
+            self.check_ah(ah)?;
+        }
         self.check_send(&r.op, sges, r.flags, r.ud.is_some())
+    }
+
+    /// An address handle of another device context would be read by this QP's provider as
+    /// one of its own.
+    fn check_ah(&self, ah: &Ah) -> Result<()> {
+        if ah.context_raw() == self.inner.pd_context_raw() {
+            return Ok(());
+        }
+        Err(invalid(
+            self.qp_num(),
+            "the address handle belongs to another device context".into(),
+        ))
     }
 
     /// The C work request of an owned request; `inline_sge` holds the SGE of inline data and
@@ -269,6 +285,9 @@ impl Qp {
                     self.qp_num(),
                     "wr_id has the reserved OWNED_WR_ID bit".into(),
                 ));
+            }
+            if let Some(ud) = &w.ud {
+                self.check_ah(ud.ah)?;
             }
             self.check_send(&w.op, w.sges, w.flags, w.ud.is_some())?;
             let mut wr = zeroed_send_wr();
