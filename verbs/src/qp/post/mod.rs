@@ -54,7 +54,11 @@ impl ChainedWr for sys::ibv_recv_wr {
 
 /// Links `wrs` into one chain and posts it with `post` (one doorbell). On failure, returns how
 /// many requests the device took before the first one it refused, and the error: a full queue
-/// (ENOMEM) as [`Error::QueueFull`], anything else through `other`.
+/// (ENOMEM) as [`Error::QueueFull`], anything else through `other`. A failure that names no
+/// refused request counts every request as taken: the provider may have queued them all
+/// (rxe queues the chain, then fails ringing the doorbell), and a request wrongly counted as
+/// posted only keeps its buffers in the in-flight table, while one wrongly counted as refused
+/// would hand back memory the device may still use.
 pub(crate) fn post_chain<W: ChainedWr>(
     wrs: &mut [W],
     full: impl FnOnce() -> Error,
@@ -79,7 +83,7 @@ pub(crate) fn post_chain<W: ChainedWr>(
         return Ok(());
     }
     let taken = if bad.is_null() {
-        0
+        n
     } else {
         // SAFETY: the provider sets `bad` to an element of the chain, which lies in `wrs`.
         unsafe { bad.offset_from(base) }.clamp(0, n as isize) as usize
@@ -272,3 +276,56 @@ const _: () = {
     assert!(std::mem::offset_of!(LocalSlice, len) == std::mem::offset_of!(sys::ibv_sge, length));
     assert!(std::mem::offset_of!(LocalSlice, lkey) == std::mem::offset_of!(sys::ibv_sge, lkey));
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain() -> [sys::ibv_recv_wr; 3] {
+        [0, 1, 2].map(|i| sys::ibv_recv_wr {
+            wr_id: i,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        })
+    }
+
+    fn post(
+        wrs: &mut [sys::ibv_recv_wr],
+        ret: i32,
+        refused: Option<usize>,
+    ) -> Result<(), (usize, Error)> {
+        post_chain(
+            wrs,
+            || Error::QueueFull {
+                qp_num: 1,
+                queue: "receive",
+                depth: 3,
+            },
+            |source| Error::PostRecv { qp_num: 1, source },
+            |first, bad| {
+                if let Some(i) = refused {
+                    // SAFETY: `bad` is the out-pointer post_chain passes; `i` is in the chain.
+                    unsafe { *bad = first.add(i) };
+                }
+                ret
+            },
+        )
+    }
+
+    #[test]
+    fn a_failed_post_counts_what_the_device_may_hold() {
+        let mut wrs = chain();
+        assert!(post(&mut wrs, 0, None).is_ok());
+        let second: *mut sys::ibv_recv_wr = &mut wrs[1];
+        assert_eq!(wrs[0].next, second);
+        assert!(wrs[2].next.is_null());
+        // The refused request is named: those before it were taken.
+        let r = post(&mut wrs, libc::ENOMEM, Some(1));
+        assert!(matches!(r, Err((1, Error::QueueFull { .. }))), "{r:?}");
+        // None named (rxe: the chain was queued, then ringing the doorbell failed): all may
+        // be queued, so all count as taken and keep their buffers.
+        let r = post(&mut wrs, libc::EIO, None);
+        assert!(matches!(r, Err((3, Error::PostRecv { .. }))), "{r:?}");
+    }
+}

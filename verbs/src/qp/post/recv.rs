@@ -67,7 +67,16 @@ pub(crate) fn post_recv_one(
             q.insert(id, req.tag, req.owners, None);
             Ok(id)
         }
-        Err((_, error)) => Err(fail(error, req)),
+        Err((0, error)) => Err(fail(error, req)),
+        // Failed, but possibly queued (see post_chain): the request keeps its buffers.
+        Err((_, error)) => {
+            q.insert(id, req.tag, req.owners, None);
+            Err(PostError {
+                error,
+                unposted: RecvRequest::empty(),
+                posted: vec![id],
+            })
+        }
     }
 }
 

@@ -189,7 +189,17 @@ impl Qp {
                 sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
                 Ok(id)
             }
-            Err((_, error)) => Err(fail(error, req)),
+            Err((0, error)) => Err(fail(error, req)),
+            // Failed, but possibly queued (see post_chain): the request keeps its buffers.
+            Err((_, error)) => {
+                let op = req.op;
+                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
+                Err(PostError {
+                    error,
+                    unposted: SendRequest::new(op),
+                    posted: vec![id],
+                })
+            }
         }
     }
 
@@ -275,7 +285,8 @@ impl Qp {
     /// program if the NIC reads it (SEND, WRITE), and must not be read or written by the
     /// program if the NIC writes it (READ, atomics). Inline requests are exempt: their data is
     /// copied during the call. The address handle of a UD request must stay alive until its
-    /// completion too.
+    /// completion too. On an error the device may still have taken some or all of the
+    /// requests, so the same holds for every request of the call.
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         let mut raw = Vec::with_capacity(wrs.len());
@@ -369,7 +380,8 @@ impl Qp {
     /// # Safety
     /// Until each request's completion is polled (or the QP is reset or destroyed), the memory
     /// its SGEs describe must stay allocated and registered and must not be read or written
-    /// by the program (the NIC writes it).
+    /// by the program (the NIC writes it). On an error the device may still have taken some
+    /// or all of the requests, so the same holds for every request of the call.
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv_unchecked(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
         let cap = self.cap();
