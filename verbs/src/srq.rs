@@ -42,7 +42,12 @@ impl Drop for SrqInner {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_srq; QPs using it hold an Arc of this inner, so they
         // are destroyed already.
-        unsafe { sys::ibv_destroy_srq(self.raw.as_ptr()) };
+        let r = unsafe { sys::ibv_destroy_srq(self.raw.as_ptr()) };
+        if r != 0 {
+            // The SRQ lives on (a QP that failed to be destroyed still uses it): the device
+            // may still write the posted buffers, so leak them.
+            std::mem::forget(std::mem::take(self.rq.get_mut()));
+        }
     }
 }
 

@@ -76,11 +76,19 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         match self.destroy.take() {
             Some(destroy) => destroy(self.raw),
-            // SAFETY: created by ibv_create_qp, destroyed once. After this the NIC no longer
-            // touches the in-flight buffers, which are dropped with the fields.
-            None => unsafe {
-                sys::ibv_destroy_qp(self.raw.as_ptr());
-            },
+            None => {
+                // SAFETY: created by ibv_create_qp, destroyed once. After a successful destroy
+                // the NIC no longer touches the in-flight buffers, which are dropped with the
+                // fields.
+                let r = unsafe { sys::ibv_destroy_qp(self.raw.as_ptr()) };
+                if r != 0 {
+                    // The QP lives on (EBUSY while multicast groups are attached), so the
+                    // device may still write the in-flight buffers: leak them rather than
+                    // free memory it may use.
+                    std::mem::forget(std::mem::take(self.sq.get_mut()));
+                    std::mem::forget(std::mem::take(self.rq.get_mut()));
+                }
+            }
         }
     }
 }
