@@ -85,8 +85,10 @@ pub(crate) fn post_chain<W: ChainedWr>(
     let taken = if bad.is_null() {
         n
     } else {
-        // SAFETY: the provider sets `bad` to an element of the chain, which lies in `wrs`.
-        unsafe { bad.offset_from(base) }.clamp(0, n as isize) as usize
+        // The provider points `bad` at an element of the chain; plain address arithmetic (not
+        // `offset_from`) keeps a stray pointer from being undefined behaviour: it counts as
+        // all taken, the safe side.
+        ((bad as usize).wrapping_sub(base as usize) / std::mem::size_of::<W>()).min(n)
     };
     let e = sys::errno::check_ret(r).unwrap_err();
     let err = if e.raw_os_error() == Some(libc::ENOMEM) {
@@ -305,8 +307,8 @@ mod tests {
             |source| Error::PostRecv { qp_num: 1, source },
             |first, bad| {
                 if let Some(i) = refused {
-                    // SAFETY: `bad` is the out-pointer post_chain passes; `i` is in the chain.
-                    unsafe { *bad = first.add(i) };
+                    // SAFETY: `bad` is the valid out-pointer post_chain passes.
+                    unsafe { *bad = first.wrapping_add(i) };
                 }
                 ret
             },
@@ -323,6 +325,9 @@ mod tests {
         // The refused request is named: those before it were taken.
         let r = post(&mut wrs, libc::ENOMEM, Some(1));
         assert!(matches!(r, Err((1, Error::QueueFull { .. }))), "{r:?}");
+        // A pointer outside the chain counts as all taken.
+        let r = post(&mut wrs, libc::EINVAL, Some(7));
+        assert!(matches!(r, Err((3, Error::PostRecv { .. }))), "{r:?}");
         // None named (rxe: the chain was queued, then ringing the doorbell failed): all may
         // be queued, so all count as taken and keep their buffers.
         let r = post(&mut wrs, libc::EIO, None);
