@@ -52,7 +52,8 @@ pub(crate) struct CmIdInner {
     /// requires the channel to outlive the id.
     channel: Mutex<EventChannel>,
     /// `Weak::into_raw` of this inner, stored in `id->context` so an event can find the id's
-    /// owner without any registry; released after `rdma_destroy_id`.
+    /// owner without any registry; released after a successful `rdma_destroy_id` (never if
+    /// it fails, since the id then lives on).
     self_weak: *const CmIdInner,
 }
 
@@ -67,7 +68,13 @@ impl Drop for CmIdInner {
         // SAFETY: our id, destroyed once. Every event naming it holds an Arc of this inner and
         // acknowledges before releasing it, so rdma_destroy_id does not wait on our own events.
         // Objects on its device context also hold this inner (see `context`), so they are gone.
-        unsafe { sys::rdma_destroy_id(self.raw.as_ptr()) };
+        let r = unsafe { sys::rdma_destroy_id(self.raw.as_ptr()) };
+        if r != 0 {
+            // librdmacm keeps an id it failed to destroy, so an event naming it may still be
+            // read and `lookup` may still follow id->context: leave that Weak (and so the
+            // allocation it points into) alive; it upgrades to nothing from now on.
+            return;
+        }
         // SAFETY: the Weak leaked into id->context at creation; the id is gone, so nothing
         // reads that pointer any more.
         drop(unsafe { Weak::from_raw(self.self_weak) });

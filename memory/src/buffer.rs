@@ -67,6 +67,17 @@ impl From<RemoteDescriptor> for verbs::RemoteSlice {
 /// `verbs::RegisteredBuf`); it comes back with the completion (`Qp::reclaim`), so it cannot be
 /// dropped or touched while the NIC uses it. The request's range is taken from the whole slot,
 /// so give `..buf.len()` to send the buffer's contents.
+///
+/// In a pool with remote write or atomic rights ([`PoolAccess::REMOTE_WRITE`],
+/// [`PoolAccess::REMOTE_ATOMIC`]) a peer may write the buffer at any time, so it has no slice
+/// view: use [`read`](Self::read) and [`write`](Self::write), which copy.
+///
+/// # Panics
+/// Dereferencing (`&buf[..]`, `as_ref`, `as_mut`) panics in a pool with remote write or atomic
+/// rights.
+///
+/// [`PoolAccess::REMOTE_WRITE`]: crate::PoolAccess::REMOTE_WRITE
+/// [`PoolAccess::REMOTE_ATOMIC`]: crate::PoolAccess::REMOTE_ATOMIC
 pub struct Buffer {
     /// `None` only while dropping.
     slot: Option<SlotMemory>,
@@ -86,6 +97,16 @@ impl Buffer {
 
     fn slot(&self) -> &SlotMemory {
         self.slot.as_ref().expect("a live buffer has its slot")
+    }
+
+    /// Its length: the bytes it derefs to (and that `read`/`write` reach).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether its length is zero.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Bytes the buffer can hold: its class size.
@@ -125,6 +146,43 @@ impl Buffer {
             // Class sizes are at most 1 GiB (validated), so the length fits.
             length: self.len as u32,
             lkey: slot.lkey(),
+        }
+    }
+
+    /// Whether a peer may write the buffer at any time (its pool has remote write or atomic
+    /// rights): then it gives no slices, only copies ([`read`](Self::read),
+    /// [`write`](Self::write)).
+    pub fn is_remotely_writable(&self) -> bool {
+        self.slot().remotely_writable()
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the buffer's first [`len`](Self::len)
+    /// bytes (volatile reads: correct even while a peer writes the buffer, though the bytes
+    /// may then be torn).
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range(offset, dst.len())?;
+        self.slot().read_volatile(offset, dst);
+        Ok(())
+    }
+
+    /// Copies `src` into the buffer's first [`len`](Self::len) bytes at `offset` (volatile
+    /// writes).
+    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range(offset, src.len())?;
+        self.slot
+            .as_mut()
+            .expect("a live buffer has its slot")
+            .write_volatile(offset, src);
+        Ok(())
+    }
+
+    fn check_range(&self, offset: usize, n: usize) -> Result<()> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::TooLarge {
+                requested: offset.saturating_add(n),
+                max: self.len,
+            }),
         }
     }
 

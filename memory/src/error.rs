@@ -27,7 +27,9 @@ pub enum Error {
     ZeroLength,
 
     /// The requested length exceeds the largest size class (or, for
-    /// [`Buffer::set_len`](crate::Buffer::set_len), the buffer's capacity).
+    /// [`Buffer::set_len`](crate::Buffer::set_len), the buffer's capacity; for
+    /// [`Buffer::read`](crate::Buffer::read) and [`Buffer::write`](crate::Buffer::write), the
+    /// end of the range exceeds the buffer's length).
     #[error("requested {requested} bytes, more than the largest buffer of {max} bytes")]
     TooLarge {
         /// Bytes asked for.

@@ -8,7 +8,7 @@
 //!   (64 B to 1 MiB by default). Each class grows one chunk (one registration) at a time, up to
 //!   the pool's cap on registered bytes and the class's own cap, if any. Chunks stay registered
 //!   until the pool and all its buffers are dropped.
-//! - **Buffers** deref to their bytes and give their [`Sge`] and, in pools created with remote
+//! - **Buffers** deref to their bytes (copy with `read`/`write` in pools peers may write) and give their [`Sge`] and, in pools created with remote
 //!   access ([`PoolAccess`]), a [`RemoteDescriptor`] carrying the rkey. Local-only pools have no
 //!   remote key at all.
 //! - **Registration** goes through a [`Registrar`], the seam to the device: [`PdRegistrar`]
@@ -114,8 +114,9 @@
 //! ([`PoolAccess`]). Give remote descriptors only to peers trusted with the pool's memory, and
 //! use separate pools for separate trust domains. A local-only pool registers without remote
 //! rights, so its memory cannot be reached remotely with any key. A peer with remote write or
-//! atomic access can write a buffer at any time; read such a buffer only once the peer has
-//! said (by a message) that it is done writing.
+//! atomic access can write a buffer at any time, so buffers of such pools give no slices (a
+//! slice would race with the device's writes): copy with [`Buffer::read`] and
+//! [`Buffer::write`], once the peer has said (by a message) that it is done writing.
 //!
 //! # Exhaustion is backpressure
 //! When a class has no free buffer and the cap forbids another chunk, [`Pool::try_alloc`]

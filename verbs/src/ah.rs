@@ -59,6 +59,11 @@ impl Pd {
 }
 
 impl Ah {
+    /// The device context the address handle was created on.
+    pub(crate) fn context_raw(&self) -> *mut sys::ibv_context {
+        self.inner._pd.ctx.raw.as_ptr()
+    }
+
     /// The raw `ibv_ah`, valid while this handle lives.
     pub fn as_raw(&self) -> *mut sys::ibv_ah {
         self.inner.raw.as_ptr()

@@ -54,7 +54,8 @@
 //!   [`Qp::reclaim`] (or [`Srq::reclaim`]) returns it once a polled [`WorkCompletion`] proves the
 //!   NIC is done. Completions come in order on a send queue, so a signaled completion also
 //!   returns the unsignaled requests posted before it. Buffers of requests still in flight when
-//!   the QP is destroyed are dropped only after `ibv_destroy_qp`.
+//!   the QP is destroyed are dropped only after `ibv_destroy_qp` succeeded (if it fails, the
+//!   QP lives on and they are leaked).
 //! - **A shared region may only be read by the NIC**: `Arc<MemoryRegion>` is a
 //!   [`RegisteredBuf`] but not a [`RegisteredBufMut`].
 //! - **Regions a peer may write** (remote write or atomic rights) never hand out slices, only

@@ -25,6 +25,13 @@ pub(crate) struct SrqInner {
     _pd: Arc<PdInner>,
 }
 
+impl SrqInner {
+    /// The device context the SRQ was created on.
+    pub(crate) fn context_raw(&self) -> *mut sys::ibv_context {
+        self._pd.ctx.raw.as_ptr()
+    }
+}
+
 // SAFETY: an SRQ handle has no thread affinity; posting is thread-safe in libibverbs and the
 // in-flight table is behind a mutex.
 unsafe impl Send for SrqInner {}
@@ -35,7 +42,12 @@ impl Drop for SrqInner {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_srq; QPs using it hold an Arc of this inner, so they
         // are destroyed already.
-        unsafe { sys::ibv_destroy_srq(self.raw.as_ptr()) };
+        let r = unsafe { sys::ibv_destroy_srq(self.raw.as_ptr()) };
+        if r != 0 {
+            // The SRQ lives on (a QP that failed to be destroyed still uses it): the device
+            // may still write the posted buffers, so leak them.
+            std::mem::forget(std::mem::take(self.rq.get_mut()));
+        }
     }
 }
 
@@ -109,6 +121,7 @@ impl Srq {
     pub fn post_recv(&self, req: RecvRequest) -> Result<u64, PostError<RecvRequest>> {
         post::post_recv_one(
             &self.inner.rq,
+            None,
             req,
             0,
             "shared receive",
@@ -127,6 +140,7 @@ impl Srq {
     ) -> Result<Vec<u64>, PostError<Vec<RecvRequest>>> {
         post::post_recv_owned(
             &self.inner.rq,
+            None,
             reqs,
             0,
             "shared receive",

@@ -93,7 +93,10 @@ impl Registration for PdRegistration {
 // 1. `local` covers the buffer's whole slot (its capacity, fixed for the buffer's life; the
 //    length `set_len` changes is not part of it), inside a chunk mapping that never moves;
 // 2. its lkey is the chunk's registration, which lives in the chunk; the buffer holds the chunk
-//    (`SlotMemory` keeps an `Arc`), and the chunk deregisters and unmaps only when dropped;
+//    (`SlotMemory` keeps an `Arc`), and the chunk deregisters and unmaps only when dropped.
+//    (`Registrar` is a safe trait, so another implementation may hand out a key that does not
+//    cover the slot; the device then refuses the request with a protection error, since it
+//    checks the descriptor's range, which is this slot's, against the key's region.);
 // 3. the slot's bytes are reachable only through this buffer (one `SlotMemory` per slot, see
 //    the module docs), so once the buffer is moved into a work request no safe code can write
 //    them. `Buffer` is `Send + 'static`.

@@ -14,6 +14,9 @@
 //!   `release` consumes the `SlotMemory` to give it back, so at most one `SlotMemory` per slot
 //!   exists at any time, and slots of a chunk do not overlap (`index * size`, `index < slots`).
 //!   Mutable access needs `&mut SlotMemory`, so the borrow checker does the rest.
+//! - Peers: in a pool with remote write or atomic rights a peer (or this program, through a
+//!   safe RDMA WRITE to the chunk's rkey) may write any slot at any time, so such slots give
+//!   no slices at all, only volatile copies (`read_volatile`, `write_volatile`).
 //!
 //! Soundness towards the device (`device`):
 //! - Registration: a chunk is registered once, by its [`Registrar`], and `Chunk::drop`
@@ -99,6 +102,8 @@ pub(crate) struct Chunk {
     lkey: u32,
     rkey: Option<u32>,
     /// Taken in `Drop` so that deregistration precedes unmapping.
+    /// Peers may write the chunk (remote write or atomic rights): no slices of it.
+    remotely_writable: bool,
     registration: Option<Box<dyn Registration>>,
     memory: ChunkMemory,
 }
@@ -142,6 +147,8 @@ impl Chunk {
             slots,
             lkey: registration.lkey(),
             rkey: rkey.filter(|_| access.is_remote()),
+            remotely_writable: access
+                .intersects(PoolAccess::REMOTE_WRITE | PoolAccess::REMOTE_ATOMIC),
             registration: Some(registration),
             memory,
         });
@@ -212,7 +219,54 @@ unsafe impl Sync for SlotMemory {}
 
 impl SlotMemory {
     /// The first `len` bytes of the slot. Panics if `len` exceeds the slot.
+    /// Whether a peer may write the slot at any time (the pool has remote write or atomic
+    /// rights): then it has no slice view, only copies.
+    pub(crate) fn remotely_writable(&self) -> bool {
+        self.chunk.remotely_writable
+    }
+
+    fn assert_no_remote_writes(&self) {
+        assert!(
+            !self.chunk.remotely_writable,
+            "a buffer of a pool with remote write/atomic rights has no slice view: use read/write"
+        );
+    }
+
+    /// Volatile copy out of `offset..offset + dst.len()` of the slot: correct even while a peer
+    /// writes it (the bytes may then be torn).
+    pub(crate) fn read_volatile(&self, offset: usize, dst: &mut [u8]) {
+        assert!(
+            offset
+                .checked_add(dst.len())
+                .is_some_and(|end| end <= self.chunk.slot_size),
+            "range beyond the slot"
+        );
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: inside this slot of a live mapping (asserted); volatile because the device
+            // may write the slot concurrently, and no reference to those bytes is formed.
+            *d = unsafe { self.ptr.as_ptr().add(offset + i).read_volatile() };
+        }
+    }
+
+    /// Volatile copy of `src` into the slot at `offset`.
+    pub(crate) fn write_volatile(&mut self, offset: usize, src: &[u8]) {
+        assert!(
+            offset
+                .checked_add(src.len())
+                .is_some_and(|end| end <= self.chunk.slot_size),
+            "range beyond the slot"
+        );
+        for (i, b) in src.iter().enumerate() {
+            // SAFETY: inside this slot of a live mapping (asserted); `&mut self` excludes other
+            // local access, and the write is volatile as the device may access the slot too.
+            unsafe { self.ptr.as_ptr().add(offset + i).write_volatile(*b) };
+        }
+    }
+
+    /// # Panics
+    /// If the pool has remote write or atomic rights (see `remotely_writable`).
     pub(crate) fn as_slice(&self, len: usize) -> &[u8] {
+        self.assert_no_remote_writes();
         assert!(len <= self.chunk.slot_size, "length beyond the slot");
         // SAFETY: the range lies inside this slot of a live mapping, every byte is initialised,
         // and no `&mut` to it exists while `self` is borrowed shared (module docs).
@@ -220,7 +274,10 @@ impl SlotMemory {
     }
 
     /// The first `len` bytes of the slot, mutably. Panics if `len` exceeds the slot.
+    /// # Panics
+    /// If the pool has remote write or atomic rights.
     pub(crate) fn as_mut_slice(&mut self, len: usize) -> &mut [u8] {
+        self.assert_no_remote_writes();
         assert!(len <= self.chunk.slot_size, "length beyond the slot");
         // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference to the slot.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), len) }

@@ -88,7 +88,7 @@ fn rdma_write_into_and_read_from_a_remote_access_pool_buffer() {
 
     for len in [64, 4096, 64 << 10] {
         let mut target = remote.try_alloc(len).unwrap();
-        target.fill(0);
+        target.write(0, &vec![0; len]).unwrap();
         let descriptor = target.remote().expect("a remote-access pool gives an rkey");
         assert_eq!(
             (descriptor.addr, descriptor.len as usize),
@@ -103,11 +103,13 @@ fn rdma_write_into_and_read_from_a_remote_access_pool_buffer() {
         let (c, src): (_, Buffer) = one(&p.cq_a, &p.a);
         assert_eq!((c.status, c.opcode), (Ok(()), Some(WcOpcode::RdmaWrite)));
         drop(src);
-        assert!(target[..] == data[..], "WRITE of {len} bytes differs");
+        let mut seen = vec![0; len];
+        target.read(0, &mut seen).unwrap();
+        assert!(seen == data, "WRITE of {len} bytes differs");
 
         // Change the target locally, then READ it back into a fresh local buffer.
         let data = pattern(len, !(len as u8));
-        target.copy_from_slice(&data);
+        target.write(0, &data).unwrap();
         let mut dst = local.try_alloc(len).unwrap();
         dst.fill(0);
         let req = SendRequest::rdma_read(dst, ..len, descriptor.into()).unwrap();
@@ -126,8 +128,9 @@ fn rdma_write_into_and_read_from_a_remote_access_pool_buffer() {
             .unwrap();
         let (c, _src): (_, Buffer) = one(&p.cq_a, &p.a);
         assert_eq!(c.status, Ok(()));
-        assert!(target[..len / 2] == data[..len / 2]);
-        assert!(target[len / 2..].iter().all(|&b| b == 0xee));
+        target.read(0, &mut seen).unwrap();
+        assert!(seen[..len / 2] == data[..len / 2]);
+        assert!(seen[len / 2..].iter().all(|&b| b == 0xee));
     }
     assert_eq!(local.stats().buffers_in_use(), 0);
     assert_eq!(remote.stats().buffers_in_use(), 0);
@@ -277,7 +280,7 @@ fn exhaustion_and_recovery_under_8_threads() {
     )
     .unwrap();
     let mut target = targets.try_alloc(SIZE * BUFFERS).unwrap();
-    target.fill(0);
+    target.write(0, &[0; SIZE * BUFFERS]).unwrap();
     let remote = RemoteSlice::from(target.remote().unwrap());
     let expected: Vec<u8> = recovered.iter().flat_map(|b| b.to_vec()).collect();
     for (i, buf) in recovered.into_iter().enumerate() {
@@ -289,8 +292,10 @@ fn exhaustion_and_recovery_under_8_threads() {
         assert_eq!(c.status, Ok(()));
         drop(reclaimed); // back to the pool
     }
-    assert!(target[..] == expected[..]);
-    let mut seen: Vec<u8> = target.chunks(SIZE).map(|c| c[0]).collect();
+    let mut written = vec![0; SIZE * BUFFERS];
+    target.read(0, &mut written).unwrap();
+    assert!(written == expected);
+    let mut seen: Vec<u8> = written.chunks(SIZE).map(|c| c[0]).collect();
     seen.sort_unstable();
     assert_eq!(
         seen,

@@ -306,3 +306,39 @@ fn moving_a_buffer_keeps_its_memory_in_place() {
     assert_eq!(back.sge(), sge);
     assert!(back.iter().all(|&b| b == 3));
 }
+
+#[test]
+fn buffers_peers_may_write_give_copies_not_slices() {
+    for access in [PoolAccess::REMOTE_WRITE, PoolAccess::REMOTE_ATOMIC] {
+        let pool = Pool::new(PoolConfig::new().access(access), HostRegistrar::new()).unwrap();
+        let mut buf = pool.try_alloc(100).unwrap();
+        assert!(buf.is_remotely_writable());
+        assert_eq!(buf.len(), 100, "the length needs no slice");
+        buf.write(10, b"abc").unwrap();
+        let mut out = [0; 4];
+        buf.read(9, &mut out).unwrap();
+        assert_eq!(out, [0, b'a', b'b', b'c']);
+        assert!(buf.read(98, &mut out).is_err(), "past the buffer's length");
+        assert!(buf.write(usize::MAX, b"x").is_err());
+        // A slice would race with the device writing on a peer's behalf.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf[0]));
+        assert!(r.is_err(), "{access:?}: a remotely writable buffer derefs");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| buf.fill(1)));
+        assert!(
+            r.is_err(),
+            "{access:?}: a remotely writable buffer derefs mutably"
+        );
+    }
+    // Remote read alone leaves the slices.
+    let pool = Pool::new(
+        PoolConfig::new().access(PoolAccess::REMOTE_READ),
+        HostRegistrar::new(),
+    )
+    .unwrap();
+    let mut buf = pool.try_alloc(8).unwrap();
+    assert!(!buf.is_remotely_writable());
+    buf.copy_from_slice(b"12345678");
+    let mut out = [0; 8];
+    buf.read(0, &mut out).unwrap();
+    assert_eq!(&out, &buf[..]);
+}

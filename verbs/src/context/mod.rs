@@ -111,8 +111,9 @@ impl Context {
     ///
     /// # Safety
     /// `raw` must be an open device context. With `close_on_drop`, ownership passes to the
-    /// returned handle, which closes it; without, the caller keeps it open for as long as the
-    /// handle or any object created from it lives.
+    /// returned handle, which closes it; on an error it is closed already, so do not close it
+    /// again. Without, the caller keeps it open for as long as the handle or any object
+    /// created from it lives.
     pub unsafe fn from_raw(raw: NonNull<sys::ibv_context>, close_on_drop: bool) -> Result<Self> {
         let release = if close_on_drop {
             Release::Close

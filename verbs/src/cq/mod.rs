@@ -38,6 +38,13 @@ pub(crate) struct CqInner {
     _ctx: Arc<ContextInner>,
 }
 
+impl CqInner {
+    /// The device context the CQ was created on.
+    pub(crate) fn context_raw(&self) -> *mut sys::ibv_context {
+        self._ctx.raw.as_ptr()
+    }
+}
+
 // SAFETY: a CQ handle has no thread affinity; poll/notify/ack are thread-safe in libibverbs,
 // and our own mutable state (unacked count) is behind a mutex.
 unsafe impl Send for CqInner {}

@@ -49,10 +49,13 @@ impl AccessFlags {
         .union(AccessFlags::MW_BIND);
 }
 
-/// A registration (`struct ibv_mr`), deregistered on drop.
+/// A registration (`struct ibv_mr`), deregistered on drop; for an owned region, with the
+/// buffer it covers, freed after the registration is gone.
 pub(crate) struct MrInner {
     raw: NonNull<sys::ibv_mr>,
     access: AccessFlags,
+    /// The owned region's memory (`None` for caller memory).
+    mem: Option<AlignedBuf>,
     _pd: Arc<PdInner>,
 }
 
@@ -64,7 +67,12 @@ unsafe impl Sync for MrInner {}
 impl Drop for MrInner {
     fn drop(&mut self) {
         // SAFETY: registered by ibv_reg_mr and deregistered once.
-        unsafe { sys::ibv_dereg_mr(self.raw.as_ptr()) };
+        let r = unsafe { sys::ibv_dereg_mr(self.raw.as_ptr()) };
+        if r != 0 {
+            // Still registered (e.g. a memory window is bound to it): peers may still write
+            // the memory, so it must not be freed.
+            std::mem::forget(self.mem.take());
+        }
     }
 }
 
@@ -78,6 +86,7 @@ impl MrInner {
         Ok(MrInner {
             raw,
             access,
+            mem: None,
             _pd: pd.inner.clone(),
         })
     }
@@ -97,15 +106,14 @@ impl MrInner {
 ///   written by a peer at any time, so it offers only copying access ([`read`](Self::read),
 ///   [`write`](Self::write)), never a slice.
 pub struct MemoryRegion {
-    // Field order matters: the registration is dropped before the buffer it covers.
+    /// The registration, owning the buffer (freed only after deregistration succeeded).
     reg: MrInner,
-    buf: AlignedBuf,
 }
 
 impl std::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryRegion")
-            .field("addr", &self.buf.as_ptr())
+            .field("addr", &self.buf().as_ptr())
             .field("len", &self.len())
             .field("lkey", &self.lkey())
             .field("rkey", &self.rkey())
@@ -119,9 +127,10 @@ impl Pd {
     #[doc(alias = "ibv_reg_mr")]
     pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<MemoryRegion> {
         let buf = AlignedBuf::zeroed(len)?;
-        // SAFETY: the buffer lives in the MemoryRegion and is dropped after the registration.
-        let reg = unsafe { MrInner::register(self, buf.as_ptr(), len, access)? };
-        Ok(MemoryRegion { reg, buf })
+        // SAFETY: the registration owns the buffer and frees it only once deregistered.
+        let mut reg = unsafe { MrInner::register(self, buf.as_ptr(), len, access)? };
+        reg.mem = Some(buf);
+        Ok(MemoryRegion { reg })
     }
 
     /// Registers caller-owned memory.
@@ -199,6 +208,20 @@ macro_rules! region_common {
 impl MemoryRegion {
     region_common!();
 
+    fn buf(&self) -> &AlignedBuf {
+        self.reg
+            .mem
+            .as_ref()
+            .expect("an owned region has its buffer")
+    }
+
+    fn buf_mut(&mut self) -> &mut AlignedBuf {
+        self.reg
+            .mem
+            .as_mut()
+            .expect("an owned region has its buffer")
+    }
+
     fn assert_not_remotely_writable(&self) {
         assert!(
             !self.access().intersects(AccessFlags::REMOTELY_WRITABLE),
@@ -212,7 +235,7 @@ impl MemoryRegion {
     /// If the region has remote write or atomic rights: a peer may write it at any time.
     pub fn as_slice(&self) -> &[u8] {
         self.assert_not_remotely_writable();
-        self.buf.as_slice()
+        self.buf().as_slice()
     }
 
     /// The bytes, mutably.
@@ -221,21 +244,21 @@ impl MemoryRegion {
     /// If the region has remote write or atomic rights.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         self.assert_not_remotely_writable();
-        self.buf.as_mut_slice()
+        self.buf_mut().as_mut_slice()
     }
 
     /// Copies `dst.len()` bytes at `offset` out of the region (volatile reads: correct even
     /// while a peer writes into it, though the bytes may then be torn).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
         slice::check_range(offset..offset.saturating_add(dst.len()), self.len())?;
-        self.buf.read_volatile(offset, dst);
+        self.buf().read_volatile(offset, dst);
         Ok(())
     }
 
     /// Copies `src` into the region at `offset` (volatile writes).
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
         slice::check_range(offset..offset.saturating_add(src.len()), self.len())?;
-        self.buf.write_volatile(offset, src);
+        self.buf_mut().write_volatile(offset, src);
         Ok(())
     }
 }

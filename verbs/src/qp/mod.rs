@@ -8,6 +8,7 @@ mod typed;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -49,6 +50,12 @@ pub(crate) struct QpInner {
     has_srq: bool,
     max_rd_atomic: u8,
     state: Mutex<QpState>,
+    /// Whether the QP is (or may be) in Reset: owned posting is refused then. Changed only
+    /// while holding both in-flight tables, so a post (made under its table's lock) happens
+    /// entirely before or after a transition into or out of Reset. Some providers accept
+    /// posts in Reset and keep them past Reset -> Init; refusing them here is what makes the
+    /// table hold, while the QP is in Reset, only requests the reset discarded.
+    in_reset: AtomicBool,
     // Dropped after the QP is destroyed (Drop runs first), so the NIC is done with them.
     sq: Mutex<InFlight>,
     rq: Mutex<InFlight>,
@@ -69,12 +76,27 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         match self.destroy.take() {
             Some(destroy) => destroy(self.raw),
-            // SAFETY: created by ibv_create_qp, destroyed once. After this the NIC no longer
-            // touches the in-flight buffers, which are dropped with the fields.
-            None => unsafe {
-                sys::ibv_destroy_qp(self.raw.as_ptr());
-            },
+            None => {
+                // SAFETY: created by ibv_create_qp, destroyed once. After a successful destroy
+                // the NIC no longer touches the in-flight buffers, which are dropped with the
+                // fields.
+                let r = unsafe { sys::ibv_destroy_qp(self.raw.as_ptr()) };
+                if r != 0 {
+                    // The QP lives on (EBUSY while multicast groups are attached), so the
+                    // device may still write the in-flight buffers: leak them rather than
+                    // free memory it may use.
+                    std::mem::forget(std::mem::take(self.sq.get_mut()));
+                    std::mem::forget(std::mem::take(self.rq.get_mut()));
+                }
+            }
         }
+    }
+}
+
+impl QpInner {
+    /// The device context of the QP's PD.
+    pub(crate) fn pd_context_raw(&self) -> *mut sys::ibv_context {
+        self._pd.ctx.raw.as_ptr()
     }
 }
 
@@ -97,8 +119,24 @@ impl Pd {
             .query_device()
             .map(|d| d.max_qp_rd_atom().min(d.max_qp_init_rd_atom()).clamp(1, 16) as u8)
             .unwrap_or(1);
+        // Objects of another context are handles in another file descriptor's namespace and
+        // structs of maybe another provider: the kernel and the provider would misread them.
+        let ctx = self.inner.ctx.raw.as_ptr();
+        if init.send_cq.inner.context_raw() != ctx
+            || init.recv_cq.inner.context_raw() != ctx
+            || init.srq.is_some_and(|s| s.inner.context_raw() != ctx)
+        {
+            return Err(Error::CreateQp {
+                qp_type: init.qp_type,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "the CQs and the SRQ must belong to the PD's device context",
+                ),
+            });
+        }
         let mut raw_init = init.to_raw();
-        // SAFETY: live PD and CQs (and SRQ) of the same context; the struct is fully set.
+        // SAFETY: live PD and CQs (and SRQ) of the same context (checked); the struct is fully
+        // set.
         let raw = unsafe { sys::ibv_create_qp(self.as_raw(), &mut raw_init) };
         let raw = sys::errno::check_ptr(raw).map_err(|source| Error::CreateQp {
             qp_type: init.qp_type,
@@ -122,7 +160,10 @@ impl Qp {
     /// `raw` must be a live QP of `init`'s type created in `pd` with `init`'s CQs and SRQ and
     /// (at least) the queue sizes `cap`; ownership passes to the returned handle, which
     /// destroys it with `destroy` (or `ibv_destroy_qp` when `None`) exactly once, when the last
-    /// handle is dropped. Nobody else may destroy it.
+    /// handle is dropped. Nobody else may destroy it, and its state may change only through
+    /// the returned handle, except transitions its creator makes before anything is posted
+    /// (call [`query_state`](Self::query_state) after them: owned posting is refused until the
+    /// handle knows the QP is out of Reset).
     pub unsafe fn from_raw(
         raw: NonNull<sys::ibv_qp>,
         pd: &Pd,
@@ -144,6 +185,7 @@ impl Qp {
                 has_srq: init.srq.is_some(),
                 max_rd_atomic,
                 state: Mutex::new(QpState::Reset),
+                in_reset: AtomicBool::new(true),
                 sq: Mutex::new(InFlight::default()),
                 rq: Mutex::new(InFlight::default()),
                 _srq: init.srq.map(|s| s.inner.clone()),
@@ -207,8 +249,24 @@ impl Qp {
             qp_num: self.qp_num(),
             source: std::io::Error::other(format!("unknown QP state {v}")),
         })?;
-        *self.inner.state.lock() = s;
+        let mut state = self.inner.state.lock();
+        *state = s;
+        self.set_in_reset(s == QpState::Reset);
         Ok(s)
+    }
+
+    /// Records whether the QP is in Reset, excluding posts meanwhile (see `in_reset`). Lock
+    /// order: state, then send table, then receive table.
+    fn set_in_reset(&self, yes: bool) {
+        let _sq = self.inner.sq.lock();
+        let _rq = self.inner.rq.lock();
+        self.inner.in_reset.store(yes, Ordering::Release);
+    }
+
+    /// Whether owned posting is refused because the QP is (or may be) in Reset. Read it under
+    /// the lock of the table the post goes into.
+    pub(crate) fn in_reset(&self) -> &AtomicBool {
+        &self.inner.in_reset
     }
 
     /// Applies `attr` (which must set the target state). The attribute mask is checked against
@@ -239,6 +297,10 @@ impl Qp {
             }
         })?;
         let mut raw = attr.raw_copy();
+        // Into or out of Reset: no owned post may slip in between the device's transition and
+        // the flag's (a post made in Reset would outlive the reset on some providers).
+        let tables = (to == QpState::Reset || from == QpState::Reset || *state == QpState::Reset)
+            .then(|| (self.inner.sq.lock(), self.inner.rq.lock()));
         // SAFETY: live QP; `raw` is a complete attribute struct and the mask names its set
         // fields.
         let r = unsafe { sys::ibv_modify_qp(self.as_raw(), &mut raw, attr.mask().bits() as i32) };
@@ -247,6 +309,12 @@ impl Qp {
             to,
             source,
         })?;
+        if tables.is_some() {
+            self.inner
+                .in_reset
+                .store(to == QpState::Reset, Ordering::Release);
+        }
+        drop(tables);
         *state = to;
         Ok(())
     }
@@ -330,7 +398,8 @@ impl Qp {
     }
 
     /// Moves the QP to Reset: outstanding requests are discarded without completions; take
-    /// their buffers back with [`take_in_flight`](Self::take_in_flight).
+    /// their buffers back with [`take_in_flight`](Self::take_in_flight). Owned requests are
+    /// refused until the QP leaves Reset.
     pub fn reset(&self) -> Result<()> {
         self.modify(&QpAttr::new().qp_state(QpState::Reset))
     }

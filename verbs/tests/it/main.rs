@@ -10,5 +10,6 @@ mod events;
 mod host;
 mod mr;
 mod rc;
+mod reset;
 mod srq;
 mod ud;

@@ -62,3 +62,126 @@ fn ud_send_recv_through_an_address_handle() {
     let rx: MemoryRegion = back[0].take().unwrap();
     assert_eq!(&rx.as_slice()[40..51], b"hello, ud!!");
 }
+
+/// Objects of one device context are refused by another's QP: its kernel handles name other
+/// objects there, and its provider would read them as its own structs.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn objects_of_another_context_are_refused() {
+    let ctx = open();
+    let other = open(); // a second context of the same device: its own handle namespace
+    let (sgid, my_gid) = gid(&ctx);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let foreign_cq = other.create_cq(16, None).unwrap();
+    for (send, recv) in [(&foreign_cq, &cq), (&cq, &foreign_cq)] {
+        let e = pd
+            .create_qp(&QpInitAttr::new(QpType::Ud, send, recv))
+            .unwrap_err();
+        assert!(matches!(e, verbs::Error::CreateQp { .. }), "{e:?}");
+    }
+    let foreign_srq = other.alloc_pd().unwrap().create_srq(4, 1).unwrap();
+    let e = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).srq(&foreign_srq))
+        .unwrap_err();
+    assert!(matches!(e, verbs::Error::CreateQp { .. }), "{e:?}");
+
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
+        .unwrap();
+    let any = QpEndpoint {
+        qp_num: 0,
+        psn: 0,
+        lid: 0,
+        gid: my_gid,
+    };
+    qp.to_init_ud(PORT, QKEY).unwrap();
+    qp.to_rtr(&any, PORT, Some(sgid), verbs::Mtu::Mtu1024)
+        .unwrap();
+    qp.to_rts(0x42).unwrap();
+    let foreign_ah = other
+        .alloc_pd()
+        .unwrap()
+        .create_ah(&AhAttr::roce(PORT, my_gid, sgid))
+        .unwrap();
+    let tx = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let e = qp
+        .post_send(
+            SendRequest::send(tx, ..8)
+                .unwrap()
+                .ud(&foreign_ah, qp.qp_num(), QKEY),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e.error, verbs::Error::InvalidWorkRequest { .. }),
+        "{:?}",
+        e.error
+    );
+    assert_eq!(qp.in_flight(), (0, 0));
+}
+
+/// A region that records being dropped.
+struct Tracked(MemoryRegion, std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// SAFETY: forwards to the region it owns, whose contract carries over.
+unsafe impl verbs::RegisteredBuf for Tracked {
+    fn local(&self) -> verbs::LocalSlice {
+        verbs::RegisteredBuf::local(&self.0)
+    }
+}
+// SAFETY: as above.
+unsafe impl verbs::RegisteredBufMut for Tracked {}
+
+/// The kernel refuses to destroy a QP with multicast groups attached (EBUSY): the QP lives on
+/// and may still receive into its posted buffers, so they must not be freed.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn buffers_outlive_a_qp_that_could_not_be_destroyed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use verbs::sys;
+
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
+        .unwrap();
+    qp.to_init_ud(PORT, QKEY).unwrap();
+    let mut group = [0u8; 16];
+    group[..2].copy_from_slice(&[0xff, 0x0e]);
+    group[15] = 0x42;
+    let gid = sys::ibv_gid { raw: group };
+    // SAFETY: live UD QP; a multicast GID; detached below before the QP is destroyed.
+    let r = unsafe { sys::ibv_attach_mcast(qp.as_raw(), &gid, 0) };
+    if r != 0 {
+        testkit::skip(
+            "buffers_outlive_a_qp_that_could_not_be_destroyed",
+            &format!("ibv_attach_mcast: {}", std::io::Error::from_raw_os_error(r)),
+        );
+        return;
+    }
+    let dropped = std::sync::Arc::new(AtomicBool::new(false));
+    let buf = Tracked(
+        pd.reg_mr(40 + 64, AccessFlags::LOCAL_WRITE).unwrap(),
+        dropped.clone(),
+    );
+    qp.post_recv(RecvRequest::new(buf, ..).unwrap()).unwrap();
+    let raw = qp.as_raw();
+    drop(qp);
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "the receive buffer was freed while its QP lives on"
+    );
+    // The QP is still alive (that is what the leak protects): clean it up by hand.
+    // SAFETY: ibv_destroy_qp failed, so `raw` is still a live QP, owned by nobody now.
+    unsafe {
+        assert_eq!(sys::ibv_detach_mcast(raw, &gid, 0), 0);
+        assert_eq!(sys::ibv_destroy_qp(raw), 0);
+    }
+}

@@ -27,7 +27,7 @@ use crate::mr::{LocalSlice, RemoteSlice};
 use crate::Error;
 
 pub(crate) use inflight::{owned_kind, InFlight};
-pub(crate) use recv::{post_recv_one, post_recv_owned, post_recv_raw};
+pub(crate) use recv::{in_reset_error, post_recv_one, post_recv_owned, post_recv_raw};
 pub use request::{PostError, Reclaimed, RecvRequest, SendRequest};
 
 /// `wr_id` bit marking a request posted through the owned (safe) API.
@@ -54,7 +54,11 @@ impl ChainedWr for sys::ibv_recv_wr {
 
 /// Links `wrs` into one chain and posts it with `post` (one doorbell). On failure, returns how
 /// many requests the device took before the first one it refused, and the error: a full queue
-/// (ENOMEM) as [`Error::QueueFull`], anything else through `other`.
+/// (ENOMEM) as [`Error::QueueFull`], anything else through `other`. A failure that names no
+/// refused request counts every request as taken: the provider may have queued them all
+/// (rxe queues the chain, then fails ringing the doorbell), and a request wrongly counted as
+/// posted only keeps its buffers in the in-flight table, while one wrongly counted as refused
+/// would hand back memory the device may still use.
 pub(crate) fn post_chain<W: ChainedWr>(
     wrs: &mut [W],
     full: impl FnOnce() -> Error,
@@ -79,10 +83,12 @@ pub(crate) fn post_chain<W: ChainedWr>(
         return Ok(());
     }
     let taken = if bad.is_null() {
-        0
+        n
     } else {
-        // SAFETY: the provider sets `bad` to an element of the chain, which lies in `wrs`.
-        unsafe { bad.offset_from(base) }.clamp(0, n as isize) as usize
+        // The provider points `bad` at an element of the chain; plain address arithmetic (not
+        // `offset_from`) keeps a stray pointer from being undefined behaviour: it counts as
+        // all taken, the safe side.
+        ((bad as usize).wrapping_sub(base as usize) / std::mem::size_of::<W>()).min(n)
     };
     let e = sys::errno::check_ret(r).unwrap_err();
     let err = if e.raw_os_error() == Some(libc::ENOMEM) {
@@ -272,3 +278,59 @@ const _: () = {
     assert!(std::mem::offset_of!(LocalSlice, len) == std::mem::offset_of!(sys::ibv_sge, length));
     assert!(std::mem::offset_of!(LocalSlice, lkey) == std::mem::offset_of!(sys::ibv_sge, lkey));
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain() -> [sys::ibv_recv_wr; 3] {
+        [0, 1, 2].map(|i| sys::ibv_recv_wr {
+            wr_id: i,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        })
+    }
+
+    fn post(
+        wrs: &mut [sys::ibv_recv_wr],
+        ret: i32,
+        refused: Option<usize>,
+    ) -> Result<(), (usize, Error)> {
+        post_chain(
+            wrs,
+            || Error::QueueFull {
+                qp_num: 1,
+                queue: "receive",
+                depth: 3,
+            },
+            |source| Error::PostRecv { qp_num: 1, source },
+            |first, bad| {
+                if let Some(i) = refused {
+                    // SAFETY: `bad` is the valid out-pointer post_chain passes.
+                    unsafe { *bad = first.wrapping_add(i) };
+                }
+                ret
+            },
+        )
+    }
+
+    #[test]
+    fn a_failed_post_counts_what_the_device_may_hold() {
+        let mut wrs = chain();
+        assert!(post(&mut wrs, 0, None).is_ok());
+        let second: *mut sys::ibv_recv_wr = &mut wrs[1];
+        assert_eq!(wrs[0].next, second);
+        assert!(wrs[2].next.is_null());
+        // The refused request is named: those before it were taken.
+        let r = post(&mut wrs, libc::ENOMEM, Some(1));
+        assert!(matches!(r, Err((1, Error::QueueFull { .. }))), "{r:?}");
+        // A pointer outside the chain counts as all taken.
+        let r = post(&mut wrs, libc::EINVAL, Some(7));
+        assert!(matches!(r, Err((3, Error::PostRecv { .. }))), "{r:?}");
+        // None named (rxe: the chain was queued, then ringing the doorbell failed): all may
+        // be queued, so all count as taken and keep their buffers.
+        let r = post(&mut wrs, libc::EIO, None);
+        assert!(matches!(r, Err((3, Error::PostRecv { .. }))), "{r:?}");
+    }
+}

@@ -1,5 +1,6 @@
 //! Receive posting shared by QPs and SRQs: owned chains and borrowed chains.
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 use verbs_sys as sys;
@@ -7,10 +8,19 @@ use verbs_sys as sys;
 use super::{invalid, next_id, post_chain, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID};
 use crate::{Error, Result};
 
+pub(crate) fn in_reset_error(qpn: u32) -> Error {
+    invalid(
+        qpn,
+        "the QP is in Reset: owned requests need Init or later".into(),
+    )
+}
+
 /// One owned receive, without the batch's allocations (the common case).
 #[allow(clippy::result_large_err)] // hands the request back; rare
+#[allow(clippy::too_many_arguments)] // the queue's parts, shared by QPs and SRQs
 pub(crate) fn post_recv_one(
     table: &Mutex<InFlight>,
+    closed: Option<&AtomicBool>,
     req: RecvRequest,
     qpn: u32,
     queue: &'static str,
@@ -31,6 +41,10 @@ pub(crate) fn post_recv_one(
         return Err(fail(e, req));
     }
     let mut q = table.lock();
+    // Owned receives are refused in Reset (see `QpInner::in_reset`).
+    if closed.is_some_and(|in_reset| in_reset.load(Ordering::Acquire)) {
+        return Err(fail(in_reset_error(qpn), req));
+    }
     if q.len() >= depth as usize {
         return Err(fail(
             Error::QueueFull {
@@ -53,13 +67,24 @@ pub(crate) fn post_recv_one(
             q.insert(id, req.tag, req.owners, None);
             Ok(id)
         }
-        Err((_, error)) => Err(fail(error, req)),
+        Err((0, error)) => Err(fail(error, req)),
+        // Failed, but possibly queued (see post_chain): the request keeps its buffers.
+        Err((_, error)) => {
+            q.insert(id, req.tag, req.owners, None);
+            Err(PostError {
+                error,
+                unposted: RecvRequest::empty(),
+                posted: vec![id],
+            })
+        }
     }
 }
 
 /// Owned receive posting shared by QPs and SRQs.
+#[allow(clippy::too_many_arguments)] // the queue's parts, shared by QPs and SRQs
 pub(crate) fn post_recv_owned(
     table: &Mutex<InFlight>,
+    closed: Option<&AtomicBool>,
     reqs: Vec<RecvRequest>,
     qpn: u32,
     queue: &'static str,
@@ -80,6 +105,10 @@ pub(crate) fn post_recv_owned(
         return Err(fail(e, reqs));
     }
     let mut q = table.lock();
+    // Owned receives are refused in Reset (see `QpInner::in_reset`).
+    if closed.is_some_and(|in_reset| in_reset.load(Ordering::Acquire)) {
+        return Err(fail(in_reset_error(qpn), reqs));
+    }
     if q.len() + reqs.len() > depth as usize {
         return Err(fail(
             Error::QueueFull {

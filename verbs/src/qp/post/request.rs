@@ -287,7 +287,10 @@ impl Reclaimed {
 }
 
 /// A failed post: the error and the requests that were not posted (their buffers are yours
-/// again). `posted` lists the ids of requests before the failing one that were posted.
+/// again). `posted` lists the ids of requests before the failing one that were posted. When
+/// the provider fails without naming a refused request, every request may have been queued:
+/// all count as posted (their buffers come back through `reclaim` or `take_in_flight`) and
+/// `unposted` holds no buffers.
 pub struct PostError<T> {
     /// Why.
     pub error: Error,

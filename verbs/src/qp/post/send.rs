@@ -1,12 +1,15 @@
 //! Posting on a QP: send and receive requests, owned and borrowed, and reclaiming buffers.
 
+use std::sync::atomic::Ordering;
+
 use verbs_sys as sys;
 
+use super::{in_reset_error, owned_kind, post_chain};
 use super::{
     invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError,
     Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
 };
-use super::{owned_kind, post_chain};
+use crate::ah::Ah;
 use crate::cq::WorkCompletion;
 use crate::mr::LocalSlice;
 use crate::qp::{Qp, QpState, QpType};
@@ -78,6 +81,12 @@ impl Qp {
         Ok(())
     }
 
+    /// Owned requests are refused while the QP is in Reset: some providers accept them and
+    /// keep them past the next transition, after `take_in_flight` handed their buffers back.
+    fn refused_in_reset(&self) -> Error {
+        in_reset_error(self.qp_num())
+    }
+
     fn queue_full(&self, queue: &'static str, depth: u32) -> Error {
         Error::QueueFull {
             qp_num: self.qp_num(),
@@ -100,7 +109,22 @@ impl Qp {
             }
             None => r.sges.as_slice(),
         };
+        if let Some((ah, ..)) = &r.ud {
+            self.check_ah(ah)?;
+        }
         self.check_send(&r.op, sges, r.flags, r.ud.is_some())
+    }
+
+    /// An address handle of another device context would be read by this QP's provider as
+    /// one of its own.
+    fn check_ah(&self, ah: &Ah) -> Result<()> {
+        if ah.context_raw() == self.inner.pd_context_raw() {
+            return Ok(());
+        }
+        Err(invalid(
+            self.qp_num(),
+            "the address handle belongs to another device context".into(),
+        ))
     }
 
     /// The C work request of an owned request; `inline_sge` holds the SGE of inline data and
@@ -146,6 +170,9 @@ impl Qp {
             return Err(fail(e, req));
         }
         let mut sq = self.inner.sq.lock();
+        if self.in_reset().load(Ordering::Acquire) {
+            return Err(fail(self.refused_in_reset(), req));
+        }
         let depth = self.cap().max_send_wr;
         if sq.len() >= depth as usize {
             return Err(fail(self.queue_full("send", depth), req));
@@ -162,7 +189,17 @@ impl Qp {
                 sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
                 Ok(id)
             }
-            Err((_, error)) => Err(fail(error, req)),
+            Err((0, error)) => Err(fail(error, req)),
+            // Failed, but possibly queued (see post_chain): the request keeps its buffers.
+            Err((_, error)) => {
+                let op = req.op;
+                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
+                Err(PostError {
+                    error,
+                    unposted: SendRequest::new(op),
+                    posted: vec![id],
+                })
+            }
         }
     }
 
@@ -182,6 +219,9 @@ impl Qp {
             return Err(fail(e, reqs));
         }
         let mut sq = self.inner.sq.lock();
+        if self.in_reset().load(Ordering::Acquire) {
+            return Err(fail(self.refused_in_reset(), reqs));
+        }
         let depth = self.cap().max_send_wr;
         if sq.len() + reqs.len() > depth as usize {
             return Err(fail(self.queue_full("send", depth), reqs));
@@ -245,7 +285,8 @@ impl Qp {
     /// program if the NIC reads it (SEND, WRITE), and must not be read or written by the
     /// program if the NIC writes it (READ, atomics). Inline requests are exempt: their data is
     /// copied during the call. The address handle of a UD request must stay alive until its
-    /// completion too.
+    /// completion too. On an error the device may still have taken some or all of the
+    /// requests, so the same holds for every request of the call.
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         let mut raw = Vec::with_capacity(wrs.len());
@@ -255,6 +296,9 @@ impl Qp {
                     self.qp_num(),
                     "wr_id has the reserved OWNED_WR_ID bit".into(),
                 ));
+            }
+            if let Some(ud) = &w.ud {
+                self.check_ah(ud.ah)?;
             }
             self.check_send(&w.op, w.sges, w.flags, w.ud.is_some())?;
             let mut wr = zeroed_send_wr();
@@ -292,6 +336,7 @@ impl Qp {
         let cap = self.cap();
         post_recv_one(
             &self.inner.rq,
+            Some(self.in_reset()),
             req,
             qpn,
             "receive",
@@ -319,6 +364,7 @@ impl Qp {
         let cap = self.cap();
         post_recv_owned(
             &self.inner.rq,
+            Some(self.in_reset()),
             reqs,
             qpn,
             "receive",
@@ -334,7 +380,8 @@ impl Qp {
     /// # Safety
     /// Until each request's completion is polled (or the QP is reset or destroyed), the memory
     /// its SGEs describe must stay allocated and registered and must not be read or written
-    /// by the program (the NIC writes it).
+    /// by the program (the NIC writes it). On an error the device may still have taken some
+    /// or all of the requests, so the same holds for every request of the call.
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv_unchecked(&self, wrs: &[RecvWr<'_>]) -> Result<()> {
         let cap = self.cap();
@@ -373,6 +420,9 @@ impl Qp {
 
     /// After [`reset`](Self::reset), takes back the buffers of every owned request (the reset
     /// discarded them, so the NIC no longer uses them). Gives nothing in any other state.
+    /// Owned posting is refused while the QP is in Reset, so no request handed back here can
+    /// have been posted after the reset (some providers accept such a post and carry it over
+    /// into the next connection).
     pub fn take_in_flight(&self) -> Vec<Reclaimed> {
         let state = self.inner.state.lock();
         if *state != QpState::Reset {
