@@ -102,7 +102,7 @@ mod tests {
         let mut t = InFlight::default();
         for &id in ids {
             let mut bufs = Small::default();
-            bufs.push(Box::new(id) as Owner);
+            bufs.push(Owner::new(id));
             t.insert(id, id * 10, bufs, None);
         }
         t
