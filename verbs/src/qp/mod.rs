@@ -8,6 +8,7 @@ mod typed;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -49,6 +50,9 @@ pub(crate) struct QpInner {
     has_srq: bool,
     max_rd_atomic: u8,
     state: Mutex<QpState>,
+    // The state last set under `state`, readable without the lock (index into QpState::ALL):
+    // posting checks it on every request.
+    state_seen: AtomicU8,
     // Dropped after the QP is destroyed (Drop runs first), so the NIC is done with them.
     sq: Mutex<InFlight>,
     rq: Mutex<InFlight>,
@@ -83,7 +87,7 @@ impl std::fmt::Debug for Qp {
         f.debug_struct("Qp")
             .field("qp_num", &self.inner.qp_num)
             .field("qp_type", &self.inner.qp_type)
-            .field("state", &*self.inner.state.lock())
+            .field("state", &self.state())
             .finish()
     }
 }
@@ -144,6 +148,7 @@ impl Qp {
                 has_srq: init.srq.is_some(),
                 max_rd_atomic,
                 state: Mutex::new(QpState::Reset),
+                state_seen: AtomicU8::new(QpState::Reset.index()),
                 sq: Mutex::new(InFlight::default()),
                 rq: Mutex::new(InFlight::default()),
                 _srq: init.srq.map(|s| s.inner.clone()),
@@ -180,7 +185,13 @@ impl Qp {
     /// [`query_state`](Self::query_state) for the device's view: errors move a QP to Err on
     /// their own).
     pub fn state(&self) -> QpState {
-        *self.inner.state.lock()
+        QpState::ALL[usize::from(self.inner.state_seen.load(Ordering::Acquire))]
+    }
+
+    /// Records `s` as the state; called with the state lock held.
+    fn set_state(&self, state: &mut QpState, s: QpState) {
+        *state = s;
+        self.inner.state_seen.store(s.index(), Ordering::Release);
     }
 
     /// The state according to the device (and updates [`state`](Self::state)).
@@ -207,7 +218,7 @@ impl Qp {
             qp_num: self.qp_num(),
             source: std::io::Error::other(format!("unknown QP state {v}")),
         })?;
-        *self.inner.state.lock() = s;
+        self.set_state(&mut self.inner.state.lock(), s);
         Ok(s)
     }
 
@@ -247,7 +258,7 @@ impl Qp {
             to,
             source,
         })?;
-        *state = to;
+        self.set_state(&mut state, to);
         Ok(())
     }
 
