@@ -31,7 +31,10 @@ impl Owner {
     pub(crate) fn new<B: Send + 'static>(buf: B) -> Owner {
         let mut slot = Some(buf);
         let any = &mut slot as &mut dyn Any;
-        if let Some(r) = any.downcast_mut::<Option<MemoryRegion>>().and_then(Option::take) {
+        if let Some(r) = any
+            .downcast_mut::<Option<MemoryRegion>>()
+            .and_then(Option::take)
+        {
             return Owner::Region(r);
         }
         if let Some(a) = any
@@ -338,7 +341,11 @@ impl Reclaimed {
     }
     /// All buffers, type-erased, in SGE order.
     pub fn into_inner(self) -> Vec<Box<dyn Any + Send>> {
-        self.bufs.into_vec().into_iter().map(Owner::into_any).collect()
+        self.bufs
+            .into_vec()
+            .into_iter()
+            .map(Owner::into_any)
+            .collect()
     }
 }
 
