@@ -89,9 +89,11 @@
 //!   (checked against the transition table), or [`Qp::to_init`] / [`Qp::to_rtr`] /
 //!   [`Qp::to_rts`], or the typestate [`QpIn`]; [`Pd::create_srq`], [`Pd::create_ah`].
 //! - Posting: [`Qp::post_send`] / [`Qp::post_send_batch`] / [`Qp::post_recv`] with
-//!   [`SendRequest`] / [`RecvRequest`], [`Qp::reclaim`]; `unsafe` [`Qp::post_send_unchecked`]
-//!   / [`Qp::post_recv_unchecked`] with [`SendWr`] / [`RecvWr`]. A full queue is
-//!   [`Error::QueueFull`] and hands the request back ([`PostError`]).
+//!   [`SendRequest`] / [`RecvRequest`], [`Qp::reclaim`] (or, in a polling loop,
+//!   [`Qp::reclaim_into`], which appends to a list you reuse and does not allocate);
+//!   `unsafe` [`Qp::post_send_unchecked`] / [`Qp::post_recv_unchecked`] with [`SendWr`] /
+//!   [`RecvWr`]. A full queue is [`Error::QueueFull`] and hands the request back
+//!   ([`PostError`]).
 //!
 //! # Building on this crate
 //!

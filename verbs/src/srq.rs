@@ -174,9 +174,17 @@ impl Srq {
     /// Hands back the buffer of the owned receive this completion (from any QP using the SRQ)
     /// finishes.
     pub fn reclaim(&self, wc: &WorkCompletion) -> Vec<Reclaimed> {
+        let mut out = Vec::new();
+        self.reclaim_into(wc, &mut out);
+        out
+    }
+
+    /// [`reclaim`](Self::reclaim) without allocating: appends the buffer's request to `out`
+    /// and returns how many were appended (0 or 1).
+    pub fn reclaim_into(&self, wc: &WorkCompletion, out: &mut Vec<Reclaimed>) -> usize {
         match post::owned_kind(wc) {
-            Some(true) => self.inner.rq.lock().complete_recv(wc.wr_id()),
-            _ => Vec::new(),
+            Some(true) => self.inner.rq.lock().complete_into(wc.wr_id(), false, out),
+            _ => 0,
         }
     }
 

@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use apps::pingpong::{self, Dest};
@@ -73,8 +72,9 @@ fn main() -> ExitCode {
 struct PingPong {
     qp: Qp,
     cq: Cq,
-    /// The send buffer, shared by every send (the NIC only reads it).
-    send_buf: Arc<MemoryRegion>,
+    /// The send buffer: moved into each send and back out of its completion (only one send
+    /// is ever in flight), so a send costs no reference counting.
+    send_buf: Option<MemoryRegion>,
     /// Inline copy of the message when the QP can send it inline.
     inline: Option<Vec<u8>>,
     /// Receive buffers not posted.
@@ -83,35 +83,48 @@ struct PingPong {
 }
 
 impl PingPong {
-    fn post_send(&self) -> Result<(), BoxError> {
+    fn post_send(&mut self) -> Result<(), BoxError> {
         let req = match &self.inline {
             Some(data) => SendRequest::inline(WrOp::Send, data)?,
-            None => SendRequest::send(self.send_buf.clone(), 0..self.size)?,
+            None => {
+                let buf = self
+                    .send_buf
+                    .take()
+                    .ok_or("the send buffer is still in flight")?;
+                SendRequest::send(buf, 0..self.size)?
+            }
         };
-        self.qp.post_send(req)?;
+        if let Err(e) = self.qp.post_send(req) {
+            if let Some(b) = e.unposted.into_buffers().take() {
+                self.send_buf = Some(b);
+            }
+            return Err(e.error.into());
+        }
         Ok(())
     }
 
-    /// Posts up to `n` receives; returns how many.
+    /// Posts up to `n` receives as one chain; returns how many were posted.
     fn post_recv(&mut self, n: usize) -> usize {
-        let mut posted = 0;
-        while posted < n {
-            let Some(buf) = self.free_rx.pop() else { break };
-            let req = match RecvRequest::new(buf, 0..self.size) {
-                Ok(r) => r,
+        let k = n.min(self.free_rx.len());
+        let mut reqs = Vec::with_capacity(k);
+        for buf in self.free_rx.drain(self.free_rx.len() - k..) {
+            match RecvRequest::new(buf, 0..self.size) {
+                Ok(r) => reqs.push(r),
+                // The range fits every buffer (all are `size` bytes), so this does not happen.
                 Err(_) => break,
-            };
-            match self.qp.post_recv(req) {
-                Ok(_) => posted += 1,
-                Err(e) => {
-                    if let Some(b) = e.unposted.into_buffers().take() {
-                        self.free_rx.push(b);
-                    }
-                    break;
-                }
             }
         }
-        posted
+        match self.qp.post_recv_batch(reqs) {
+            Ok(ids) => ids.len(),
+            Err(e) => {
+                for r in e.unposted {
+                    if let Some(b) = r.into_buffers().take() {
+                        self.free_rx.push(b);
+                    }
+                }
+                e.posted.len()
+            }
+        }
     }
 }
 
@@ -204,7 +217,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let mut pp = PingPong {
         qp,
         cq,
-        send_buf: Arc::new(send_buf),
+        send_buf: Some(send_buf),
         inline,
         free_rx,
         size,
@@ -265,6 +278,8 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let iters = args.iters as usize;
     let (mut rcnt, mut scnt) = (0usize, 0usize);
     let mut wcs = CompletionBuf::new(2);
+    // What completions hand back; reused, so reclaiming does not allocate.
+    let mut back = Vec::with_capacity(2);
     while rcnt < iters || scnt < iters {
         if args.events {
             pp.cq.get_event(None)?;
@@ -274,7 +289,8 @@ fn run(args: &Args) -> Result<(), BoxError> {
         // buffers they return can be reposted while iterating.
         let polled = pp.cq.poll(&mut wcs)?;
         for wc in &polled {
-            let back = pp.qp.reclaim(wc);
+            back.clear();
+            pp.qp.reclaim_into(wc, &mut back);
             if let Err(e) = wc.status() {
                 return Err(format!(
                     "Failed status {:?} ({}) for wr_id {}",
@@ -284,11 +300,16 @@ fn run(args: &Args) -> Result<(), BoxError> {
             }
             let bit = match wc.opcode() {
                 Some(WcOpcode::Send) => {
+                    for r in &mut back {
+                        if let Some(b) = r.take::<MemoryRegion>() {
+                            pp.send_buf = Some(b);
+                        }
+                    }
                     scnt += 1;
                     SEND
                 }
                 Some(WcOpcode::Recv) => {
-                    for mut r in back {
+                    for r in &mut back {
                         if let Some(b) = r.take::<MemoryRegion>() {
                             pp.free_rx.push(b);
                         }

@@ -8,7 +8,7 @@ mod typed;
 
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -56,6 +56,9 @@ pub(crate) struct QpInner {
     /// posts in Reset and keep them past Reset -> Init; refusing them here is what makes the
     /// table hold, while the QP is in Reset, only requests the reset discarded.
     in_reset: AtomicBool,
+    // The state last set under `state`, readable without the lock (index into QpState::ALL):
+    // posting checks it on every request.
+    state_seen: AtomicU8,
     // Dropped after the QP is destroyed (Drop runs first), so the NIC is done with them.
     sq: Mutex<InFlight>,
     rq: Mutex<InFlight>,
@@ -105,7 +108,7 @@ impl std::fmt::Debug for Qp {
         f.debug_struct("Qp")
             .field("qp_num", &self.inner.qp_num)
             .field("qp_type", &self.inner.qp_type)
-            .field("state", &*self.inner.state.lock())
+            .field("state", &self.state())
             .finish()
     }
 }
@@ -186,6 +189,7 @@ impl Qp {
                 max_rd_atomic,
                 state: Mutex::new(QpState::Reset),
                 in_reset: AtomicBool::new(true),
+                state_seen: AtomicU8::new(QpState::Reset.index()),
                 sq: Mutex::new(InFlight::default()),
                 rq: Mutex::new(InFlight::default()),
                 _srq: init.srq.map(|s| s.inner.clone()),
@@ -222,7 +226,13 @@ impl Qp {
     /// [`query_state`](Self::query_state) for the device's view: errors move a QP to Err on
     /// their own).
     pub fn state(&self) -> QpState {
-        *self.inner.state.lock()
+        QpState::ALL[usize::from(self.inner.state_seen.load(Ordering::Acquire))]
+    }
+
+    /// Records `s` as the state; called with the state lock held.
+    fn set_state(&self, state: &mut QpState, s: QpState) {
+        *state = s;
+        self.inner.state_seen.store(s.index(), Ordering::Release);
     }
 
     /// The state according to the device (and updates [`state`](Self::state)).
@@ -250,7 +260,7 @@ impl Qp {
             source: std::io::Error::other(format!("unknown QP state {v}")),
         })?;
         let mut state = self.inner.state.lock();
-        *state = s;
+        self.set_state(&mut state, s);
         self.set_in_reset(s == QpState::Reset);
         Ok(s)
     }
@@ -315,7 +325,7 @@ impl Qp {
                 .store(to == QpState::Reset, Ordering::Release);
         }
         drop(tables);
-        *state = to;
+        self.set_state(&mut state, to);
         Ok(())
     }
 

@@ -68,6 +68,11 @@ impl QpState {
         QpState::Sqe,
         QpState::Err,
     ];
+
+    /// Position in [`ALL`](Self::ALL).
+    pub(crate) const fn index(self) -> u8 {
+        self as u8
+    }
 }
 
 impl TryFrom<u32> for QpState {
@@ -199,6 +204,7 @@ mod tests {
     fn conversions_round_trip() {
         for s in QpState::ALL {
             assert_eq!(QpState::try_from(u32::from(s)), Ok(s));
+            assert_eq!(QpState::ALL[usize::from(s.index())], s);
         }
         for t in [QpType::Rc, QpType::Uc, QpType::Ud] {
             assert_eq!(QpType::try_from(u32::from(t)), Ok(t));

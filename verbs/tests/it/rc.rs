@@ -428,3 +428,67 @@ fn wrapped_raw_qp_and_context() {
     // The device is still open and usable.
     ctx.query_device().unwrap();
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn reclaim_into_one_list_for_every_buffer_kind() {
+    use std::sync::Arc;
+
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let p = Pair::new(QpType::Rc, cap);
+    let data = pattern(500, 7);
+    // Receives into an owned region (kept in place) and a boxed one (stored type-erased).
+    let rx = || p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    p.b.post_recv(RecvRequest::new(rx(), ..).unwrap()).unwrap();
+    p.b.post_recv(RecvRequest::new(rx(), ..).unwrap()).unwrap();
+    p.b.post_recv(RecvRequest::new(Box::new(rx()), ..).unwrap())
+        .unwrap();
+    // Three sends of one shared region, only the last signaled.
+    let shared = Arc::new(filled(&p, &data));
+    let ids: Vec<u64> = (0..3)
+        .map(|i| {
+            let req = SendRequest::send(shared.clone(), 0..data.len())
+                .unwrap()
+                .signaled(i == 2)
+                .tag(i);
+            p.a.post_send(req).unwrap()
+        })
+        .collect();
+
+    let mut back = Vec::with_capacity(4);
+    crate::support::drain(&p.cq_a, 1, |wc| {
+        assert_eq!(p.a.reclaim_into(wc, &mut back), 3);
+        // Not this QP's completion: nothing, and the list is left alone.
+        assert_eq!(p.b.reclaim_into(wc, &mut back), 0);
+    });
+    assert_eq!(back.iter().map(|r| r.wr_id).collect::<Vec<_>>(), ids);
+    assert_eq!(back.iter().map(|r| r.tag).collect::<Vec<_>>(), [0, 1, 2]);
+    for r in &mut back {
+        assert!(r.take::<MemoryRegion>().is_none());
+        assert!(r.take::<Arc<MemoryRegion>>().is_some());
+        assert!(r.is_empty());
+    }
+    assert_eq!(Arc::strong_count(&shared), 1);
+
+    let mut got = Vec::new();
+    crate::support::drain(&p.cq_b, 3, |wc| {
+        back.clear();
+        assert_eq!(p.b.reclaim_into(wc, &mut back), 1);
+        assert_eq!(back[0].wr_id, wc.wr_id());
+        let mr = match back[0].take::<MemoryRegion>() {
+            Some(mr) => mr,
+            None => *back[0].take::<Box<MemoryRegion>>().unwrap(),
+        };
+        assert_eq!(&mr.as_slice()[..data.len()], &data[..]);
+        got.push(mr);
+    });
+    assert_eq!(got.len(), 3);
+    assert_eq!(p.a.in_flight(), (0, 0));
+    assert_eq!(p.b.in_flight(), (0, 0));
+}

@@ -1,5 +1,9 @@
 //! The table of owned requests in flight on one queue, keyed by their process-unique ids.
-use std::collections::BTreeMap;
+//!
+//! Ids are taken under the table's lock, so entries are inserted in increasing id order and a
+//! ring kept in insertion order is sorted: completions (in order on a QP's queues) pop from
+//! the front, without allocating and without searching; anything else is a binary search.
+use std::collections::VecDeque;
 
 use super::request::Owner;
 use super::small::Small;
@@ -8,61 +12,78 @@ use crate::ah::Ah;
 use crate::cq::WorkCompletion;
 
 struct Entry {
+    id: u64,
     bufs: Small<Owner>,
     tag: u64,
     _ah: Option<Ah>,
 }
 
-/// Requests in flight on one queue, by id (ids grow in post order).
+impl Entry {
+    fn reclaimed(self) -> Reclaimed {
+        Reclaimed {
+            wr_id: self.id,
+            bufs: self.bufs,
+            tag: self.tag,
+        }
+    }
+}
+
+/// Requests in flight on one queue, in id (= post) order.
 #[derive(Default)]
 pub(crate) struct InFlight {
-    map: BTreeMap<u64, Entry>,
+    ring: VecDeque<Entry>,
 }
 
 impl InFlight {
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.ring.len()
     }
+    /// Adds a request; `id` must be greater than every id in the table (take it under the
+    /// table's lock with `next_id`).
     pub(crate) fn insert(&mut self, id: u64, tag: u64, bufs: Small<Owner>, ah: Option<Ah>) {
-        self.map.insert(id, Entry { bufs, tag, _ah: ah });
+        debug_assert!(self.ring.back().map_or(true, |e| e.id < id));
+        self.ring.push_back(Entry {
+            id,
+            bufs,
+            tag,
+            _ah: ah,
+        });
     }
-    /// Removes `id` and, for an in-order queue, everything posted before it.
-    pub(crate) fn complete(&mut self, id: u64, in_order: bool) -> Vec<Reclaimed> {
-        if !self.map.contains_key(&id) {
-            return Vec::new();
+    /// Removes `id` and, for an in-order queue, everything posted before it; appends them to
+    /// `out` in post order and returns how many. An unknown id removes nothing.
+    pub(crate) fn complete_into(
+        &mut self,
+        id: u64,
+        in_order: bool,
+        out: &mut Vec<Reclaimed>,
+    ) -> usize {
+        // The common case: the completion is for the oldest request.
+        if self.ring.front().is_some_and(|e| e.id == id) {
+            out.extend(self.ring.pop_front().map(Entry::reclaimed));
+            return 1;
         }
+        let Ok(i) = self.ring.binary_search_by_key(&id, |e| e.id) else {
+            return 0;
+        };
         if in_order {
-            // Everything up to `id` is done; usually that is one entry at the front.
-            let mut done = Vec::with_capacity(1);
-            while let Some(entry) = self.map.first_entry() {
-                if *entry.key() > id {
-                    break;
-                }
-                let (wr_id, e) = entry.remove_entry();
-                done.push(Reclaimed {
-                    wr_id,
-                    bufs: e.bufs,
-                    tag: e.tag,
-                });
-            }
-            done
+            out.extend(self.ring.drain(..=i).map(Entry::reclaimed));
+            i + 1
         } else {
-            let e = self.map.remove(&id).expect("checked");
-            vec![Reclaimed {
-                wr_id: id,
-                bufs: e.bufs,
-                tag: e.tag,
-            }]
+            out.extend(self.ring.remove(i).map(Entry::reclaimed));
+            1
         }
+    }
+    /// [`complete_into`](Self::complete_into) into a new list.
+    #[cfg(test)]
+    fn complete(&mut self, id: u64, in_order: bool) -> Vec<Reclaimed> {
+        let mut out = Vec::new();
+        self.complete_into(id, in_order, &mut out);
+        out
     }
     pub(crate) fn take_all(&mut self) -> Vec<Reclaimed> {
-        std::mem::take(&mut self.map)
+        std::mem::take(&mut self.ring)
             .into_iter()
-            .map(|(wr_id, e)| Reclaimed {
-                wr_id,
-                bufs: e.bufs,
-                tag: e.tag,
-            })
+            .map(Entry::reclaimed)
             .collect()
     }
 }
@@ -73,8 +94,61 @@ pub(crate) fn owned_kind(wc: &WorkCompletion) -> Option<bool> {
     (id & OWNED_WR_ID != 0).then_some(id & RECV_WR_ID != 0)
 }
 
-impl InFlight {
-    pub(crate) fn complete_recv(&mut self, id: u64) -> Vec<Reclaimed> {
-        self.complete(id, false)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(ids: &[u64]) -> InFlight {
+        let mut t = InFlight::default();
+        for &id in ids {
+            let mut bufs = Small::default();
+            bufs.push(Owner::new(id));
+            t.insert(id, id * 10, bufs, None);
+        }
+        t
+    }
+
+    fn ids(r: &[Reclaimed]) -> Vec<u64> {
+        r.iter().map(|r| r.wr_id).collect()
+    }
+
+    #[test]
+    fn in_order_completion_takes_everything_before_it() {
+        let mut t = table(&[3, 5, 8, 9]);
+        let mut out = Vec::new();
+        assert_eq!(t.complete_into(3, true, &mut out), 1);
+        assert_eq!(t.complete_into(8, true, &mut out), 2);
+        assert_eq!(ids(&out), [3, 5, 8]);
+        assert_eq!(out[2].tag, 80);
+        assert_eq!(t.len(), 1);
+        // Unknown or already completed ids take nothing.
+        assert_eq!(t.complete_into(5, true, &mut out), 0);
+        assert_eq!(t.complete_into(100, true, &mut out), 0);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn out_of_order_completion_takes_only_its_request() {
+        let mut t = table(&[1, 2, 4]);
+        assert_eq!(ids(&t.complete(2, false)), [2]);
+        assert_eq!(ids(&t.complete(1, false)), [1]);
+        assert!(t.complete(2, false).is_empty());
+        let mut rest = t.take_all();
+        assert_eq!(ids(&rest), [4]);
+        assert_eq!(rest[0].take::<u64>(), Some(4));
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn reuses_the_caller_list_without_growing_it() {
+        let mut t = InFlight::default();
+        let mut out = Vec::with_capacity(1);
+        let cap = out.capacity();
+        for id in 1..100 {
+            t.insert(id, 0, Small::default(), None);
+            assert_eq!(t.complete_into(id, true, &mut out), 1);
+            assert_eq!(out.pop().map(|r| r.wr_id), Some(id));
+        }
+        assert_eq!(out.capacity(), cap);
     }
 }

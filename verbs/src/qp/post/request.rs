@@ -3,14 +3,73 @@
 use std::any::Any;
 use std::fmt;
 use std::ops::RangeBounds;
+use std::sync::Arc;
 
 use super::small::Small;
 use super::{SendFlags, WrOp};
 use crate::ah::Ah;
-use crate::mr::{LocalSlice, RegisteredBuf, RegisteredBufMut, RemoteSlice};
+use crate::mr::{LocalSlice, MemoryRegion, RegisteredBuf, RegisteredBufMut, RemoteSlice};
 use crate::{Error, Result};
 
-pub(crate) type Owner = Box<dyn Any + Send>;
+/// A buffer owned by a request until its completion is reclaimed. The library's own region
+/// types are stored in place, so posting them allocates nothing; other buffer types are boxed.
+pub(crate) enum Owner {
+    Region(MemoryRegion),
+    Shared(Arc<MemoryRegion>),
+    Other(Box<dyn Any + Send>),
+}
+
+/// `v` as a `B`, when `T` is `B` (decided at compile time; no allocation, no unsafe).
+fn cast<T: 'static, B: 'static>(v: T) -> Option<B> {
+    let mut slot = Some(v);
+    (&mut slot as &mut dyn Any)
+        .downcast_mut::<Option<B>>()
+        .and_then(Option::take)
+}
+
+impl Owner {
+    pub(crate) fn new<B: Send + 'static>(buf: B) -> Owner {
+        let mut slot = Some(buf);
+        let any = &mut slot as &mut dyn Any;
+        if let Some(r) = any
+            .downcast_mut::<Option<MemoryRegion>>()
+            .and_then(Option::take)
+        {
+            return Owner::Region(r);
+        }
+        if let Some(a) = any
+            .downcast_mut::<Option<Arc<MemoryRegion>>>()
+            .and_then(Option::take)
+        {
+            return Owner::Shared(a);
+        }
+        match slot {
+            Some(b) => Owner::Other(Box::new(b)),
+            None => unreachable!("only a region is taken out of the slot"),
+        }
+    }
+    fn is<B: 'static>(&self) -> bool {
+        match self {
+            Owner::Region(r) => (r as &dyn Any).is::<B>(),
+            Owner::Shared(a) => (a as &dyn Any).is::<B>(),
+            Owner::Other(b) => (**b).is::<B>(),
+        }
+    }
+    fn downcast<B: 'static>(self) -> Option<B> {
+        match self {
+            Owner::Region(r) => cast(r),
+            Owner::Shared(a) => cast(a),
+            Owner::Other(b) => b.downcast::<B>().ok().map(|b| *b),
+        }
+    }
+    fn into_any(self) -> Box<dyn Any + Send> {
+        match self {
+            Owner::Region(r) => Box::new(r),
+            Owner::Shared(a) => Box::new(a),
+            Owner::Other(b) => b,
+        }
+    }
+}
 
 /// An owned send request: its memory is moved in and comes back through [`Qp::reclaim`](crate::Qp::reclaim).
 pub struct SendRequest {
@@ -143,7 +202,7 @@ impl SendRequest {
         }
         let sge = buf.local().slice(range)?;
         self.sges.push(sge);
-        self.owners.push(Box::new(buf));
+        self.owners.push(Owner::new(buf));
         Ok(())
     }
 
@@ -229,7 +288,7 @@ impl RecvRequest {
         range: impl RangeBounds<usize>,
     ) -> Result<Self> {
         self.sges.push(buf.local().slice(range)?);
-        self.owners.push(Box::new(buf));
+        self.owners.push(Owner::new(buf));
         Ok(self)
     }
     /// A value of yours carried with the request and handed back in [`Reclaimed::tag`].
@@ -277,12 +336,16 @@ impl Reclaimed {
     }
     /// Takes the first buffer of type `B` (in SGE order).
     pub fn take<B: 'static>(&mut self) -> Option<B> {
-        let i = self.bufs.as_slice().iter().position(|b| b.is::<B>())?;
-        self.bufs.remove(i).downcast::<B>().ok().map(|b| *b)
+        let i = self.bufs.as_slice().iter().position(Owner::is::<B>)?;
+        self.bufs.remove(i).downcast::<B>()
     }
     /// All buffers, type-erased, in SGE order.
     pub fn into_inner(self) -> Vec<Box<dyn Any + Send>> {
-        self.bufs.into_vec()
+        self.bufs
+            .into_vec()
+            .into_iter()
+            .map(Owner::into_any)
+            .collect()
     }
 }
 
@@ -324,5 +387,37 @@ impl<T> std::error::Error for PostError<T> {
 impl<T> From<PostError<T>> for Error {
     fn from(e: PostError<T>) -> Error {
         e.error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reclaimed_buffers_come_back_by_type_in_sge_order() {
+        let mut bufs = Small::default();
+        bufs.push(Owner::new(7u64));
+        bufs.push(Owner::new(String::from("b")));
+        bufs.push(Owner::new(9u64));
+        let mut r = Reclaimed {
+            wr_id: 1,
+            tag: 2,
+            bufs,
+        };
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.take::<u32>(), None);
+        assert_eq!(r.take::<u64>(), Some(7));
+        assert_eq!(r.take::<String>().as_deref(), Some("b"));
+        let rest = r.into_inner();
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].downcast_ref::<u64>(), Some(&9));
+    }
+
+    #[test]
+    fn cast_only_between_equal_types() {
+        assert_eq!(cast::<u64, u64>(5), Some(5));
+        assert_eq!(cast::<u64, u32>(5), None);
+        assert!(matches!(Owner::new(1u8), Owner::Other(_)));
     }
 }

@@ -403,13 +403,22 @@ impl Qp {
     /// that receive. Completions of other QPs, of SRQ receives, or of unsafe posts give
     /// nothing. Call it for every completion of this QP you poll.
     pub fn reclaim(&self, wc: &WorkCompletion) -> Vec<Reclaimed> {
+        let mut out = Vec::new();
+        self.reclaim_into(wc, &mut out);
+        out
+    }
+
+    /// [`reclaim`](Self::reclaim) without allocating: appends what the completion hands back
+    /// to `out` (in post order) and returns how many. Keep one list per polling loop and
+    /// drain it; once it has room, reclaiming costs no allocation.
+    pub fn reclaim_into(&self, wc: &WorkCompletion, out: &mut Vec<Reclaimed>) -> usize {
         if wc.qp_num() != self.qp_num() {
-            return Vec::new();
+            return 0;
         }
         match owned_kind(wc) {
-            Some(false) => self.inner.sq.lock().complete(wc.wr_id(), true),
-            Some(true) => self.inner.rq.lock().complete(wc.wr_id(), false),
-            None => Vec::new(),
+            Some(false) => self.inner.sq.lock().complete_into(wc.wr_id(), true, out),
+            Some(true) => self.inner.rq.lock().complete_into(wc.wr_id(), false, out),
+            None => 0,
         }
     }
 
