@@ -29,7 +29,21 @@ fn srq_shared_by_two_qps() {
     connect(&ctx, &s2, &r2);
     // A QP on an SRQ takes no receives of its own.
     let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
-    assert!(r1.post_recv(RecvRequest::new(mr, ..).unwrap()).is_err());
+    let e = r1.post_recv(RecvRequest::new(mr, ..).unwrap()).unwrap_err();
+    assert!(
+        matches!(e.error, verbs::Error::InvalidWorkRequest { .. }),
+        "{:?}",
+        e.error
+    );
+    assert!(e.posted.is_empty());
+    let e = r1.post_recv_batch(vec![e.unposted]).unwrap_err();
+    assert!(
+        matches!(e.error, verbs::Error::InvalidWorkRequest { .. }),
+        "{:?}",
+        e.error
+    );
+    assert!(e.posted.is_empty());
+    assert_eq!(e.unposted.len(), 1, "the request comes back");
 
     let ids: BTreeSet<u64> = (0..4)
         .map(|_| {

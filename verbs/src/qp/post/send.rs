@@ -320,19 +320,29 @@ impl Qp {
         self.post_chain(&mut raw).map_err(|(_, e)| e)
     }
 
+    /// A QP on an SRQ takes no receives of its own: hands `unposted` back with that error.
+    #[allow(clippy::result_large_err)]
+    fn refuse_if_srq<T>(&self, unposted: T) -> Result<T, PostError<T>> {
+        if !self.inner.has_srq {
+            return Ok(unposted);
+        }
+        Err(PostError {
+            error: invalid(
+                self.qp_num(),
+                "this QP receives from its SRQ: post there".into(),
+            ),
+            unposted,
+            posted: Vec::new(),
+        })
+    }
+
     /// Posts one owned receive request; returns its `wr_id`.
     #[doc(alias = "ibv_post_recv")]
     // The error hands the request (with its buffers) back; it is rare, so its size is fine.
     #[allow(clippy::result_large_err)]
     pub fn post_recv(&self, req: RecvRequest) -> Result<u64, PostError<RecvRequest>> {
         let qpn = self.qp_num();
-        if self.inner.has_srq {
-            return Err(PostError {
-                error: invalid(qpn, "this QP receives from its SRQ: post there".into()),
-                unposted: req,
-                posted: Vec::new(),
-            });
-        }
+        let req = self.refuse_if_srq(req)?;
         let cap = self.cap();
         post_recv_one(
             &self.inner.rq,
@@ -354,13 +364,7 @@ impl Qp {
         reqs: Vec<RecvRequest>,
     ) -> Result<Vec<u64>, PostError<Vec<RecvRequest>>> {
         let qpn = self.qp_num();
-        if self.inner.has_srq {
-            return Err(PostError {
-                error: invalid(qpn, "this QP receives from its SRQ: post there".into()),
-                unposted: reqs,
-                posted: Vec::new(),
-            });
-        }
+        let reqs = self.refuse_if_srq(reqs)?;
         let cap = self.cap();
         post_recv_owned(
             &self.inner.rq,
