@@ -2,7 +2,9 @@
 //!
 //! Registering memory (`ibv_reg_mr`) costs a system call and page pinning. A [`Pool`]
 //! registers a few large chunks per size class and hands out [`Buffer`]s carved from them:
-//! allocation takes a lock and pops a free list, and dropping a buffer pushes it back.
+//! allocation pops a free list, and dropping a buffer pushes it back. Each thread keeps a few
+//! free slots per class of its own, so alloc and free on one thread take no lock shared with
+//! other threads.
 //!
 //! - **Size classes** ([`PoolConfig`]): a request gets the smallest class that holds it
 //!   (64 B to 1 MiB by default). Each class grows one chunk (one registration) at a time, up to
@@ -132,6 +134,14 @@
 //! meanwhile, and a caller finding the class empty waits for that growth instead of starting
 //! another.
 //!
+//! A thread caches up to 8 free slots per class; dropping a buffer puts its slot there unless
+//! the cache is full or a thread waits for the class. Cached slots count as free in
+//! [`Pool::stats`], and before a class grows, reports [`Error::Exhausted`] or waits, it takes
+//! every thread's cached slots back, so caching never causes exhaustion or extra chunks
+//! (the caches go back to their classes when a thread exits). [`ClassStats::high_water`]
+//! counts slots held in other threads' caches as in use, so with several threads it is an
+//! upper bound.
+//!
 //! # Cleanup
 //! A buffer keeps its chunk registered and mapped, and its pool alive, until it is dropped.
 //! A chunk is deregistered, then unmapped, when the pool and all its buffers are gone.
@@ -148,6 +158,7 @@ mod buffer;
 mod class;
 mod config;
 mod error;
+mod local;
 mod pool;
 mod registered;
 mod stats;

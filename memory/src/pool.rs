@@ -10,8 +10,9 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::bookkeeping::{Budget, ClassBook, Take};
 use crate::buffer::Buffer;
 use crate::class::SizeClasses;
+use crate::local::{self, Shard};
 use crate::registered::{Chunk, PdRegistrar, Registrar, SlotMemory, SlotToken};
-use crate::stats::PoolStats;
+use crate::stats::{ClassStats, PoolStats};
 use crate::{Error, HugePages, PoolAccess, PoolConfig, Result};
 
 /// A pool of registered memory handing out [`Buffer`]s by size class.
@@ -46,6 +47,11 @@ pub(crate) struct ClassShared {
     /// A thread is creating a chunk for the class, with the lock released. Changed under the
     /// lock.
     growing: AtomicBool,
+    /// Threads waiting for a buffer of the class to come back; while any does, freed slots go
+    /// to the class, not to per-thread caches. Changed under the lock.
+    waiters: AtomicUsize,
+    /// Identity for per-thread caches, never reused.
+    id: u64,
 }
 
 /// Ends a growth, also if the registrar panics: clears the flag and wakes those waiting on it.
@@ -63,6 +69,8 @@ struct ClassState {
     book: ClassBook<SlotToken>,
     /// Ascending by id: a class creates its chunks one at a time.
     chunks: Vec<Arc<Chunk>>,
+    /// The per-thread caches of the class ([`local`]); their slots count as taken in `book`.
+    shards: Vec<Arc<Shard>>,
 }
 
 impl Pool {
@@ -77,9 +85,12 @@ impl Pool {
                     state: Mutex::new(ClassState {
                         book: ClassBook::new(class),
                         chunks: Vec::new(),
+                        shards: Vec::new(),
                     }),
                     returned: Condvar::new(),
                     growing: AtomicBool::new(false),
+                    waiters: AtomicUsize::new(0),
+                    id: local::class_id(),
                 })
             })
             .collect();
@@ -111,6 +122,9 @@ impl Pool {
     pub fn try_alloc(&self, len: usize) -> Result<Buffer> {
         let class = self.inner.classes.select(len)?;
         let shared = &self.inner.states[class];
+        if let Some(slot) = local::take(shared) {
+            return Ok(Buffer::new(Arc::clone(shared), slot, len));
+        }
         let mut state = shared.state.lock();
         let slot = self.inner.take(class, &mut state)?;
         drop(state);
@@ -124,6 +138,9 @@ impl Pool {
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
         let shared = &self.inner.states[class];
+        if let Some(slot) = local::take(shared) {
+            return Ok(Buffer::new(Arc::clone(shared), slot, len));
+        }
         let mut state = shared.state.lock();
         loop {
             match self.inner.take(class, &mut state) {
@@ -140,10 +157,8 @@ impl Pool {
                         waited: start.elapsed(),
                     })
                 }
-                Some(deadline) => {
-                    shared.returned.wait_until(&mut state, deadline);
-                }
-                None => shared.returned.wait(&mut state),
+                Some(deadline) => shared.wait(&mut state, Some(deadline)),
+                None => shared.wait(&mut state, None),
             }
         }
     }
@@ -154,7 +169,7 @@ impl Pool {
         let classes: Vec<_> = inner
             .states
             .iter()
-            .map(|shared| shared.state.lock().book.stats())
+            .map(|shared| shared.state.lock().stats())
             .collect();
         PoolStats {
             chunks: classes.iter().map(|c| c.chunks).sum(),
@@ -205,6 +220,9 @@ impl PoolInner {
     ) -> Result<SlotMemory> {
         let shared = &self.states[class];
         loop {
+            if !state.book.has_free() {
+                state.reclaim_cached();
+            }
             if !state.book.has_free() && shared.growing.load(Ordering::Relaxed) {
                 shared.returned.wait(state);
                 continue;
@@ -254,15 +272,93 @@ impl PoolInner {
 }
 
 impl ClassShared {
-    /// Return a buffer's slot to its class and wake one waiter.
-    pub(crate) fn put(&self, slot: SlotMemory) {
+    /// Return a buffer's slot: to this thread's cache, or to the class, waking one waiter.
+    pub(crate) fn put(self: &Arc<Self>, slot: SlotMemory) {
+        let slot = match local::put(self, slot) {
+            Ok(()) => return,
+            Err(slot) => slot,
+        };
         let token = slot.release();
         self.state.lock().book.put(token);
         self.returned.notify_one();
     }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether a thread waits for a buffer of the class.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+    }
+
+    /// Wait (until `deadline`, if any) for a buffer of the class to come back. Counts itself as
+    /// a waiter first, so no further slot goes to a per-thread cache, then takes the cached
+    /// slots back; waits only if there still is no free slot.
+    fn wait(&self, state: &mut MutexGuard<'_, ClassState>, deadline: Option<Instant>) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        state.reclaim_cached();
+        if !state.book.has_free() {
+            match deadline {
+                Some(deadline) => {
+                    self.returned.wait_until(state, deadline);
+                }
+                None => self.returned.wait(state),
+            }
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// List a thread's new cache of the class.
+    pub(crate) fn enlist(&self, shard: Arc<Shard>) {
+        self.state.lock().shards.push(shard);
+    }
+
+    /// A thread exits: take its cache out of the class and its slots back.
+    pub(crate) fn retire(&self, shard: &Arc<Shard>) {
+        let mut state = self.state.lock();
+        state.shards.retain(|s| !Arc::ptr_eq(s, shard));
+        let slots = shard.drain();
+        let any = !slots.is_empty();
+        for slot in slots {
+            state.book.put(slot.release());
+        }
+        drop(state);
+        if any {
+            self.returned.notify_all();
+        }
+    }
+}
+
+impl Drop for ClassShared {
+    /// Empty the per-thread caches, which threads may outlive the class with, so that the
+    /// chunks go with the class.
+    fn drop(&mut self) {
+        for shard in &self.state.get_mut().shards {
+            drop(shard.drain());
+        }
+    }
 }
 
 impl ClassState {
+    /// Take every slot cached by threads back into the free list.
+    fn reclaim_cached(&mut self) {
+        for shard in &self.shards {
+            for slot in shard.drain() {
+                self.book.put(slot.release());
+            }
+        }
+    }
+
+    /// The class's statistics, counting cached slots as free.
+    fn stats(&self) -> ClassStats {
+        let cached: usize = self.shards.iter().map(|shard| shard.len()).sum();
+        let mut stats = self.book.stats();
+        stats.in_use -= cached;
+        stats.free += cached;
+        stats
+    }
+
     fn chunk(&self, id: u32) -> &Arc<Chunk> {
         let index = self
             .chunks

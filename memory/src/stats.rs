@@ -55,6 +55,7 @@ pub struct ClassStats {
     pub in_use: usize,
     /// Buffers ready to hand out.
     pub free: usize,
-    /// Most buffers ever in use at once.
+    /// Most buffers ever in use at once. Slots then cached by other threads count as in use,
+    /// so with several threads this is an upper bound; with one thread it is exact.
     pub high_water: usize,
 }

@@ -1,0 +1,181 @@
+//! Per-thread caches of free slots: the common alloc/free pair on one thread touches no lock
+//! or counter shared with other threads.
+//!
+//! Each thread has, per class it has used, a [`Shard`]: at most [`CAPACITY`] free slots behind
+//! a lock that only that thread takes on its fast paths. The class lists every shard (under
+//! its own lock), so other threads reach cached slots when they need them: before the class
+//! grows, reports [`Exhausted`](crate::Error::Exhausted) or waits, it takes every cached slot
+//! back. A thread frees into its shard only while nobody waits for the class. On thread exit
+//! the shards go back to their classes; when a class drops, its shards are emptied, so cached
+//! slots never keep chunks registered beyond the pool and its buffers.
+//!
+//! The bookkeeping counts a cached slot as taken; statistics subtract the cached slots, so a
+//! cached slot counts as free.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::Mutex;
+
+use crate::pool::ClassShared;
+use crate::registered::SlotMemory;
+
+/// Most free slots a thread keeps per class.
+pub(crate) const CAPACITY: usize = 8;
+
+/// Source of class identities; a `u64` never wraps, so a cache entry never matches a later
+/// class.
+static NEXT_CLASS_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh, never reused class identity.
+pub(crate) fn class_id() -> u64 {
+    NEXT_CLASS_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The free slots of one class cached by one thread, on its own cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Shard {
+    slots: Mutex<Vec<SlotMemory>>,
+}
+
+impl Shard {
+    /// Take every cached slot out.
+    pub(crate) fn drain(&self) -> Vec<SlotMemory> {
+        std::mem::take(&mut *self.slots.lock())
+    }
+
+    /// Number of cached slots.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.lock().len()
+    }
+}
+
+struct Entry {
+    id: u64,
+    class: Weak<ClassShared>,
+    shard: Arc<Shard>,
+}
+
+struct Local {
+    entries: Vec<Entry>,
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        for entry in self.entries.drain(..) {
+            if let Some(class) = entry.class.upgrade() {
+                class.retire(&entry.shard);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Local> = const {
+        RefCell::new(Local {
+            entries: Vec::new(),
+        })
+    };
+}
+
+/// Take a slot of `class` from this thread's cache.
+#[inline]
+pub(crate) fn take(class: &ClassShared) -> Option<SlotMemory> {
+    LOCAL
+        .try_with(|local| {
+            let local = local.try_borrow().ok()?;
+            let entry = local.entries.iter().find(|e| e.id == class.id())?;
+            let slot = entry.shard.slots.lock().pop();
+            slot
+        })
+        .ok()
+        .flatten()
+}
+
+/// Cache a free slot of `class` on this thread, or give it back if the cache is full, nobody
+/// may cache now (a thread waits for the class) or the thread is exiting.
+#[inline]
+pub(crate) fn put(class: &Arc<ClassShared>, slot: SlotMemory) -> Result<(), SlotMemory> {
+    let slot = match cache(class, slot) {
+        Cached::Done => return Ok(()),
+        Cached::Refused(slot) => return Err(slot),
+        Cached::NoShard(slot) => slot,
+    };
+    match register(class) {
+        Some(shard) => push(class, &shard, slot),
+        None => Err(slot),
+    }
+}
+
+enum Cached {
+    Done,
+    Refused(SlotMemory),
+    NoShard(SlotMemory),
+}
+
+fn cache(class: &ClassShared, slot: SlotMemory) -> Cached {
+    let mut slot = Some(slot);
+    let done = LOCAL.try_with(|local| {
+        let Ok(local) = local.try_borrow() else {
+            return Cached::Refused(slot.take().expect("the slot is here"));
+        };
+        let slot = slot.take().expect("the slot is here");
+        match local.entries.iter().find(|e| e.id == class.id()) {
+            Some(entry) => match push(class, &entry.shard, slot) {
+                Ok(()) => Cached::Done,
+                Err(slot) => Cached::Refused(slot),
+            },
+            None => Cached::NoShard(slot),
+        }
+    });
+    match done {
+        Ok(cached) => cached,
+        // The thread is exiting: its caches are gone.
+        Err(_) => Cached::Refused(slot.take().expect("the slot is here")),
+    }
+}
+
+#[inline]
+fn push(class: &ClassShared, shard: &Shard, slot: SlotMemory) -> Result<(), SlotMemory> {
+    let mut slots = shard.slots.lock();
+    // Under the shard's lock: a thread about to wait counts itself first and then takes the
+    // cached slots under this lock, so either it sees this slot or this sees it waiting.
+    if slots.len() >= CAPACITY || class.has_waiters() {
+        return Err(slot);
+    }
+    slots.push(slot);
+    Ok(())
+}
+
+/// Give this thread a shard of `class` and list it in the class; `None` if the thread is
+/// exiting.
+#[cold]
+fn register(class: &Arc<ClassShared>) -> Option<Arc<Shard>> {
+    let shard = Arc::new(Shard::default());
+    let stale = LOCAL
+        .try_with(|local| {
+            let mut local = local.try_borrow_mut().ok()?;
+            // Entries of classes that are gone hold nothing (their class emptied them).
+            let stale: Vec<Entry> = {
+                let (live, dead) = local
+                    .entries
+                    .drain(..)
+                    .partition(|e| e.class.strong_count() > 0);
+                local.entries = live;
+                dead
+            };
+            local.entries.push(Entry {
+                id: class.id(),
+                class: Arc::downgrade(class),
+                shard: Arc::clone(&shard),
+            });
+            Some(stale)
+        })
+        .ok()
+        .flatten()?;
+    drop(stale);
+    class.enlist(Arc::clone(&shard));
+    Some(shard)
+}
