@@ -82,7 +82,8 @@ pub struct Buffer {
     /// `None` only while dropping.
     slot: Option<SlotMemory>,
     len: usize,
-    class: Arc<ClassShared>,
+    /// `None` only while dropping.
+    class: Option<Arc<ClassShared>>,
 }
 
 impl Buffer {
@@ -91,7 +92,7 @@ impl Buffer {
         Self {
             slot: Some(slot),
             len,
-            class,
+            class: Some(class),
         }
     }
 
@@ -230,8 +231,8 @@ impl AsMut<[u8]> for Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.take() {
-            self.class.put(slot);
+        if let (Some(slot), Some(class)) = (self.slot.take(), self.class.take()) {
+            ClassShared::put(class, slot);
         }
     }
 }

@@ -138,7 +138,8 @@
 //! the cache is full or a thread waits for the class. Cached slots count as free in
 //! [`Pool::stats`], and before a class grows, reports [`Error::Exhausted`] or waits, it takes
 //! every thread's cached slots back, so caching never causes exhaustion or extra chunks
-//! (the caches go back to their classes when a thread exits). [`ClassStats::high_water`]
+//! (the caches go back to their classes when a thread exits, and are emptied when the pool
+//! is dropped). [`ClassStats::high_water`]
 //! counts slots held in other threads' caches as in use, so with several threads it is an
 //! upper bound.
 //!

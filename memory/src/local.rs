@@ -6,8 +6,13 @@
 //! its own lock), so other threads reach cached slots when they need them: before the class
 //! grows, reports [`Exhausted`](crate::Error::Exhausted) or waits, it takes every cached slot
 //! back. A thread frees into its shard only while nobody waits for the class. On thread exit
-//! the shards go back to their classes; when a class drops, its shards are emptied, so cached
-//! slots never keep chunks registered beyond the pool and its buffers.
+//! the shards go back to their classes.
+//!
+//! A cached slot keeps the reference to its class that its buffer held, so alloc and free from
+//! the cache touch no reference count shared with other threads either. When the pool drops,
+//! its classes are closed: the caches are emptied (dropping those references) and take no more
+//! slots, so cached slots never keep a class or its chunks alive beyond the pool and its
+//! buffers.
 //!
 //! The bookkeeping counts a cached slot as taken; statistics subtract the cached slots, so a
 //! cached slot counts as free.
@@ -37,12 +42,15 @@ pub(crate) fn class_id() -> u64 {
 #[derive(Debug, Default)]
 #[repr(align(128))]
 pub(crate) struct Shard {
-    slots: Mutex<Vec<SlotMemory>>,
+    slots: Mutex<Vec<Cached>>,
 }
+
+/// A free slot and the reference to its class that came with it.
+pub(crate) type Cached = (SlotMemory, Arc<ClassShared>);
 
 impl Shard {
     /// Take every cached slot out.
-    pub(crate) fn drain(&self) -> Vec<SlotMemory> {
+    pub(crate) fn drain(&self) -> Vec<Cached> {
         std::mem::take(&mut *self.slots.lock())
     }
 
@@ -82,7 +90,7 @@ thread_local! {
 
 /// Take a slot of `class` from this thread's cache.
 #[inline]
-pub(crate) fn take(class: &ClassShared) -> Option<SlotMemory> {
+pub(crate) fn take(class: &ClassShared) -> Option<Cached> {
     LOCAL
         .try_with(|local| {
             let local = local.try_borrow().ok()?;
@@ -97,52 +105,53 @@ pub(crate) fn take(class: &ClassShared) -> Option<SlotMemory> {
 /// Cache a free slot of `class` on this thread, or give it back if the cache is full, nobody
 /// may cache now (a thread waits for the class) or the thread is exiting.
 #[inline]
-pub(crate) fn put(class: &Arc<ClassShared>, slot: SlotMemory) -> Result<(), SlotMemory> {
-    let slot = match cache(class, slot) {
-        Cached::Done => return Ok(()),
-        Cached::Refused(slot) => return Err(slot),
-        Cached::NoShard(slot) => slot,
+pub(crate) fn put(slot: Cached) -> Result<(), Cached> {
+    let slot = match cache(slot) {
+        Outcome::Done => return Ok(()),
+        Outcome::Refused(slot) => return Err(slot),
+        Outcome::NoShard(slot) => slot,
     };
-    match register(class) {
-        Some(shard) => push(class, &shard, slot),
+    match register(&slot.1) {
+        Some(shard) => push(&shard, slot),
         None => Err(slot),
     }
 }
 
-enum Cached {
+enum Outcome {
     Done,
-    Refused(SlotMemory),
-    NoShard(SlotMemory),
+    Refused(Cached),
+    NoShard(Cached),
 }
 
-fn cache(class: &ClassShared, slot: SlotMemory) -> Cached {
+fn cache(slot: Cached) -> Outcome {
     let mut slot = Some(slot);
     let done = LOCAL.try_with(|local| {
         let Ok(local) = local.try_borrow() else {
-            return Cached::Refused(slot.take().expect("the slot is here"));
+            return Outcome::Refused(slot.take().expect("the slot is here"));
         };
         let slot = slot.take().expect("the slot is here");
-        match local.entries.iter().find(|e| e.id == class.id()) {
-            Some(entry) => match push(class, &entry.shard, slot) {
-                Ok(()) => Cached::Done,
-                Err(slot) => Cached::Refused(slot),
+        let id = slot.1.id();
+        match local.entries.iter().find(|e| e.id == id) {
+            Some(entry) => match push(&entry.shard, slot) {
+                Ok(()) => Outcome::Done,
+                Err(slot) => Outcome::Refused(slot),
             },
-            None => Cached::NoShard(slot),
+            None => Outcome::NoShard(slot),
         }
     });
     match done {
         Ok(cached) => cached,
         // The thread is exiting: its caches are gone.
-        Err(_) => Cached::Refused(slot.take().expect("the slot is here")),
+        Err(_) => Outcome::Refused(slot.take().expect("the slot is here")),
     }
 }
 
-#[inline]
-fn push(class: &ClassShared, shard: &Shard, slot: SlotMemory) -> Result<(), SlotMemory> {
+#[inline(always)]
+fn push(shard: &Shard, slot: Cached) -> Result<(), Cached> {
     let mut slots = shard.slots.lock();
-    // Under the shard's lock: a thread about to wait counts itself first and then takes the
-    // cached slots under this lock, so either it sees this slot or this sees it waiting.
-    if slots.len() >= CAPACITY || class.has_waiters() {
+    // Under the shard's lock: a thread about to wait (or closing the class) says so first and
+    // then takes the cached slots under this lock, so either it sees this slot or this sees it.
+    if slots.len() >= CAPACITY || slot.1.refuses_caching() {
         return Err(slot);
     }
     slots.push(slot);

@@ -52,6 +52,8 @@ pub(crate) struct ClassShared {
     waiters: AtomicUsize,
     /// Identity for per-thread caches, never reused.
     id: u64,
+    /// The pool is gone: freed slots go to the class, not to per-thread caches.
+    closed: AtomicBool,
 }
 
 /// Ends a growth, also if the registrar panics: clears the flag and wakes those waiting on it.
@@ -91,6 +93,7 @@ impl Pool {
                     growing: AtomicBool::new(false),
                     waiters: AtomicUsize::new(0),
                     id: local::class_id(),
+                    closed: AtomicBool::new(false),
                 })
             })
             .collect();
@@ -122,8 +125,8 @@ impl Pool {
     pub fn try_alloc(&self, len: usize) -> Result<Buffer> {
         let class = self.inner.classes.select(len)?;
         let shared = &self.inner.states[class];
-        if let Some(slot) = local::take(shared) {
-            return Ok(Buffer::new(Arc::clone(shared), slot, len));
+        if let Some((slot, class)) = local::take(shared) {
+            return Ok(Buffer::new(class, slot, len));
         }
         let mut state = shared.state.lock();
         let slot = self.inner.take(class, &mut state)?;
@@ -138,8 +141,8 @@ impl Pool {
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
         let shared = &self.inner.states[class];
-        if let Some(slot) = local::take(shared) {
-            return Ok(Buffer::new(Arc::clone(shared), slot, len));
+        if let Some((slot, class)) = local::take(shared) {
+            return Ok(Buffer::new(class, slot, len));
         }
         let mut state = shared.state.lock();
         loop {
@@ -273,23 +276,30 @@ impl PoolInner {
 
 impl ClassShared {
     /// Return a buffer's slot: to this thread's cache, or to the class, waking one waiter.
-    pub(crate) fn put(self: &Arc<Self>, slot: SlotMemory) {
-        let slot = match local::put(self, slot) {
+    pub(crate) fn put(this: Arc<Self>, slot: SlotMemory) {
+        let (slot, this) = match local::put((slot, this)) {
             Ok(()) => return,
-            Err(slot) => slot,
+            Err(refused) => refused,
         };
         let token = slot.release();
-        self.state.lock().book.put(token);
-        self.returned.notify_one();
+        this.state.lock().book.put(token);
+        this.returned.notify_one();
     }
 
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    /// Whether a thread waits for a buffer of the class.
-    pub(crate) fn has_waiters(&self) -> bool {
-        self.waiters.load(Ordering::SeqCst) > 0
+    /// Whether freed slots must go to the class: a thread waits for one, or the pool is gone.
+    pub(crate) fn refuses_caching(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0 || self.closed.load(Ordering::SeqCst)
+    }
+
+    /// The pool is gone: take the cached slots back and cache no more, so that the caches
+    /// keep neither the class nor its chunks alive.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.state.lock().reclaim_cached();
     }
 
     /// Wait (until `deadline`, if any) for a buffer of the class to come back. Counts itself as
@@ -320,7 +330,7 @@ impl ClassShared {
         state.shards.retain(|s| !Arc::ptr_eq(s, shard));
         let slots = shard.drain();
         let any = !slots.is_empty();
-        for slot in slots {
+        for (slot, _class) in slots {
             state.book.put(slot.release());
         }
         drop(state);
@@ -330,21 +340,22 @@ impl ClassShared {
     }
 }
 
-impl Drop for ClassShared {
-    /// Empty the per-thread caches, which threads may outlive the class with, so that the
-    /// chunks go with the class.
+impl Drop for PoolInner {
     fn drop(&mut self) {
-        for shard in &self.state.get_mut().shards {
-            drop(shard.drain());
+        for shared in self.states.iter() {
+            shared.close();
         }
     }
 }
 
 impl ClassState {
     /// Take every slot cached by threads back into the free list.
+    ///
+    /// Drops the class references that came with the slots; the caller holds another (it got
+    /// here through the pool or a thread's cache entry), so the class outlives this lock.
     fn reclaim_cached(&mut self) {
         for shard in &self.shards {
-            for slot in shard.drain() {
+            for (slot, _class) in shard.drain() {
                 self.book.put(slot.release());
             }
         }
