@@ -102,8 +102,9 @@ pub(crate) fn take(class: &ClassShared) -> Option<Cached> {
         .flatten()
 }
 
-/// Cache a free slot of `class` on this thread, or give it back if the cache is full, nobody
-/// may cache now (a thread waits for the class) or the thread is exiting.
+/// Cache a free slot (with its class reference) on this thread, or give it back if the cache
+/// is full, nobody may cache now (a thread waits for the class, or the pool is gone) or the
+/// thread is exiting.
 #[inline]
 pub(crate) fn put(slot: Cached) -> Result<(), Cached> {
     let slot = match cache(slot) {
@@ -166,7 +167,7 @@ fn register(class: &Arc<ClassShared>) -> Option<Arc<Shard>> {
     let stale = LOCAL
         .try_with(|local| {
             let mut local = local.try_borrow_mut().ok()?;
-            // Entries of classes that are gone hold nothing (their class emptied them).
+            // Entries of classes that are gone hold nothing: a cached slot keeps its class.
             let stale: Vec<Entry> = {
                 let (live, dead) = local
                     .entries
