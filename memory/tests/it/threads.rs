@@ -213,3 +213,46 @@ fn buffers_come_back_while_the_class_registers_a_chunk() {
     assert_eq!(host.registrations(), 2, "one growth, not one per caller");
     drop((second, recycler.join().unwrap()));
 }
+
+/// A thread that dropped a buffer and lives on: the slot is free for every other thread, in
+/// the statistics, for `try_alloc`, and for a waiter; dropping the pool deregisters the chunk
+/// although that thread still runs.
+#[test]
+fn a_slot_freed_on_a_thread_that_lives_on_is_free_for_all() {
+    let (pool, registrar) = small_pool(64, 1, 1);
+    let (to_thread, from_main) = std::sync::mpsc::channel::<Option<memory::Buffer>>();
+    let (done, dropped) = std::sync::mpsc::channel::<()>();
+    let keeper = thread::spawn(move || {
+        while let Ok(buf) = from_main.recv() {
+            drop(buf);
+            done.send(()).unwrap();
+        }
+    });
+
+    let buf = pool.try_alloc(64).unwrap();
+    let addr = buf.addr();
+    to_thread.send(Some(buf)).unwrap();
+    dropped.recv().unwrap();
+    let stats = pool.stats();
+    assert_eq!((stats.classes[0].in_use, stats.classes[0].free), (0, 1));
+    assert_eq!(stats.bytes_in_use, 0);
+    let again = pool.try_alloc(64).expect("the slot the other thread freed");
+    assert_eq!(again.addr(), addr);
+
+    to_thread.send(Some(again)).unwrap();
+    dropped.recv().unwrap();
+    let waited = pool
+        .alloc(64, Duration::from_secs(30))
+        .expect("a waiter gets the slot the other thread freed");
+    to_thread.send(Some(waited)).unwrap();
+    dropped.recv().unwrap();
+
+    drop(pool);
+    assert_eq!(
+        registrar.live_registrations(),
+        0,
+        "the other thread's cache keeps no chunk registered"
+    );
+    drop(to_thread);
+    keeper.join().unwrap();
+}
