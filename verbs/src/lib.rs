@@ -134,6 +134,9 @@
 //!   flow steering; use `as_raw()` and [`sys`].
 #![warn(missing_docs)]
 
+#[macro_use]
+mod c_enum;
+
 pub mod ah;
 pub mod context;
 pub mod cq;

@@ -11,79 +11,49 @@ use verbs_sys as sys;
 use super::Context;
 use crate::{Error, Result};
 
-/// What happened (`enum ibv_event_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AsyncEventKind {
-    /// CQ overrun: the CQ is in error.
-    CqErr,
-    /// A QP hit an error that completions cannot report.
-    QpFatal,
-    /// Invalid request on a QP (responder side).
-    QpReqErr,
-    /// Access violation on a QP (responder side).
-    QpAccessErr,
-    /// Communication established (first packet on an RTR QP).
-    CommEst,
-    /// Send queue drained (SQD).
-    SqDrained,
-    /// Path migrated.
-    PathMig,
-    /// Path migration failed.
-    PathMigErr,
-    /// The device is unusable.
-    DeviceFatal,
-    /// Port became active.
-    PortActive,
-    /// Port went down.
-    PortErr,
-    /// LID changed.
-    LidChange,
-    /// P_Key table changed.
-    PkeyChange,
-    /// Subnet manager changed.
-    SmChange,
-    /// SRQ error.
-    SrqErr,
-    /// SRQ fell below its limit.
-    SrqLimitReached,
-    /// Last WQE of a QP attached to an SRQ reached (after moving it to error).
-    QpLastWqeReached,
-    /// Client must re-register with the SM.
-    ClientReregister,
-    /// GID table changed.
-    GidChange,
-    /// Work queue fatal.
-    WqFatal,
-}
-
-impl TryFrom<u32> for AsyncEventKind {
-    type Error = u32;
-    fn try_from(v: u32) -> std::result::Result<Self, u32> {
-        use AsyncEventKind::*;
-        const ALL: [AsyncEventKind; 20] = [
-            CqErr,
-            QpFatal,
-            QpReqErr,
-            QpAccessErr,
-            CommEst,
-            SqDrained,
-            PathMig,
-            PathMigErr,
-            DeviceFatal,
-            PortActive,
-            PortErr,
-            LidChange,
-            PkeyChange,
-            SmChange,
-            SrqErr,
-            SrqLimitReached,
-            QpLastWqeReached,
-            ClientReregister,
-            GidChange,
-            WqFatal,
-        ];
-        ALL.get(v as usize).copied().ok_or(v)
+c_enum! {
+    /// What happened (`enum ibv_event_type`).
+    AsyncEventKind: u32 {
+        /// CQ overrun: the CQ is in error.
+        CqErr = sys::ibv_event_type::IBV_EVENT_CQ_ERR as u32,
+        /// A QP hit an error that completions cannot report.
+        QpFatal = sys::ibv_event_type::IBV_EVENT_QP_FATAL as u32,
+        /// Invalid request on a QP (responder side).
+        QpReqErr = sys::ibv_event_type::IBV_EVENT_QP_REQ_ERR as u32,
+        /// Access violation on a QP (responder side).
+        QpAccessErr = sys::ibv_event_type::IBV_EVENT_QP_ACCESS_ERR as u32,
+        /// Communication established (first packet on an RTR QP).
+        CommEst = sys::ibv_event_type::IBV_EVENT_COMM_EST as u32,
+        /// Send queue drained (SQD).
+        SqDrained = sys::ibv_event_type::IBV_EVENT_SQ_DRAINED as u32,
+        /// Path migrated.
+        PathMig = sys::ibv_event_type::IBV_EVENT_PATH_MIG as u32,
+        /// Path migration failed.
+        PathMigErr = sys::ibv_event_type::IBV_EVENT_PATH_MIG_ERR as u32,
+        /// The device is unusable.
+        DeviceFatal = sys::ibv_event_type::IBV_EVENT_DEVICE_FATAL as u32,
+        /// Port became active.
+        PortActive = sys::ibv_event_type::IBV_EVENT_PORT_ACTIVE as u32,
+        /// Port went down.
+        PortErr = sys::ibv_event_type::IBV_EVENT_PORT_ERR as u32,
+        /// LID changed.
+        LidChange = sys::ibv_event_type::IBV_EVENT_LID_CHANGE as u32,
+        /// P_Key table changed.
+        PkeyChange = sys::ibv_event_type::IBV_EVENT_PKEY_CHANGE as u32,
+        /// Subnet manager changed.
+        SmChange = sys::ibv_event_type::IBV_EVENT_SM_CHANGE as u32,
+        /// SRQ error.
+        SrqErr = sys::ibv_event_type::IBV_EVENT_SRQ_ERR as u32,
+        /// SRQ fell below its limit.
+        SrqLimitReached = sys::ibv_event_type::IBV_EVENT_SRQ_LIMIT_REACHED as u32,
+        /// Last WQE of a QP attached to an SRQ reached (after moving it to error).
+        QpLastWqeReached = sys::ibv_event_type::IBV_EVENT_QP_LAST_WQE_REACHED as u32,
+        /// Client must re-register with the SM.
+        ClientReregister = sys::ibv_event_type::IBV_EVENT_CLIENT_REREGISTER as u32,
+        /// GID table changed.
+        GidChange = sys::ibv_event_type::IBV_EVENT_GID_CHANGE as u32,
+        /// Work queue fatal.
+        WqFatal = sys::ibv_event_type::IBV_EVENT_WQ_FATAL as u32,
     }
 }
 

@@ -4,27 +4,6 @@ use std::fmt;
 use bitflags::bitflags;
 use verbs_sys as sys;
 
-macro_rules! c_enum {
-    ($(#[$m:meta])* $name:ident : $ty:ty { $($(#[$vm:meta])* $v:ident = $c:expr,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum $name { $($(#[$vm])* $v,)* }
-        impl TryFrom<$ty> for $name {
-            type Error = $ty;
-            fn try_from(v: $ty) -> Result<Self, $ty> {
-                $(if v == $c { return Ok(Self::$v); })*
-                Err(v)
-            }
-        }
-        impl From<$name> for $ty {
-            fn from(v: $name) -> $ty {
-                match v { $($name::$v => $c,)* }
-            }
-        }
-    };
-}
-
 c_enum! {
     /// Why a work request failed (`enum ibv_wc_status`, without `IBV_WC_SUCCESS`).
     WcStatus: u32 {
