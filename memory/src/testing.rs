@@ -23,6 +23,9 @@ struct Shared {
     registrations: AtomicUsize,
     live: AtomicUsize,
     refuse: AtomicBool,
+    /// Rights granted beyond those asked for (`PoolAccess` bits).
+    extra_access: AtomicU32,
+    fail_deregister: AtomicBool,
 }
 
 impl HostRegistrar {
@@ -37,6 +40,18 @@ impl HostRegistrar {
         self.shared.refuse.store(refuse, Ordering::Relaxed);
     }
 
+    /// Grant `extra` rights on top of what the pool asks for from now on, and report them as
+    /// a faithful registrar must: the pool then treats the chunk as the rights demand.
+    pub fn grant_extra(&self, extra: PoolAccess) {
+        self.shared.extra_access.store(extra.bits(), Ordering::Relaxed);
+    }
+
+    /// While `fail` is true, deregistration fails (as `ibv_dereg_mr` does while a memory
+    /// window is bound): the pool must then leave the chunk's memory mapped.
+    pub fn fail_deregister(&self, fail: bool) {
+        self.shared.fail_deregister.store(fail, Ordering::Relaxed);
+    }
+
     /// Registrations made so far, including dropped ones.
     pub fn registrations(&self) -> usize {
         self.shared.registrations.load(Ordering::Relaxed)
@@ -48,7 +63,12 @@ impl HostRegistrar {
     }
 }
 
-impl Registrar for HostRegistrar {
+// SAFETY: nothing is registered with any device, so no one but this program can write the
+// memory; the reported access is what was asked for plus what `grant_extra` added, which
+// covers everything "granted". Deregistration "fails" only when told to, and then the pool
+// keeps the memory mapped, which is always safe.
+#[allow(unsafe_code)] // an unsafe impl, no unsafe code: the contract is kept as said above
+unsafe impl Registrar for HostRegistrar {
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
         let shared = &self.shared;
         if shared.refuse.load(Ordering::Relaxed) {
@@ -60,9 +80,12 @@ impl Registrar for HostRegistrar {
         shared.registrations.fetch_add(1, Ordering::Relaxed);
         let key = shared.next_key.fetch_add(1, Ordering::Relaxed);
         shared.live.fetch_add(1, Ordering::Relaxed);
+        let granted =
+            access | PoolAccess::from_bits_truncate(shared.extra_access.load(Ordering::Relaxed));
         Ok(Box::new(HostRegistration {
             lkey: key,
             rkey: access.is_remote().then_some(key | 0x8000_0000),
+            access: granted,
             shared: Arc::clone(shared),
         }))
     }
@@ -72,10 +95,26 @@ impl Registrar for HostRegistrar {
 struct HostRegistration {
     lkey: u32,
     rkey: Option<u32>,
+    access: PoolAccess,
     shared: Arc<Shared>,
 }
 
-impl Registration for HostRegistration {
+// SAFETY: see the `Registrar` implementation above.
+#[allow(unsafe_code)] // as above
+unsafe impl Registration for HostRegistration {
+    fn access(&self) -> PoolAccess {
+        self.access
+    }
+
+    fn deregister(self: Box<Self>) -> io::Result<()> {
+        if self.shared.fail_deregister.load(Ordering::Relaxed) {
+            // Stays "registered": counted as live forever.
+            std::mem::forget(self);
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        Ok(())
+    }
+
     fn lkey(&self) -> u32 {
         self.lkey
     }

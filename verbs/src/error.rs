@@ -85,6 +85,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// `ibv_dereg_mr` failed: the region is still registered.
+    #[error("cannot deregister a memory region (is a memory window still bound to it?)")]
+    DeregMr(#[source] io::Error),
     /// Allocating the buffer of an owned region failed.
     #[error("cannot allocate a {len}-byte buffer")]
     Alloc {

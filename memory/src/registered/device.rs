@@ -43,7 +43,11 @@ pub(crate) fn access_flags(access: PoolAccess) -> AccessFlags {
     .fold(AccessFlags::empty(), |flags, (_, verbs)| flags | verbs)
 }
 
-impl Registrar for PdRegistrar {
+// SAFETY: the registration covers exactly `memory` (`ibv_reg_mr` over its pointer and length),
+// with the verbs flags that grant exactly `access` (`access_flags`, bit for bit), and reports
+// that `access`; it deregisters through `RawMr::deregister`, which says when `ibv_dereg_mr`
+// failed.
+unsafe impl Registrar for PdRegistrar {
     #[doc(alias = "ibv_reg_mr")]
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
         let len = memory.len();
@@ -65,27 +69,37 @@ impl Registrar for PdRegistrar {
                 source: io::Error::other(other),
             },
         })?;
-        Ok(Box::new(PdRegistration {
-            remote: access.is_remote(),
-            mr,
-        }))
+        Ok(Box::new(PdRegistration { access, mr }))
     }
 }
 
 /// A chunk's memory region; dropping it deregisters (`ibv_dereg_mr`) and releases the PD.
 #[derive(Debug)]
 struct PdRegistration {
-    remote: bool,
+    access: PoolAccess,
     mr: RawMr,
 }
 
-impl Registration for PdRegistration {
+// SAFETY: see the `Registrar` implementation above.
+unsafe impl Registration for PdRegistration {
     fn lkey(&self) -> u32 {
         self.mr.lkey()
     }
 
     fn rkey(&self) -> Option<u32> {
-        self.remote.then(|| self.mr.rkey())
+        self.access.is_remote().then(|| self.mr.rkey())
+    }
+
+    fn access(&self) -> PoolAccess {
+        self.access
+    }
+
+    fn deregister(self: Box<Self>) -> io::Result<()> {
+        self.mr.deregister().map_err(|(mr, err)| {
+            // Still registered: keep the registration (and its PD) forever, like the memory.
+            std::mem::forget(mr);
+            io::Error::other(err)
+        })
     }
 }
 
@@ -94,9 +108,8 @@ impl Registration for PdRegistration {
 //    length `set_len` changes is not part of it), inside a chunk mapping that never moves;
 // 2. its lkey is the chunk's registration, which lives in the chunk; the buffer holds the chunk
 //    (`SlotMemory` keeps an `Arc`), and the chunk deregisters and unmaps only when dropped.
-//    (`Registrar` is a safe trait, so another implementation may hand out a key that does not
-//    cover the slot; the device then refuses the request with a protection error, since it
-//    checks the descriptor's range, which is this slot's, against the key's region.);
+//    (`Registrar` is an unsafe trait whose implementations promise keys covering exactly the
+//    chunk);
 // 3. the slot's bytes are reachable only through this buffer (one `SlotMemory` per slot, see
 //    the module docs), so once the buffer is moved into a work request no safe code can write
 //    them. `Buffer` is `Send + 'static`.

@@ -19,6 +19,8 @@ pub struct ChunkMemory {
     len: usize,
     mapped_len: usize,
     huge_pages: bool,
+    /// Set when the registration could not be removed: the mapping is then never unmapped.
+    leaked: bool,
 }
 
 // SAFETY: ChunkMemory owns its mapping and only exposes the address; the bytes are reached
@@ -87,6 +89,7 @@ impl ChunkMemory {
             len,
             mapped_len,
             huge_pages: huge,
+            leaked: false,
         })
     }
 
@@ -130,10 +133,19 @@ impl ChunkMemory {
     pub fn is_huge_pages(&self) -> bool {
         self.huge_pages
     }
+
+    /// Never unmap this memory: its registration could not be removed, so the device may still
+    /// access it.
+    pub(crate) fn leak(&mut self) {
+        self.leaked = true;
+    }
 }
 
 impl Drop for ChunkMemory {
     fn drop(&mut self) {
+        if self.leaked {
+            return;
+        }
         // SAFETY: unmaps exactly the mapping made in `map_raw`; no slot of it is live, since
         // every SlotMemory keeps its chunk, and so this memory, alive.
         let rc = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.mapped_len) };

@@ -14,9 +14,13 @@
 //!   `release` consumes the `SlotMemory` to give it back, so at most one `SlotMemory` per slot
 //!   exists at any time, and slots of a chunk do not overlap (`index * size`, `index < slots`).
 //!   Mutable access needs `&mut SlotMemory`, so the borrow checker does the rest.
-//! - Peers: in a pool with remote write or atomic rights a peer (or this program, through a
-//!   safe RDMA WRITE to the chunk's rkey) may write any slot at any time, so such slots give
+//! - Peers: in a chunk whose registration grants remote write or atomic rights (as the pool
+//!   asked, or as the registration reports it granted: `Registration::access`, which the
+//!   `unsafe` traits oblige registrars to report truthfully) a peer (or this program, through
+//!   a safe RDMA WRITE to the chunk's rkey) may write any slot at any time, so such slots give
 //!   no slices at all, only volatile copies (`read_volatile`, `write_volatile`).
+//! - Deregistration: a chunk whose registration cannot be removed keeps its memory mapped
+//!   forever (`ChunkMemory::leak`), since the device may still access it.
 //!
 //! Soundness towards the device (`device`):
 //! - Registration: a chunk is registered once, by its [`Registrar`], and `Chunk::drop`
@@ -48,14 +52,30 @@ pub use mmap::ChunkMemory;
 
 use crate::{Error, HugePages, PoolAccess, Result};
 
-/// A live registration of a chunk with the device. Dropping it deregisters (`ibv_dereg_mr`).
+/// A live registration of a chunk with the device.
 ///
-/// The pool drops it before unmapping the chunk, and never while a buffer of the chunk lives.
-pub trait Registration: Send + Sync + fmt::Debug {
+/// # Safety
+///
+/// The pool decides from what a registration reports whether the chunk's bytes may be lent out
+/// as Rust slices, so an implementation must report truthfully:
+/// - [`access`](Self::access) names every right the registration grants, or more: if the device
+///   lets anyone but this program's own posts write the memory (remote write, remote atomics,
+///   binding memory windows that grant them), it contains `REMOTE_WRITE` or `REMOTE_ATOMIC`;
+/// - [`lkey`](Self::lkey) and [`rkey`](Self::rkey) name a registration of exactly the chunk's
+///   memory (`ChunkMemory::as_ptr()`, `len()` bytes) that stays in force until
+///   [`deregister`](Self::deregister) returns `Ok` (or the registration is dropped);
+/// - `deregister` returns `Ok` only once the device can no longer access the memory through any
+///   key of this registration. On `Err` the pool leaks the chunk's memory rather than unmap it.
+pub unsafe trait Registration: Send + Sync + fmt::Debug {
     /// Local key, for scatter/gather entries.
     fn lkey(&self) -> u32;
     /// Remote key; `Some` exactly when the registration allows remote access.
     fn rkey(&self) -> Option<u32>;
+    /// The rights actually granted (see the trait's safety contract).
+    fn access(&self) -> PoolAccess;
+    /// Deregisters (`ibv_dereg_mr`). On failure the memory may still be accessed by the device,
+    /// so the pool never unmaps it.
+    fn deregister(self: Box<Self>) -> io::Result<()>;
 }
 
 /// Registers chunks of pool memory: the seam between the pool and the device.
@@ -64,7 +84,13 @@ pub trait Registration: Send + Sync + fmt::Debug {
 /// flags given); `testing::HostRegistrar` (feature `testing`) implements it with
 /// fake keys for host tests. The pool calls it once per chunk, while holding the lock of the
 /// class that grows.
-pub trait Registrar: Send + Sync + fmt::Debug + 'static {
+///
+/// # Safety
+///
+/// The [`Registration`]s it returns must keep that trait's contract, for the memory and access
+/// they were made for: the pool lends out slices of chunks whose registration reports no remote
+/// write rights, and trusts the keys to cover exactly the chunk.
+pub unsafe trait Registrar: Send + Sync + fmt::Debug + 'static {
     /// Register all of `memory` (`memory.as_ptr()`, `memory.len()` bytes) with `access`.
     ///
     /// Errors: [`Error::Register`], or [`Error::MemlockLimit`] when the locked-memory limit is
@@ -133,6 +159,8 @@ impl Chunk {
         let memory = ChunkMemory::map(len, huge_pages)?;
         let registration = registrar.register(&memory, access)?;
         let rkey = registration.rkey();
+        // Slice safety follows what was registered, not what was asked for.
+        let granted = registration.access();
         if access.is_remote() && rkey.is_none() {
             return Err(Error::Register {
                 len,
@@ -146,8 +174,8 @@ impl Chunk {
             slot_size,
             slots,
             lkey: registration.lkey(),
-            rkey: rkey.filter(|_| access.is_remote()),
-            remotely_writable: access
+            rkey: rkey.filter(|_| access.is_remote() || granted.is_remote()),
+            remotely_writable: (access | granted)
                 .intersects(PoolAccess::REMOTE_WRITE | PoolAccess::REMOTE_ATOMIC),
             registration: Some(registration),
             memory,
@@ -186,7 +214,14 @@ impl Chunk {
 impl Drop for Chunk {
     fn drop(&mut self) {
         // Deregister while the memory is still mapped; `memory` is unmapped after this.
-        drop(self.registration.take());
+        let Some(registration) = self.registration.take() else {
+            return;
+        };
+        if registration.deregister().is_err() {
+            // Still registered: the device (or a peer with the rkey) may still access the
+            // memory, so it must stay mapped. Leak the mapping.
+            self.memory.leak();
+        }
     }
 }
 

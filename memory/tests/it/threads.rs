@@ -137,7 +137,8 @@ struct SlowRegistrar {
     proceed: parking_lot::Mutex<std::sync::mpsc::Receiver<()>>,
 }
 
-impl memory::Registrar for SlowRegistrar {
+// SAFETY: registers through the host registrar and returns its registrations unchanged.
+unsafe impl memory::Registrar for SlowRegistrar {
     fn register(
         &self,
         memory: &memory::ChunkMemory,

@@ -56,6 +56,8 @@ pub(crate) struct MrInner {
     access: AccessFlags,
     /// The owned region's memory (`None` for caller memory).
     mem: Option<AlignedBuf>,
+    /// Set once `ibv_dereg_mr` succeeded through [`RawMr::deregister`]; Drop then does nothing.
+    deregistered: bool,
     _pd: Arc<PdInner>,
 }
 
@@ -66,9 +68,10 @@ unsafe impl Sync for MrInner {}
 
 impl Drop for MrInner {
     fn drop(&mut self) {
-        // SAFETY: registered by ibv_reg_mr and deregistered once.
-        let r = unsafe { sys::ibv_dereg_mr(self.raw.as_ptr()) };
-        if r != 0 {
+        if self.deregistered {
+            return;
+        }
+        if self.dereg().is_err() {
             // Still registered (e.g. a memory window is bound to it): peers may still write
             // the memory, so it must not be freed.
             std::mem::forget(self.mem.take());
@@ -87,8 +90,19 @@ impl MrInner {
             raw,
             access,
             mem: None,
+            deregistered: false,
             _pd: pd.inner.clone(),
         })
+    }
+
+    /// `ibv_dereg_mr`; on success the registration is gone and Drop does nothing more.
+    fn dereg(&mut self) -> std::io::Result<()> {
+        debug_assert!(!self.deregistered);
+        // SAFETY: registered by ibv_reg_mr; `deregistered` makes a successful call the last.
+        let r = unsafe { sys::ibv_dereg_mr(self.raw.as_ptr()) };
+        sys::errno::check_ret(r)?;
+        self.deregistered = true;
+        Ok(())
     }
     fn mr(&self) -> &sys::ibv_mr {
         // SAFETY: valid until deregistered in drop.
@@ -271,6 +285,19 @@ pub struct RawMr {
 
 impl RawMr {
     region_common!();
+
+    /// Deregisters now and says whether it worked (dropping deregisters too, but cannot tell).
+    ///
+    /// On failure (e.g. `EBUSY`: a memory window is still bound to the region) the region is
+    /// still registered, and peers holding its rkey may still access the memory: the region
+    /// comes back with the error, so the caller can keep the memory alive (or leak it).
+    #[doc(alias = "ibv_dereg_mr")]
+    pub fn deregister(mut self) -> std::result::Result<(), (RawMr, Error)> {
+        match self.reg.dereg() {
+            Ok(()) => Ok(()),
+            Err(source) => Err((self, Error::DeregMr(source))),
+        }
+    }
 }
 
 impl std::fmt::Debug for RawMr {
