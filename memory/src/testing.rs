@@ -63,11 +63,11 @@ impl HostRegistrar {
     }
 }
 
+#[allow(unsafe_code)] // an unsafe impl, no unsafe code: the contract is kept as said below
 // SAFETY: nothing is registered with any device, so no one but this program can write the
 // memory; the reported access is what was asked for plus what `grant_extra` added, which
 // covers everything "granted". Deregistration "fails" only when told to, and then the pool
 // keeps the memory mapped, which is always safe.
-#[allow(unsafe_code)] // an unsafe impl, no unsafe code: the contract is kept as said above
 unsafe impl Registrar for HostRegistrar {
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
         let shared = &self.shared;
@@ -99,8 +99,8 @@ struct HostRegistration {
     shared: Arc<Shared>,
 }
 
-// SAFETY: see the `Registrar` implementation above.
 #[allow(unsafe_code)] // as above
+// SAFETY: see the `Registrar` implementation above.
 unsafe impl Registration for HostRegistration {
     fn access(&self) -> PoolAccess {
         self.access
