@@ -11,6 +11,30 @@ use crate::{CmId, ConnOptions, Connection, Error, EventKind, PortSpace, Result};
 /// Total time a connection attempt may take by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Longest single address or route resolution handed to librdmacm; a resolution that times
+/// out is retried on a fresh id while the total timeout allows.
+pub const RESOLVE_ATTEMPT: Duration = Duration::from_millis(500);
+
+/// How much longer than librdmacm's own timer we wait for its event.
+const EVENT_GRACE: Duration = Duration::from_millis(500);
+
+/// How one resolution attempt ended, when it did not succeed.
+enum Attempt {
+    /// Timed out in the kernel: worth another attempt while time is left.
+    Retry(Error),
+    /// Any other failure: final.
+    Fail(Error),
+}
+
+impl From<Error> for Attempt {
+    fn from(err: Error) -> Self {
+        match err {
+            Error::Timeout { .. } => Attempt::Retry(err),
+            other => Attempt::Fail(other),
+        }
+    }
+}
+
 /// Builds an RC connection to `dst`.
 #[derive(Debug, Clone)]
 pub struct Connector {
@@ -56,37 +80,22 @@ impl Connector {
 
     /// Resolves the address and route and creates the PD, CQ and QP (Init), leaving time to
     /// post receives before [`PendingConnection::connect`].
+    ///
+    /// The kernel resolves an address whose neighbour entry is not cached yet by sending an
+    /// ARP request and looking again only when its timer runs out, so one long resolution
+    /// would take the whole timeout even though the answer came in milliseconds. Resolution
+    /// therefore runs in attempts of [`RESOLVE_ATTEMPT`] (as rping does with 2 s), retried
+    /// while the total timeout allows.
     pub fn resolve(&self) -> Result<PendingConnection> {
         let total = self.timeout;
         let deadline = Instant::now() + total;
-        let left = || deadline.saturating_duration_since(Instant::now());
-        let id = CmId::with_own_channel(PortSpace::Tcp)?;
-
-        id.resolve_addr(self.src, self.dst, left())?;
-        let ev = id.wait_event(left(), "address resolution")?;
-        match ev.kind() {
-            Ok(EventKind::AddrResolved) => {}
-            Ok(EventKind::AddrError) => {
-                return Err(Error::ResolveAddr {
-                    dst: self.dst,
-                    source: status_error(ev.status()),
-                })
+        let id = loop {
+            match self.resolve_attempt(deadline) {
+                Ok(id) => break id,
+                Err(Attempt::Retry(_)) if Instant::now() < deadline => continue,
+                Err(Attempt::Retry(err) | Attempt::Fail(err)) => return Err(err),
             }
-            _ => return Err(unexpected(&ev, "address resolution")),
-        }
-        drop(ev);
-
-        id.resolve_route(left())?;
-        let ev = id.wait_event(left(), "route resolution")?;
-        match ev.kind() {
-            Ok(EventKind::RouteResolved) => {}
-            Ok(EventKind::RouteError) => {
-                return Err(Error::ResolveRoute(status_error(ev.status())))
-            }
-            _ => return Err(unexpected(&ev, "route resolution")),
-        }
-        drop(ev);
-
+        };
         let (pd, cq, qp) = self.opts.resources(&id)?;
         Ok(PendingConnection {
             qp,
@@ -97,6 +106,59 @@ impl Connector {
             deadline,
             total,
         })
+    }
+
+    /// One attempt at resolving address and route on a fresh id, each step given at most
+    /// [`RESOLVE_ATTEMPT`] (less if the deadline is nearer).
+    fn resolve_attempt(&self, deadline: Instant) -> std::result::Result<CmId, Attempt> {
+        let left = || deadline.saturating_duration_since(Instant::now());
+        // librdmacm's timer and our wait for its event: the event comes when its timer runs
+        // out, so wait a little longer than that.
+        let step = || left().min(RESOLVE_ATTEMPT);
+        let wait = |step: Duration| step + EVENT_GRACE;
+        let id = CmId::with_own_channel(PortSpace::Tcp)?;
+
+        let t = step();
+        id.resolve_addr(self.src, self.dst, t)?;
+        let ev = id.wait_event(wait(t), "address resolution")?;
+        match ev.kind() {
+            Ok(EventKind::AddrResolved) => {}
+            Ok(EventKind::AddrError) => {
+                let source = status_error(ev.status());
+                let timed_out = source.raw_os_error() == Some(libc::ETIMEDOUT);
+                let err = Error::ResolveAddr {
+                    dst: self.dst,
+                    source,
+                };
+                return Err(if timed_out {
+                    Attempt::Retry(err)
+                } else {
+                    Attempt::Fail(err)
+                });
+            }
+            _ => return Err(unexpected(&ev, "address resolution").into()),
+        }
+        drop(ev);
+
+        let t = step();
+        id.resolve_route(t)?;
+        let ev = id.wait_event(wait(t), "route resolution")?;
+        match ev.kind() {
+            Ok(EventKind::RouteResolved) => {}
+            Ok(EventKind::RouteError) => {
+                let source = status_error(ev.status());
+                let timed_out = source.raw_os_error() == Some(libc::ETIMEDOUT);
+                let err = Error::ResolveRoute(source);
+                return Err(if timed_out {
+                    Attempt::Retry(err)
+                } else {
+                    Attempt::Fail(err)
+                });
+            }
+            _ => return Err(unexpected(&ev, "route resolution").into()),
+        }
+        drop(ev);
+        Ok(id)
     }
 
     /// Resolves, creates the resources and connects: the established connection, or a typed

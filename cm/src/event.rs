@@ -21,6 +21,10 @@ pub struct EventChannel {
 
 pub(crate) struct ChannelInner {
     raw: NonNull<sys::rdma_event_channel>,
+    /// Held while librdmacm may write fields of ids on this channel (reading an event, and
+    /// the calls on an id that update its addresses) and while those fields are copied into
+    /// the ids' snapshots, so the copies never race librdmacm's writes.
+    pub(crate) fields: parking_lot::Mutex<()>,
 }
 
 // SAFETY: an event channel is a file descriptor with no thread affinity; librdmacm calls on it
@@ -60,7 +64,10 @@ impl EventChannel {
         let raw = unsafe { sys::rdma_create_event_channel() };
         let raw = sys::errno::check_ptr(raw).map_err(Error::CreateChannel)?;
         let ch = EventChannel {
-            inner: Arc::new(ChannelInner { raw }),
+            inner: Arc::new(ChannelInner {
+                raw,
+                fields: parking_lot::Mutex::new(()),
+            }),
         };
         sys::fd::set_nonblocking(ch.as_raw_fd()).map_err(Error::CreateChannel)?;
         Ok(ch)
@@ -82,6 +89,9 @@ impl EventChannel {
                 return Ok(None);
             }
             let mut ev = std::ptr::null_mut();
+            // librdmacm updates the fields of the ids the event names while reading it; the
+            // snapshots of those ids are taken under the same lock, in `from_raw`.
+            let _fields = self.inner.fields.lock();
             // SAFETY: live channel, valid out-pointer; the descriptor is non-blocking.
             let r = unsafe { sys::rdma_get_cm_event(self.as_raw(), &mut ev) };
             match sys::errno::check_neg(r) {
@@ -235,7 +245,8 @@ impl CmEvent {
 
     /// # Safety
     ///
-    /// `raw` must be an unacknowledged event just read from `channel`.
+    /// `raw` must be an unacknowledged event just read from `channel`, with the channel's field
+    /// lock held.
     unsafe fn from_raw(raw: NonNull<sys::rdma_cm_event>, channel: &EventChannel) -> CmEvent {
         // SAFETY: a valid event (caller); its fields are plain data until acknowledged.
         let ev = unsafe { &*raw.as_ptr() };
@@ -256,6 +267,10 @@ impl CmEvent {
                 None,
             )
         };
+        // The caller holds the channel's field lock: librdmacm is done writing these ids.
+        for named in id.iter().chain(listen_id.iter()) {
+            named.inner.refresh_snapshot();
+        }
         let is_ud = id
             .as_ref()
             .is_some_and(|i| i.port_space() == crate::PortSpace::Udp);

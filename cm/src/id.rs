@@ -55,6 +55,19 @@ pub(crate) struct CmIdInner {
     /// owner without any registry; released after a successful `rdma_destroy_id` (never if
     /// it fails, since the id then lives on).
     self_weak: *const CmIdInner,
+    /// Copies of the fields librdmacm rewrites (addresses, device, port), taken under the
+    /// channel's field lock; the getters read these, never the raw id.
+    snapshot: Mutex<IdSnapshot>,
+}
+
+/// The fields of an `rdma_cm_id` that librdmacm changes while the id is in use.
+#[derive(Debug, Clone, Copy, Default)]
+struct IdSnapshot {
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    port_num: u8,
+    /// `id->verbs`, as an address (the context stays open while the id lives).
+    verbs: usize,
 }
 
 // SAFETY: librdmacm ids have no thread affinity and its calls are thread-safe; our own state
@@ -92,6 +105,31 @@ impl std::fmt::Debug for CmId {
 }
 
 impl CmIdInner {
+    /// Copies the fields librdmacm may have changed into the snapshot.
+    ///
+    /// Call only with the field lock of the id's channel held (see `ChannelInner::fields`), so
+    /// librdmacm is not writing them meanwhile.
+    pub(crate) fn refresh_snapshot(&self) {
+        let raw = self.raw.as_ptr();
+        // SAFETY: live id; librdmacm writes these fields only in calls made under the channel's
+        // field lock (ours, and rdma_get_cm_event), which the caller holds. The union's storage
+        // member covers the whole address.
+        let snapshot = unsafe {
+            IdSnapshot {
+                local: from_storage(&(*raw).route.addr.src_addr_union.src_storage),
+                peer: from_storage(&(*raw).route.addr.dst_addr_union.dst_storage),
+                port_num: (*raw).port_num,
+                verbs: (*raw).verbs as usize,
+            }
+        };
+        let unset = |a: &SocketAddr| !a.ip().is_unspecified() || a.port() != 0;
+        *self.snapshot.lock() = IdSnapshot {
+            local: snapshot.local.filter(unset),
+            peer: snapshot.peer.filter(unset),
+            ..snapshot
+        };
+    }
+
     /// The live owner of `raw`, found through `id->context`.
     ///
     /// # Safety
@@ -170,9 +208,23 @@ impl CmId {
                 ps,
                 channel: Mutex::new(channel),
                 self_weak,
+                snapshot: Mutex::new(IdSnapshot::default()),
             }
         });
+        // A connect request's new id already has addresses and a device. For it the caller
+        // (reading the event) holds the field lock; a fresh id has nothing to race with.
+        inner.refresh_snapshot();
         CmId { inner }
+    }
+
+    /// Runs `call` (a librdmacm call that may rewrite the id's fields) under the field lock of
+    /// the id's channel, then refreshes the snapshot.
+    fn updating_fields<T>(&self, call: impl FnOnce() -> T) -> T {
+        let channel = self.inner.channel.lock();
+        let _fields = channel.inner.fields.lock();
+        let out = call();
+        self.inner.refresh_snapshot();
+        out
     }
 
     /// The raw id, valid while this handle lives.
@@ -207,12 +259,12 @@ impl CmId {
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         let mut ss = to_storage(addr);
         // SAFETY: live id; the address is a valid sockaddr for the duration of the call.
-        let r = unsafe {
+        let r = self.updating_fields(|| unsafe {
             sys::rdma_bind_addr(
                 self.as_raw(),
                 (&mut ss as *mut libc::sockaddr_storage).cast(),
             )
-        };
+        });
         sys::errno::check_neg(r).map_err(|source| Error::Bind { addr, source })?;
         Ok(())
     }
@@ -233,14 +285,14 @@ impl CmId {
             (s as *mut libc::sockaddr_storage).cast()
         });
         // SAFETY: live id; the addresses are valid for the call (librdmacm copies them).
-        let r = unsafe {
+        let r = self.updating_fields(|| unsafe {
             sys::rdma_resolve_addr(
                 self.as_raw(),
                 src_ptr,
                 (&mut dst_ss as *mut libc::sockaddr_storage).cast(),
                 millis(timeout),
             )
-        };
+        });
         sys::errno::check_neg(r).map_err(|source| Error::ResolveAddr { dst, source })?;
         Ok(())
     }
@@ -250,7 +302,8 @@ impl CmId {
     #[doc(alias = "rdma_resolve_route")]
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
         // SAFETY: live id.
-        let r = unsafe { sys::rdma_resolve_route(self.as_raw(), millis(timeout)) };
+        let r = self
+            .updating_fields(|| unsafe { sys::rdma_resolve_route(self.as_raw(), millis(timeout)) });
         sys::errno::check_neg(r).map_err(Error::ResolveRoute)?;
         Ok(())
     }
@@ -259,7 +312,7 @@ impl CmId {
     #[doc(alias = "rdma_listen")]
     pub fn listen(&self, backlog: i32) -> Result<()> {
         // SAFETY: live id.
-        let r = unsafe { sys::rdma_listen(self.as_raw(), backlog) };
+        let r = self.updating_fields(|| unsafe { sys::rdma_listen(self.as_raw(), backlog) });
         sys::errno::check_neg(r).map_err(Error::Listen)?;
         Ok(())
     }
@@ -349,8 +402,8 @@ impl CmId {
     /// `ibv_context`. Verbs objects made on it keep this id alive, because librdmacm closes a
     /// device context when the last id using it is destroyed.
     pub fn context(&self) -> Result<Context> {
-        // SAFETY: live id; `verbs` is a plain field set once the id is bound to a device.
-        let raw = NonNull::new(unsafe { (*self.as_raw()).verbs }).ok_or(Error::NoDevice)?;
+        let verbs = self.inner.snapshot.lock().verbs as *mut sys::ibv_context;
+        let raw = NonNull::new(verbs).ok_or(Error::NoDevice)?;
         // SAFETY: librdmacm keeps the context open while an id bound to it exists, and the
         // owner handed over is this id's inner, which is destroyed only after the last verbs
         // object on the returned context.
@@ -359,23 +412,17 @@ impl CmId {
 
     /// The device port the id is bound to (0 before binding).
     pub fn port_num(&self) -> u8 {
-        // SAFETY: live id; plain field.
-        unsafe { (*self.as_raw()).port_num }
+        self.inner.snapshot.lock().port_num
     }
 
     /// The local address (after bind or resolution).
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        // SAFETY: live id; the route's address storage is plain data, and the union's storage
-        // member covers the whole address.
-        let ss = unsafe { &(*self.as_raw()).route.addr.src_addr_union.src_storage };
-        from_storage(ss).filter(|a| !a.ip().is_unspecified() || a.port() != 0)
+        self.inner.snapshot.lock().local
     }
 
     /// The peer's address (after resolution, or on a connect request).
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        // SAFETY: as in local_addr.
-        let ss = unsafe { &(*self.as_raw()).route.addr.dst_addr_union.dst_storage };
-        from_storage(ss).filter(|a| !a.ip().is_unspecified() || a.port() != 0)
+        self.inner.snapshot.lock().peer
     }
 
     /// The attributes that move a QP of this id's connection to `state`

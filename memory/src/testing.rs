@@ -43,7 +43,9 @@ impl HostRegistrar {
     /// Grant `extra` rights on top of what the pool asks for from now on, and report them as
     /// a faithful registrar must: the pool then treats the chunk as the rights demand.
     pub fn grant_extra(&self, extra: PoolAccess) {
-        self.shared.extra_access.store(extra.bits(), Ordering::Relaxed);
+        self.shared
+            .extra_access
+            .store(extra.bits(), Ordering::Relaxed);
     }
 
     /// While `fail` is true, deregistration fails (as `ibv_dereg_mr` does while a memory
@@ -64,10 +66,10 @@ impl HostRegistrar {
 }
 
 #[allow(unsafe_code)] // an unsafe impl, no unsafe code: the contract is kept as said below
-// SAFETY: nothing is registered with any device, so no one but this program can write the
-// memory; the reported access is what was asked for plus what `grant_extra` added, which
-// covers everything "granted". Deregistration "fails" only when told to, and then the pool
-// keeps the memory mapped, which is always safe.
+                      // SAFETY: nothing is registered with any device, so no one but this program can write the
+                      // memory; the reported access is what was asked for plus what `grant_extra` added, which
+                      // covers everything "granted". Deregistration "fails" only when told to, and then the pool
+                      // keeps the memory mapped, which is always safe.
 unsafe impl Registrar for HostRegistrar {
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
         let shared = &self.shared;
@@ -100,7 +102,7 @@ struct HostRegistration {
 }
 
 #[allow(unsafe_code)] // as above
-// SAFETY: see the `Registrar` implementation above.
+                      // SAFETY: see the `Registrar` implementation above.
 unsafe impl Registration for HostRegistration {
     fn access(&self) -> PoolAccess {
         self.access

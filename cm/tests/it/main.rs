@@ -4,6 +4,8 @@
 mod connect;
 mod disconnect;
 mod failures;
+mod first_connect;
+mod id_fields;
 mod many;
 mod private_data;
 mod support;

@@ -32,7 +32,10 @@ fn rights_granted_beyond_the_request_make_buffers_copy_only() {
 #[test]
 fn rights_granted_as_requested_keep_slices() {
     let registrar = HostRegistrar::new();
-    let pool = one_class(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ, &registrar);
+    let pool = one_class(
+        PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ,
+        &registrar,
+    );
     let mut buf = pool.try_alloc(4).unwrap();
     assert!(!buf.is_remotely_writable());
     buf.copy_from_slice(b"lent");

@@ -37,8 +37,10 @@ pub struct Qp {
     pub(crate) inner: Arc<QpInner>,
 }
 
-/// How a QP is destroyed (`ibv_destroy_qp`, or e.g. `rdma_destroy_qp` for a CM-created QP).
-pub type QpDestroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) + Send + Sync>;
+/// How a QP is destroyed (`ibv_destroy_qp`, or e.g. a CM's own destroy call for a QP it
+/// created). It returns whether the QP is gone: on `Err` the device may still use the buffers of
+/// requests in flight, so they are leaked, never freed.
+pub type QpDestroy = Box<dyn FnOnce(NonNull<sys::ibv_qp>) -> std::io::Result<()> + Send + Sync>;
 
 pub(crate) struct QpInner {
     raw: NonNull<sys::ibv_qp>,
@@ -77,21 +79,18 @@ unsafe impl Sync for QpInner {}
 
 impl Drop for QpInner {
     fn drop(&mut self) {
-        match self.destroy.take() {
+        let destroyed = match self.destroy.take() {
             Some(destroy) => destroy(self.raw),
-            None => {
-                // SAFETY: created by ibv_create_qp, destroyed once. After a successful destroy
-                // the NIC no longer touches the in-flight buffers, which are dropped with the
-                // fields.
-                let r = unsafe { sys::ibv_destroy_qp(self.raw.as_ptr()) };
-                if r != 0 {
-                    // The QP lives on (EBUSY while multicast groups are attached), so the
-                    // device may still write the in-flight buffers: leak them rather than
-                    // free memory it may use.
-                    std::mem::forget(std::mem::take(self.sq.get_mut()));
-                    std::mem::forget(std::mem::take(self.rq.get_mut()));
-                }
-            }
+            // SAFETY: created by ibv_create_qp, destroyed once. After a successful destroy the
+            // NIC no longer touches the in-flight buffers, which are dropped with the fields.
+            None => sys::errno::check_ret(unsafe { sys::ibv_destroy_qp(self.raw.as_ptr()) }),
+        };
+        if destroyed.is_err() {
+            // The QP lives on (EBUSY while multicast groups are attached, or whatever the
+            // custom destroy reported), so the device may still write the in-flight buffers:
+            // leak them rather than free memory it may use.
+            std::mem::forget(std::mem::take(self.sq.get_mut()));
+            std::mem::forget(std::mem::take(self.rq.get_mut()));
         }
     }
 }

@@ -404,8 +404,9 @@ fn wrapped_raw_qp_and_context() {
     let flag = destroyed.clone();
     let destroy: verbs::QpDestroy = Box::new(move |q: NonNull<sys::ibv_qp>| {
         // SAFETY: called once, by the last handle.
-        unsafe { sys::ibv_destroy_qp(q.as_ptr()) };
+        let r = unsafe { sys::ibv_destroy_qp(q.as_ptr()) };
         flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        sys::errno::check_ret(r)
     });
     // SAFETY: created just above with `init`'s objects in `p.pd`; only the handle destroys it.
     let qp = unsafe { Qp::from_raw(raw, &p.pd, &init, init.get_cap(), 1, Some(destroy)) };
@@ -427,6 +428,68 @@ fn wrapped_raw_qp_and_context() {
     assert!(destroyed.load(std::sync::atomic::Ordering::SeqCst));
     // The device is still open and usable.
     ctx.query_device().unwrap();
+}
+
+/// A region that records when it is dropped.
+struct DropFlag {
+    mr: MemoryRegion,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.dropped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+// SAFETY: delegates to the owned region it holds, which keeps memory and registration alive.
+unsafe impl verbs::RegisteredBuf for DropFlag {
+    fn local(&self) -> verbs::LocalSlice {
+        self.mr.local(..).unwrap()
+    }
+}
+// SAFETY: as above; the region is only reachable through this value.
+unsafe impl verbs::RegisteredBufMut for DropFlag {}
+
+/// A custom destroy that fails leaves the QP alive, so its in-flight receive buffer must be
+/// leaked, not freed under the device.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_failed_custom_destroy_leaks_in_flight_buffers() {
+    use std::ptr::NonNull;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use verbs::{sys, Qp, QpInitAttr};
+
+    let p = Pair::rc();
+    let init = QpInitAttr::new(QpType::Rc, &p.cq_a, &p.cq_a);
+    let mut raw_init = init.to_raw();
+    // SAFETY: live PD and CQs; complete attribute struct.
+    let raw = unsafe { sys::ibv_create_qp(p.pd.as_raw(), &mut raw_init) };
+    let raw = NonNull::new(raw).expect("ibv_create_qp");
+    let raw_addr = raw.as_ptr() as usize;
+    let destroy: verbs::QpDestroy =
+        Box::new(|_| Err(std::io::Error::from_raw_os_error(libc::EBUSY)));
+    // SAFETY: created just above with `init`'s objects in `p.pd`; only the handle destroys it
+    // (here: fails to, and the test destroys it below, after the handle is gone).
+    let qp = unsafe { Qp::from_raw(raw, &p.pd, &init, init.get_cap(), 1, Some(destroy)) };
+    qp.to_init(1, AccessFlags::empty()).unwrap();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let buf = DropFlag {
+        mr: p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap(),
+        dropped: dropped.clone(),
+    };
+    qp.post_recv(RecvRequest::new(buf, ..).unwrap()).unwrap();
+    drop(qp);
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "an in-flight buffer was freed although the QP could not be destroyed"
+    );
+    // SAFETY: the handle is gone and the QP still exists; destroy it for real now. The leaked
+    // receive buffer stays leaked (its memory is never freed), which is what was asserted.
+    let r = unsafe { sys::ibv_destroy_qp(raw_addr as *mut sys::ibv_qp) };
+    assert_eq!(r, 0);
 }
 
 #[test]
