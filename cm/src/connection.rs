@@ -29,6 +29,26 @@ pub struct Connection {
     disconnected: AtomicBool,
     /// We moved the QP to Err and called rdma_disconnect.
     shut_down: AtomicBool,
+    /// Taken apart by `into_parts`: the new owner tears down.
+    detached: bool,
+}
+
+/// The pieces of a [`Connection`] taken apart with [`Connection::into_parts`]: their owner
+/// disconnects, flushes and drains.
+#[derive(Debug, Clone)]
+pub struct ConnectionParts {
+    /// The CM id (its events: disconnects).
+    pub id: CmId,
+    /// The QP (RTS).
+    pub qp: Qp,
+    /// The CQ of both queues (maybe shared with other connections).
+    pub cq: Cq,
+    /// The PD.
+    pub pd: Pd,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
+    /// The peer's connection parameters.
+    pub peer_param: PeerParam,
 }
 
 impl std::fmt::Debug for Connection {
@@ -59,6 +79,22 @@ impl Connection {
             peer_param,
             disconnected: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
+            detached: false,
+        }
+    }
+
+    /// Takes the connection apart without tearing it down, for a caller that manages many
+    /// connections on shared resources (one CQ, an SRQ) and drains them itself: this type's
+    /// drop would poll the CQ and discard other connections' completions.
+    pub fn into_parts(mut self) -> ConnectionParts {
+        self.detached = true;
+        ConnectionParts {
+            id: self.id.clone(),
+            qp: self.qp.clone(),
+            cq: self.cq.clone(),
+            pd: self.pd.clone(),
+            private_data: std::mem::take(&mut self.peer_private_data),
+            peer_param: self.peer_param,
         }
     }
 
@@ -201,6 +237,9 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        if self.detached {
+            return;
+        }
         let _ = self.shut_down();
         let _ = self.drain(DRAIN_TIMEOUT);
     }

@@ -93,7 +93,7 @@ mod options;
 mod param;
 mod qp_attr;
 
-pub use connection::{Connection, DRAIN_TIMEOUT};
+pub use connection::{Connection, ConnectionParts, DRAIN_TIMEOUT};
 pub use connector::{connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT};
 pub use error::{Error, Result};
 pub use event::{CmEvent, EventChannel, EventKind, PeerParam};

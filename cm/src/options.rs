@@ -1,5 +1,5 @@
 //! [`ConnOptions`]: the verbs resources (PD, CQ, QP) each connection gets, and its parameters.
-use verbs::{AccessFlags, Cq, Pd, Qp, QpCap, QpInitAttr, QpType};
+use verbs::{AccessFlags, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Srq};
 
 use crate::{CmId, ConnParam, Result};
 
@@ -17,6 +17,8 @@ pub struct ConnOptions {
     pub(crate) cq_channel: bool,
     pub(crate) access: AccessFlags,
     pub(crate) pd: Option<Pd>,
+    pub(crate) cq: Option<Cq>,
+    pub(crate) srq: Option<Srq>,
 }
 
 impl Default for ConnOptions {
@@ -28,6 +30,8 @@ impl Default for ConnOptions {
             cq_channel: true,
             access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
             pd: None,
+            cq: None,
+            srq: None,
         }
     }
 }
@@ -75,23 +79,43 @@ impl ConnOptions {
     }
 
     /// PD, CQ and a QP in the Init state for `id`.
+    /// One CQ for the send and receive queues of every connection made with these options
+    /// (instead of a CQ per connection; `cq_entries` and `cq_channel` then do not apply). It
+    /// must belong to the device the connections use, like [`pd`](Self::pd). Size it for all
+    /// their outstanding work: a CQ overrun breaks every QP on it.
+    pub fn cq(mut self, cq: Cq) -> Self {
+        self.cq = Some(cq);
+        self
+    }
+    /// A shared receive queue for every connection made with these options: receives are
+    /// posted on it, not on the QPs (it must be of the same PD).
+    pub fn srq(mut self, srq: Srq) -> Self {
+        self.srq = Some(srq);
+        self
+    }
+
     pub(crate) fn resources(&self, id: &CmId) -> Result<(Pd, Cq, Qp)> {
         let pd = match &self.pd {
             Some(pd) => pd.clone(),
             None => id.context()?.alloc_pd()?,
         };
         let ctx = pd.context();
-        let channel = if self.cq_channel {
-            Some(ctx.create_comp_channel()?)
-        } else {
-            None
+        let cq = match &self.cq {
+            Some(cq) => cq.clone(),
+            None => {
+                let channel = if self.cq_channel {
+                    Some(ctx.create_comp_channel()?)
+                } else {
+                    None
+                };
+                ctx.create_cq(self.cq_entries, channel)?
+            }
         };
-        let cq = ctx.create_cq(self.cq_entries, channel)?;
-        let qp = id.create_qp(
-            &pd,
-            &QpInitAttr::new(QpType::Rc, &cq, &cq).cap(self.cap),
-            self.access,
-        )?;
+        let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq).cap(self.cap);
+        if let Some(srq) = &self.srq {
+            init = init.srq(srq);
+        }
+        let qp = id.create_qp(&pd, &init, self.access)?;
         Ok((pd, cq, qp))
     }
 }
