@@ -1,4 +1,8 @@
 //! Reliable messaging over RC queue pairs: credit flow control, two-sided messages, one-sided
-//! reads and writes, request/response and large transfers. Not written yet; the crate holds its
-//! place in the workspace so the layering is fixed from the start.
+//! reads and writes, request/response and large transfers.
+//!
+//! [`proto`] is the protocol core: per-connection state without I/O, tested on the host; its
+//! wire format is specified in `PROTOCOL.md`.
 #![forbid(unsafe_code)]
+
+pub mod proto;

@@ -1,0 +1,358 @@
+//! Per-connection protocol limits and the connect private data exchanged by the CM.
+
+use std::time::Duration;
+
+use super::error::{ConfigError, HandshakeError};
+use super::frame::{CONTROL_BODY_MAX, HEADER_LEN};
+
+/// Send-queue slots kept for control frames: data frames and READs need more than this free.
+pub const SQ_CONTROL_RESERVE: u32 = 2;
+/// Protocol bound: rendezvous messages a sender may have unfinished at once per connection.
+pub const MAX_LARGE_MESSAGES: usize = 64;
+/// Protocol bound: rendezvous chunks announced and not yet acknowledged per connection.
+pub const MAX_OUTSTANDING_CHUNKS: usize = 256;
+
+/// Limits of one connection. Build with [`Config::default`] and change fields, then
+/// [`Config::validate`] (the connection does it too).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Receives granted to the peer (credits), i.e. frames it may have unreleased at once.
+    pub window: u32,
+    /// Credits kept for control frames (CREDIT, RNDV_ACK, CLOSE, PING, PONG); at least 1.
+    pub reserved_credits: u32,
+    /// Send-queue slots of the connection's queue pair (SENDs and READs in flight).
+    pub sq_depth: u32,
+    /// Bytes of each receive buffer, header included.
+    pub frame_size: u32,
+    /// Size of each rendezvous chunk the driver copies and announces.
+    pub rndv_chunk_size: u32,
+    /// Chunks of one message announced and not yet acknowledged.
+    pub max_chunks_in_flight: u32,
+    /// RDMA READs in flight per connection.
+    pub max_reads_in_flight: u32,
+    /// Largest message accepted or sent.
+    pub max_message: u64,
+    /// Send PING after this long without receiving anything.
+    pub keepalive_interval: Duration,
+    /// The peer is dead after this long without receiving anything.
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            window: 64,
+            reserved_credits: 2,
+            sq_depth: 128,
+            frame_size: 4096 + HEADER_LEN as u32,
+            rndv_chunk_size: 1 << 20,
+            max_chunks_in_flight: 4,
+            max_reads_in_flight: 4,
+            max_message: 1 << 30,
+            keepalive_interval: Duration::from_secs(1),
+            keepalive_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+fn range(
+    ok: bool,
+    field: &'static str,
+    value: impl ToString,
+    requirement: &'static str,
+) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange {
+            field,
+            value: value.to_string(),
+            requirement,
+        })
+    }
+}
+
+impl Config {
+    /// Largest message sent eagerly (in one frame): `frame_size - 16`.
+    pub fn eager_limit(&self) -> usize {
+        (self.frame_size as usize).saturating_sub(HEADER_LEN)
+    }
+
+    /// Checks every field; the error names the field and its allowed range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let r = self.reserved_credits;
+        range(
+            (1..=1 << 20).contains(&r),
+            "reserved_credits",
+            r,
+            "between 1 and 2^20",
+        )?;
+        range(
+            self.window >= 2 * r + 2 && self.window <= 1 << 30,
+            "window",
+            self.window,
+            "at least 2 * reserved_credits + 2 and at most 2^30",
+        )?;
+        range(
+            self.sq_depth > SQ_CONTROL_RESERVE && self.sq_depth <= 1 << 20,
+            "sq_depth",
+            self.sq_depth,
+            "at least 3 (two slots are kept for control frames)",
+        )?;
+        range(
+            self.frame_size as usize >= HEADER_LEN + CONTROL_BODY_MAX,
+            "frame_size",
+            self.frame_size,
+            "at least 40 (header and the largest control body)",
+        )?;
+        range(
+            self.rndv_chunk_size >= 1,
+            "rndv_chunk_size",
+            self.rndv_chunk_size,
+            "at least 1",
+        )?;
+        range(
+            self.max_chunks_in_flight >= 1
+                && self.max_chunks_in_flight as usize <= MAX_OUTSTANDING_CHUNKS,
+            "max_chunks_in_flight",
+            self.max_chunks_in_flight,
+            "between 1 and 256",
+        )?;
+        range(
+            self.max_reads_in_flight >= 1
+                && self.max_reads_in_flight <= self.sq_depth - SQ_CONTROL_RESERVE,
+            "max_reads_in_flight",
+            self.max_reads_in_flight,
+            "at least 1 and at most sq_depth - 2",
+        )?;
+        range(
+            self.max_message >= self.eager_limit() as u64,
+            "max_message",
+            self.max_message,
+            "at least the eager limit (frame_size - 16)",
+        )?;
+        range(
+            !self.keepalive_interval.is_zero(),
+            "keepalive_interval",
+            format!("{:?}", self.keepalive_interval),
+            "greater than zero",
+        )?;
+        range(
+            self.keepalive_timeout > self.keepalive_interval,
+            "keepalive_timeout",
+            format!("{:?}", self.keepalive_timeout),
+            "greater than keepalive_interval",
+        )?;
+        Ok(())
+    }
+
+    /// What this side tells the peer at connect.
+    pub fn connect_info(&self) -> ConnectInfo {
+        ConnectInfo {
+            magic: ConnectInfo::MAGIC,
+            version: ConnectInfo::VERSION,
+            flags: 0,
+            window: self.window,
+            frame_size: self.frame_size,
+            max_message: self.max_message,
+        }
+    }
+}
+
+/// Connect private data (fits the CM's 56-byte connect and 196-byte accept limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectInfo {
+    /// `b"RDRS"` read as a little-endian u32.
+    pub magic: u32,
+    /// Protocol version: 1.
+    pub version: u16,
+    /// No flags are defined in version 1: zero.
+    pub flags: u16,
+    /// Credits granted to the peer.
+    pub window: u32,
+    /// Receive buffer size (header included) the peer may fill.
+    pub frame_size: u32,
+    /// Largest message the sender of this info accepts.
+    pub max_message: u64,
+}
+
+impl ConnectInfo {
+    /// `b"RDRS"` as a little-endian u32.
+    pub const MAGIC: u32 = u32::from_le_bytes(*b"RDRS");
+    /// The protocol version this crate speaks.
+    pub const VERSION: u16 = 1;
+    /// Encoded length.
+    pub const LEN: usize = 24;
+
+    /// Little-endian encoding, [`ConnectInfo::LEN`] bytes.
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..4].copy_from_slice(&self.magic.to_le_bytes());
+        b[4..6].copy_from_slice(&self.version.to_le_bytes());
+        b[6..8].copy_from_slice(&self.flags.to_le_bytes());
+        b[8..12].copy_from_slice(&self.window.to_le_bytes());
+        b[12..16].copy_from_slice(&self.frame_size.to_le_bytes());
+        b[16..24].copy_from_slice(&self.max_message.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks the peer's private data (trailing bytes, such as the CM's zero
+    /// padding, are ignored). A different magic or version is refused.
+    pub fn decode(b: &[u8]) -> Result<Self, HandshakeError> {
+        if b.len() < 6 {
+            return Err(HandshakeError::Truncated {
+                len: b.len(),
+                need: Self::LEN,
+            });
+        }
+        let magic = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if magic != Self::MAGIC {
+            return Err(HandshakeError::BadMagic {
+                found: magic,
+                expected: Self::MAGIC,
+            });
+        }
+        let version = u16::from_le_bytes([b[4], b[5]]);
+        if version != Self::VERSION {
+            return Err(HandshakeError::VersionMismatch {
+                ours: Self::VERSION,
+                theirs: version,
+            });
+        }
+        if b.len() < Self::LEN {
+            return Err(HandshakeError::Truncated {
+                len: b.len(),
+                need: Self::LEN,
+            });
+        }
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut m = [0u8; 8];
+        m.copy_from_slice(&b[16..24]);
+        let info = ConnectInfo {
+            magic,
+            version,
+            flags: u16::from_le_bytes([b[6], b[7]]),
+            window: u32_at(8),
+            frame_size: u32_at(12),
+            max_message: u64::from_le_bytes(m),
+        };
+        let invalid = |field, value: u64, requirement| {
+            Err(HandshakeError::Invalid {
+                field,
+                value,
+                requirement,
+            })
+        };
+        if info.flags != 0 {
+            return invalid("flags", info.flags.into(), "zero in version 1");
+        }
+        if info.window < 2 || info.window > 1 << 30 {
+            return invalid("window", info.window.into(), "between 2 and 2^30");
+        }
+        if (info.frame_size as usize) < HEADER_LEN + CONTROL_BODY_MAX {
+            return invalid("frame_size", info.frame_size.into(), "at least 40");
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_is_valid() {
+        Config::default().validate().unwrap();
+        assert_eq!(Config::default().eager_limit(), 4096);
+    }
+
+    #[test]
+    fn bad_config_names_the_field() {
+        let c = Config {
+            window: 5,
+            ..Config::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::OutOfRange {
+                    field: "window",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("reserved_credits"));
+        let c = Config {
+            keepalive_timeout: Duration::from_millis(10),
+            ..Config::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::OutOfRange {
+                field: "keepalive_timeout",
+                ..
+            })
+        ));
+        let c = Config {
+            max_reads_in_flight: 127,
+            ..Config::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::OutOfRange {
+                field: "max_reads_in_flight",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn connect_info_round_trips_and_fits_cm_limits() {
+        let info = Config::default().connect_info();
+        let b = info.encode();
+        assert!(b.len() <= 56);
+        assert_eq!(&b[0..4], b"RDRS");
+        assert_eq!(ConnectInfo::decode(&b), Ok(info));
+        // CM pads private data with zeros
+        let mut padded = [0u8; 56];
+        padded[..24].copy_from_slice(&b);
+        assert_eq!(ConnectInfo::decode(&padded), Ok(info));
+    }
+
+    #[test]
+    fn other_versions_and_foreign_peers_are_refused() {
+        let mut b = Config::default().connect_info().encode();
+        b[4] = 2;
+        let e = ConnectInfo::decode(&b).unwrap_err();
+        assert_eq!(e, HandshakeError::VersionMismatch { ours: 1, theirs: 2 });
+        let msg = e.to_string();
+        assert!(
+            msg.contains("version 2") && msg.contains("version 1"),
+            "{msg}"
+        );
+        assert!(matches!(
+            ConnectInfo::decode(b"XXXXXXXXXXXXXXXXXXXXXXXXXX"),
+            Err(HandshakeError::BadMagic { .. })
+        ));
+        assert!(matches!(
+            ConnectInfo::decode(b"RD"),
+            Err(HandshakeError::Truncated { .. })
+        ));
+        let b = Config::default().connect_info().encode();
+        assert!(matches!(
+            ConnectInfo::decode(&b[..20]),
+            Err(HandshakeError::Truncated { .. })
+        ));
+        let mut z = b;
+        z[8..12].copy_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(
+            ConnectInfo::decode(&z),
+            Err(HandshakeError::Invalid {
+                field: "window",
+                ..
+            })
+        ));
+    }
+}

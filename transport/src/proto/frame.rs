@@ -1,0 +1,473 @@
+//! The wire format: the 16-byte frame header and the bodies of each frame kind (PROTOCOL.md).
+
+use super::error::ProtocolError;
+
+/// Bytes of the header that starts every frame.
+pub const HEADER_LEN: usize = 16;
+/// Largest body of a control frame (RNDV_CHUNK: offset, address, rkey, length).
+pub const CONTROL_BODY_MAX: usize = 24;
+
+/// Flag: the message is an RPC request; the tag is its call id.
+pub const FLAG_REQUEST: u8 = 1 << 0;
+/// Flag: the message is an RPC response; the tag is the call id it answers.
+pub const FLAG_RESPONSE: u8 = 1 << 1;
+/// Flag (with RESPONSE, on an empty DATA frame): the server has no handler.
+pub const FLAG_NO_HANDLER: u8 = 1 << 2;
+const FLAGS_KNOWN: u8 = FLAG_REQUEST | FLAG_RESPONSE | FLAG_NO_HANDLER;
+
+/// Frame kinds (header byte 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// An eager message: the body is the message.
+    Data = 1,
+    /// Start of a rendezvous message: total length and call id.
+    RndvStart = 2,
+    /// One readable chunk of a rendezvous message.
+    RndvChunk = 3,
+    /// The receiver has read a chunk; the sender may release it.
+    RndvAck = 4,
+    /// Credit update only.
+    Credit = 5,
+    /// The sender sends no more messages.
+    Close = 6,
+    /// Keepalive probe.
+    Ping = 7,
+    /// Keepalive answer.
+    Pong = 8,
+}
+
+impl Kind {
+    /// Data frames need more than the reserved credits; control frames may use the reserve.
+    pub fn is_data(self) -> bool {
+        matches!(self, Kind::Data | Kind::RndvStart | Kind::RndvChunk)
+    }
+}
+
+impl TryFrom<u8> for Kind {
+    type Error = ProtocolError;
+    fn try_from(v: u8) -> Result<Self, ProtocolError> {
+        Ok(match v {
+            1 => Kind::Data,
+            2 => Kind::RndvStart,
+            3 => Kind::RndvChunk,
+            4 => Kind::RndvAck,
+            5 => Kind::Credit,
+            6 => Kind::Close,
+            7 => Kind::Ping,
+            8 => Kind::Pong,
+            other => return Err(ProtocolError::UnknownKind(other)),
+        })
+    }
+}
+
+/// A peer buffer readable by RDMA READ, as announced in RNDV_CHUNK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteChunk {
+    /// Remote virtual address.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+    /// Length in bytes (non-zero).
+    pub len: u32,
+}
+
+/// The decoded 16-byte header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// Frame kind.
+    pub kind: Kind,
+    /// Flag bits.
+    pub flags: u8,
+    /// The sender's credit limit for us (absolute, wrapping).
+    pub credit_limit: u32,
+    /// Call id or message id, else 0.
+    pub tag: u64,
+}
+
+impl Header {
+    /// Little-endian encoding.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[0] = self.kind as u8;
+        h[1] = self.flags;
+        h[4..8].copy_from_slice(&self.credit_limit.to_le_bytes());
+        h[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        h
+    }
+}
+
+/// A decoded frame body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameBody {
+    /// DATA: the message bytes are `frame[HEADER_LEN..]`, `len` long.
+    Data {
+        /// Message length.
+        len: usize,
+    },
+    /// RNDV_START.
+    RndvStart {
+        /// Total message length.
+        total: u64,
+        /// Call id for REQUEST/RESPONSE, else 0.
+        call: u64,
+    },
+    /// RNDV_CHUNK.
+    RndvChunk {
+        /// Offset of the chunk in the message.
+        offset: u64,
+        /// Where to read it.
+        remote: RemoteChunk,
+    },
+    /// RNDV_ACK.
+    RndvAck {
+        /// Offset of the chunk read.
+        offset: u64,
+    },
+    /// CREDIT, CLOSE, PING, PONG: no body.
+    Empty,
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn exact(
+    what: &'static str,
+    body: &[u8],
+    n: usize,
+    expected: &'static str,
+) -> Result<(), ProtocolError> {
+    if body.len() == n {
+        Ok(())
+    } else {
+        Err(ProtocolError::BadLength {
+            what,
+            len: body.len() + HEADER_LEN,
+            expected,
+        })
+    }
+}
+
+/// Decodes and validates a whole frame (header and body). Never panics.
+pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
+    if frame.len() < HEADER_LEN {
+        return Err(ProtocolError::BadLength {
+            what: "frame header",
+            len: frame.len(),
+            expected: "at least 16",
+        });
+    }
+    let kind = Kind::try_from(frame[0])?;
+    let flags = frame[1];
+    let reserved = u16::from_le_bytes([frame[2], frame[3]]);
+    if reserved != 0 {
+        return Err(ProtocolError::ReservedNonZero(reserved));
+    }
+    let header = Header {
+        kind,
+        flags,
+        credit_limit: u32_at(frame, 4),
+        tag: u64_at(frame, 8),
+    };
+    let rpc = flags & (FLAG_REQUEST | FLAG_RESPONSE);
+    let bad_flags = flags & !FLAGS_KNOWN != 0
+        || rpc == FLAG_REQUEST | FLAG_RESPONSE
+        || (flags & FLAG_NO_HANDLER != 0 && (kind != Kind::Data || rpc != FLAG_RESPONSE))
+        || (rpc != 0 && !matches!(kind, Kind::Data | Kind::RndvStart));
+    if bad_flags {
+        return Err(ProtocolError::BadFlags {
+            kind: kind as u8,
+            flags,
+        });
+    }
+    let body = &frame[HEADER_LEN..];
+    let body = match kind {
+        Kind::Data => {
+            if rpc == 0 && header.tag != 0 {
+                return Err(ProtocolError::NonZeroField {
+                    kind: kind as u8,
+                    field: "tag",
+                });
+            }
+            if flags & FLAG_NO_HANDLER != 0 {
+                exact("NO_HANDLER response", body, 0, "exactly 16")?;
+            }
+            FrameBody::Data { len: body.len() }
+        }
+        Kind::RndvStart => {
+            exact("RNDV_START", body, 16, "exactly 32")?;
+            let call = u64_at(body, 8);
+            if rpc == 0 && call != 0 {
+                return Err(ProtocolError::NonZeroField {
+                    kind: kind as u8,
+                    field: "call id",
+                });
+            }
+            FrameBody::RndvStart {
+                total: u64_at(body, 0),
+                call,
+            }
+        }
+        Kind::RndvChunk => {
+            exact("RNDV_CHUNK", body, 24, "exactly 40")?;
+            FrameBody::RndvChunk {
+                offset: u64_at(body, 0),
+                remote: RemoteChunk {
+                    addr: u64_at(body, 8),
+                    rkey: u32_at(body, 16),
+                    len: u32_at(body, 20),
+                },
+            }
+        }
+        Kind::RndvAck => {
+            exact("RNDV_ACK", body, 8, "exactly 24")?;
+            FrameBody::RndvAck {
+                offset: u64_at(body, 0),
+            }
+        }
+        Kind::Credit | Kind::Close | Kind::Ping | Kind::Pong => {
+            exact("control frame", body, 0, "exactly 16")?;
+            if header.tag != 0 {
+                return Err(ProtocolError::NonZeroField {
+                    kind: kind as u8,
+                    field: "tag",
+                });
+            }
+            FrameBody::Empty
+        }
+    };
+    Ok((header, body))
+}
+
+/// Encodes a control body (everything but DATA) into the fixed-size array `Action::Send`
+/// carries; returns the array and the body length.
+pub fn encode_body(body: &FrameBody) -> ([u8; CONTROL_BODY_MAX], usize) {
+    let mut b = [0u8; CONTROL_BODY_MAX];
+    let len = match *body {
+        FrameBody::Data { .. } | FrameBody::Empty => 0,
+        FrameBody::RndvStart { total, call } => {
+            b[0..8].copy_from_slice(&total.to_le_bytes());
+            b[8..16].copy_from_slice(&call.to_le_bytes());
+            16
+        }
+        FrameBody::RndvChunk { offset, remote } => {
+            b[0..8].copy_from_slice(&offset.to_le_bytes());
+            b[8..16].copy_from_slice(&remote.addr.to_le_bytes());
+            b[16..20].copy_from_slice(&remote.rkey.to_le_bytes());
+            b[20..24].copy_from_slice(&remote.len.to_le_bytes());
+            24
+        }
+        FrameBody::RndvAck { offset } => {
+            b[0..8].copy_from_slice(&offset.to_le_bytes());
+            8
+        }
+    };
+    (b, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn frame(h: Header, body: &FrameBody) -> Vec<u8> {
+        let (b, n) = encode_body(body);
+        let mut f = h.encode().to_vec();
+        f.extend_from_slice(&b[..n]);
+        f
+    }
+
+    fn hdr(kind: Kind, flags: u8, tag: u64) -> Header {
+        Header {
+            kind,
+            flags,
+            credit_limit: 0xdead_beef,
+            tag,
+        }
+    }
+
+    #[test]
+    fn header_layout_is_little_endian() {
+        let h = Header {
+            kind: Kind::RndvAck,
+            flags: 0,
+            credit_limit: 0x0403_0201,
+            tag: 0x0c0b_0a09_0807_0605,
+        };
+        assert_eq!(
+            h.encode(),
+            [4, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+        );
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let remote = RemoteChunk {
+            addr: 0x1122_3344_5566_7788,
+            rkey: 0xabcd,
+            len: 4096,
+        };
+        let cases = [
+            (
+                hdr(Kind::RndvStart, FLAG_REQUEST, 7),
+                FrameBody::RndvStart {
+                    total: 1 << 33,
+                    call: 9,
+                },
+            ),
+            (
+                hdr(Kind::RndvChunk, 0, 7),
+                FrameBody::RndvChunk {
+                    offset: 1 << 20,
+                    remote,
+                },
+            ),
+            (hdr(Kind::RndvAck, 0, 7), FrameBody::RndvAck { offset: 77 }),
+            (hdr(Kind::Credit, 0, 0), FrameBody::Empty),
+            (hdr(Kind::Close, 0, 0), FrameBody::Empty),
+            (hdr(Kind::Ping, 0, 0), FrameBody::Empty),
+            (hdr(Kind::Pong, 0, 0), FrameBody::Empty),
+            (
+                hdr(Kind::Data, FLAG_RESPONSE | FLAG_NO_HANDLER, 3),
+                FrameBody::Data { len: 0 },
+            ),
+        ];
+        for (h, b) in cases {
+            assert_eq!(decode(&frame(h, &b)), Ok((h, b)), "{h:?}");
+        }
+        let mut data = hdr(Kind::Data, FLAG_REQUEST, 5).encode().to_vec();
+        data.extend_from_slice(b"hello");
+        assert_eq!(
+            decode(&data),
+            Ok((hdr(Kind::Data, FLAG_REQUEST, 5), FrameBody::Data { len: 5 }))
+        );
+    }
+
+    #[test]
+    fn malformed_frames_are_named() {
+        assert!(matches!(
+            decode(&[1; 15]),
+            Err(ProtocolError::BadLength { .. })
+        ));
+        let mut f = hdr(Kind::Ping, 0, 0).encode();
+        f[0] = 9;
+        assert_eq!(decode(&f), Err(ProtocolError::UnknownKind(9)));
+        f[0] = 0;
+        assert_eq!(decode(&f), Err(ProtocolError::UnknownKind(0)));
+        let mut f = hdr(Kind::Ping, 0, 0).encode();
+        f[2] = 1;
+        assert_eq!(decode(&f), Err(ProtocolError::ReservedNonZero(1)));
+        for flags in [
+            8,
+            0x80,
+            FLAG_REQUEST | FLAG_RESPONSE,
+            FLAG_NO_HANDLER,
+            FLAG_REQUEST | FLAG_NO_HANDLER,
+        ] {
+            let f = hdr(Kind::Data, flags, 1).encode();
+            assert!(
+                matches!(decode(&f), Err(ProtocolError::BadFlags { .. })),
+                "{flags}"
+            );
+        }
+        let f = hdr(Kind::Ping, FLAG_REQUEST, 0).encode();
+        assert!(matches!(decode(&f), Err(ProtocolError::BadFlags { .. })));
+        let f = hdr(Kind::Credit, 0, 3).encode();
+        assert!(matches!(
+            decode(&f),
+            Err(ProtocolError::NonZeroField { field: "tag", .. })
+        ));
+        let f = hdr(Kind::Data, 0, 3).encode();
+        assert!(matches!(
+            decode(&f),
+            Err(ProtocolError::NonZeroField { field: "tag", .. })
+        ));
+        // truncated and overlong bodies
+        let full = frame(
+            hdr(Kind::RndvChunk, 0, 1),
+            &FrameBody::RndvChunk {
+                offset: 0,
+                remote: RemoteChunk {
+                    addr: 1,
+                    rkey: 2,
+                    len: 3,
+                },
+            },
+        );
+        for n in 16..full.len() {
+            assert!(matches!(
+                decode(&full[..n]),
+                Err(ProtocolError::BadLength {
+                    what: "RNDV_CHUNK",
+                    ..
+                })
+            ));
+        }
+        let mut long = full.clone();
+        long.push(0);
+        assert!(matches!(
+            decode(&long),
+            Err(ProtocolError::BadLength { .. })
+        ));
+        let start = frame(
+            hdr(Kind::RndvStart, 0, 1),
+            &FrameBody::RndvStart { total: 5, call: 1 },
+        );
+        assert!(matches!(
+            decode(&start),
+            Err(ProtocolError::NonZeroField {
+                field: "call id",
+                ..
+            })
+        ));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(10_000))]
+        #[test]
+        fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn decoder_never_panics_on_near_valid_frames(
+            kind in 0u8..10, flags in any::<u8>(), limit in any::<u32>(), tag in 0u64..3,
+            body in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let mut f = vec![kind, flags, 0, 0];
+            f.extend_from_slice(&limit.to_le_bytes());
+            f.extend_from_slice(&tag.to_le_bytes());
+            f.extend_from_slice(&body);
+            if let Ok((h, b)) = decode(&f) {
+                // whatever decodes re-encodes to the same bytes
+                let mut again = h.encode().to_vec();
+                match b {
+                    FrameBody::Data { len } => { prop_assert_eq!(len, body.len()); again.extend_from_slice(&body); }
+                    other => { let (e, n) = encode_body(&other); again.extend_from_slice(&e[..n]); }
+                }
+                prop_assert_eq!(again, f);
+            }
+        }
+    }
+
+    #[test]
+    fn decoder_never_panics_100k() {
+        let mut runner =
+            proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(100_000));
+        runner
+            .run(&proptest::collection::vec(any::<u8>(), 0..48), |bytes| {
+                let _ = decode(&bytes);
+                Ok(())
+            })
+            .unwrap();
+    }
+}

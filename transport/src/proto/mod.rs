@@ -1,0 +1,184 @@
+//! The transport's protocol core: per-connection state without I/O.
+//!
+//! A [`Connection`] is driven by events (a user request, a received frame, a completion, a
+//! timer) and produces [`Action`]s (post this SEND, post this READ, deliver this message,
+//! release this buffer) that a driver carries out on a queue pair. It never reads the clock
+//! (time is passed in), never blocks and allocates nothing on the small-message path. The
+//! wire format and the rules are in `transport/PROTOCOL.md`.
+//!
+//! # Buffers
+//! The driver's buffer type implements [`Payload`]. A payload given to [`Connection::send`]
+//! starts with [`HEADER_LEN`] bytes of room for the header: the driver allocates
+//! `HEADER_LEN + message length`, writes the message at offset 16, and `Payload::len` is the
+//! whole frame. When the connection emits `Action::Send { header, body: Body::Payload(b) }`,
+//! the driver copies `header` into `b[..16]` and posts `b[..b.len()]` as one SEND.
+//!
+//! # Driver loop
+//! After every call into the connection, drain [`Connection::poll_action`] until it returns
+//! `None`; call [`Connection::on_timeout`] no later than [`Connection::poll_timeout`].
+
+mod config;
+mod conn;
+mod credit;
+mod error;
+mod frame;
+mod rndv;
+mod rpc;
+
+use std::time::Instant;
+
+pub use config::{
+    Config, ConnectInfo, MAX_LARGE_MESSAGES, MAX_OUTSTANDING_CHUNKS, SQ_CONTROL_RESERVE,
+};
+pub use conn::{Connection, LargeSend, Stats};
+pub use error::{
+    CallError, ConfigError, ConnError, HandshakeError, PeerGone, ProtocolError, SendError,
+    SendErrorKind,
+};
+pub use frame::{
+    decode, encode_body, FrameBody, Header, Kind, RemoteChunk, CONTROL_BODY_MAX, FLAG_NO_HANDLER,
+    FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN,
+};
+pub use rpc::CallId;
+
+/// A buffer the driver hands to or gets from the connection (a pool buffer; `Vec<u8>` in
+/// tests).
+pub trait Payload {
+    /// Length in bytes: for a payload given to `send`, the whole frame (header room included).
+    fn len(&self) -> usize;
+    /// Whether `len() == 0`.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Payload for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+}
+
+/// Id of a rendezvous message, allocated per connection, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MsgId(pub u64);
+
+/// Id of an RDMA READ the connection asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReadId(pub u64);
+
+/// What a message sent is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// A plain message.
+    Message,
+    /// An RPC request; the call fails with [`CallError::TimedOut`] at `deadline`.
+    Request {
+        /// When the call times out.
+        deadline: Instant,
+    },
+    /// The response to a request received.
+    Response {
+        /// The request's id, as delivered.
+        call: CallId,
+    },
+}
+
+/// What a message delivered is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// A plain message.
+    Message,
+    /// An RPC request; answer with `Class::Response { call }` or [`Connection::reject_call`].
+    Request {
+        /// The caller's id.
+        call: CallId,
+    },
+}
+
+/// A READ destination buffer holding `len` bytes of a message from its offset 0.
+#[derive(Debug)]
+pub struct Chunk<B> {
+    /// The buffer.
+    pub buf: B,
+    /// Bytes of the message it holds.
+    pub len: u32,
+}
+
+/// The buffers of a delivered message.
+#[derive(Debug)]
+pub enum Parts<B> {
+    /// An eager message: the receive buffer itself; the message is
+    /// `buf[HEADER_LEN..HEADER_LEN + len]`. It holds a receive credit: when the user drops it,
+    /// call [`Connection::on_release`].
+    Eager(B),
+    /// A rendezvous message: the READ destinations in order. They hold no credit.
+    Chunks(Vec<Chunk<B>>),
+}
+
+/// A complete message.
+#[derive(Debug)]
+pub struct Delivery<B> {
+    /// Plain message or request.
+    pub class: Received,
+    /// Message length in bytes.
+    pub len: u64,
+    /// Where the bytes are.
+    pub parts: Parts<B>,
+}
+
+impl<B> Delivery<B> {
+    /// Whether dropping this message must be reported with [`Connection::on_release`].
+    pub fn holds_credit(&self) -> bool {
+        matches!(self.parts, Parts::Eager(_))
+    }
+}
+
+/// What a SEND carries after the header.
+#[derive(Debug)]
+pub enum Body<B> {
+    /// A DATA frame's payload buffer, header room first: write the header into its first 16
+    /// bytes and post its `len()` bytes.
+    Payload(B),
+    /// A small body (`.1` bytes of `.0`) to post after the header, inline or from a small buffer.
+    Control([u8; CONTROL_BODY_MAX], usize),
+}
+
+/// An output of the connection, for the driver to carry out in order.
+#[derive(Debug)]
+pub enum Action<B> {
+    /// Post one SEND: `header` then `body`.
+    Send {
+        /// The encoded frame header.
+        header: [u8; HEADER_LEN],
+        /// What follows it.
+        body: Body<B>,
+    },
+    /// Allocate a `len`-byte destination and post an RDMA READ of `remote` into it; report it
+    /// with [`Connection::on_read_complete`].
+    Read {
+        /// The READ's id.
+        id: ReadId,
+        /// Where to read.
+        remote: RemoteChunk,
+        /// Bytes to read.
+        len: u32,
+    },
+    /// A buffer the connection no longer needs (an acknowledged chunk, or any held buffer
+    /// after the connection failed).
+    Release(B),
+    /// A complete message, in send order.
+    Deliver(Delivery<B>),
+    /// An RPC call finished.
+    CallDone {
+        /// The call.
+        id: CallId,
+        /// The response, or why there is none.
+        result: Result<Delivery<B>, CallError>,
+    },
+    /// The connection ended: `None` after a graceful close (end of stream), else the failure.
+    /// Emitted once; nothing is sent afterwards.
+    Closed {
+        /// Why, if not graceful.
+        error: Option<ConnError>,
+    },
+}

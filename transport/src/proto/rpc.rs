@@ -1,0 +1,93 @@
+//! RPC call ids and the table of pending calls with their deadlines.
+
+use std::time::Instant;
+
+/// Id of an RPC call, allocated per connection, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CallId(pub u64);
+
+/// Pending calls of one connection, ordered by id (ids are allocated increasing).
+#[derive(Debug)]
+pub(crate) struct Calls {
+    next: u64,
+    pending: Vec<(CallId, Instant)>,
+}
+
+impl Calls {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Calls {
+            next: 1,
+            pending: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Allocates an id and records the call as pending until `deadline`.
+    pub(crate) fn start(&mut self, deadline: Instant) -> CallId {
+        let id = CallId(self.next);
+        self.next += 1;
+        self.pending.push((id, deadline));
+        id
+    }
+
+    /// Takes a call out of the table; `false` if it was not pending (answered, timed out,
+    /// cancelled or never made).
+    pub(crate) fn finish(&mut self, id: CallId) -> bool {
+        match self.pending.binary_search_by_key(&id, |p| p.0) {
+            Ok(i) => {
+                self.pending.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the call is pending.
+    #[cfg(test)]
+    pub(crate) fn is_pending(&self, id: CallId) -> bool {
+        self.pending.binary_search_by_key(&id, |p| p.0).is_ok()
+    }
+
+    /// The earliest deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.pending.iter().map(|p| p.1).min()
+    }
+
+    /// Removes one call whose deadline is at or before `now`.
+    pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<CallId> {
+        let i = self.pending.iter().position(|p| p.1 <= now)?;
+        Some(self.pending.remove(i).0)
+    }
+
+    /// Removes any one pending call (for failing them all).
+    pub(crate) fn pop_any(&mut self) -> Option<CallId> {
+        self.pending.pop().map(|p| p.0)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn ids_are_never_reused_and_expire_by_deadline() {
+        let t = Instant::now();
+        let mut c = Calls::new(4);
+        let a = c.start(t + Duration::from_secs(3));
+        let b = c.start(t + Duration::from_secs(1));
+        assert!(a < b);
+        assert_eq!(c.next_deadline(), Some(t + Duration::from_secs(1)));
+        assert_eq!(c.pop_expired(t), None);
+        assert_eq!(c.pop_expired(t + Duration::from_secs(1)), Some(b));
+        assert!(!c.is_pending(b));
+        assert!(!c.finish(b), "a timed-out call is not answered later");
+        assert!(c.finish(a));
+        let d = c.start(t);
+        assert!(d > b);
+        assert_eq!(c.len(), 1);
+    }
+}
