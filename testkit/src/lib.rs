@@ -152,6 +152,12 @@ impl ChildGuard {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// Takes the child's standard output, to read it line by line while it runs (e.g. to
+    /// wait for a peer to say it is ready).
+    pub fn take_stdout(&mut self) -> Option<std::process::ChildStdout> {
+        self.child.as_mut().and_then(|c| c.stdout.take())
+    }
+
     /// Kills the child now (e.g. to simulate a peer that dies mid-connection).
     pub fn kill(&mut self) {
         if let Some(child) = self.child.as_mut() {

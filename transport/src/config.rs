@@ -1,0 +1,112 @@
+//! [`EndpointConfig`]: the resources of an endpoint (pool, queues) and how it makes progress.
+
+use std::time::Duration;
+
+use crate::proto;
+
+/// How the endpoint's progress thread waits for completions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polling {
+    /// Spin on the completion queue: lowest latency, one core busy.
+    Busy,
+    /// Sleep on the completion channel until the device signals (arm, poll again, then sleep,
+    /// so no completion is missed): no CPU when idle, a wakeup's latency per message.
+    Event,
+    /// Spin for `spin`, then sleep on the completion channel.
+    Adaptive {
+        /// How long to spin before sleeping.
+        spin: Duration,
+    },
+}
+
+/// Configuration of an [`Endpoint`](crate::Endpoint): the protocol limits of each connection,
+/// the pool and queues shared by all of them, and the polling mode.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// Per-connection protocol limits (credits, frame size, rendezvous, keepalive).
+    pub proto: proto::Config,
+    /// How the progress thread waits.
+    pub polling: Polling,
+    /// Bytes the endpoint's data pool may register: copies of messages sent, rendezvous
+    /// chunks and their READ destinations. (Receive buffers have a pool of their own, sized
+    /// from `max_connections` and the window.)
+    pub pool_bytes: usize,
+    /// Connections the endpoint sizes its completion queue and shared receive queue for.
+    pub max_connections: u32,
+    /// Whether incoming RPC requests are queued for [`Conn::recv_request`](crate::Conn::recv_request)
+    /// (`true`) or answered at once with "no handler" (`false`).
+    pub serve_requests: bool,
+    /// Time a connect (resolution and handshake) may take.
+    pub connect_timeout: Duration,
+    /// One-sided operations (region reads and writes) in flight per connection.
+    pub max_one_sided: u32,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            proto: proto::Config {
+                window: 32,
+                sq_depth: 64,
+                ..proto::Config::default()
+            },
+            polling: Polling::Adaptive {
+                spin: Duration::from_micros(50),
+            },
+            pool_bytes: 256 << 20,
+            max_connections: 256,
+            serve_requests: true,
+            connect_timeout: cm::DEFAULT_CONNECT_TIMEOUT,
+            max_one_sided: 8,
+        }
+    }
+}
+
+impl EndpointConfig {
+    /// Checks the configuration; the error names what to change.
+    pub fn validate(&self) -> crate::Result<()> {
+        self.proto
+            .validate()
+            .map_err(|e| crate::Error::Config(e.to_string()))?;
+        if self.max_connections == 0 {
+            return Err(crate::Error::Config(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+        if self.max_one_sided == 0 {
+            return Err(crate::Error::Config("max_one_sided must be at least 1".into()));
+        }
+        let chunk = self.proto.rndv_chunk_size as usize;
+        if chunk > 1 << 20 {
+            return Err(crate::Error::Config(format!(
+                "rndv_chunk_size {chunk} exceeds the pool's largest buffer (1 MiB)"
+            )));
+        }
+        if self.pool_bytes < 4 * chunk {
+            return Err(crate::Error::Config(format!(
+                "pool_bytes {} is too small for rendezvous: give it at least 4 chunks ({} bytes)",
+                self.pool_bytes,
+                4 * chunk
+            )));
+        }
+        Ok(())
+    }
+
+    /// Receives the shared receive queue holds: every connection's window.
+    pub(crate) fn srq_depth(&self) -> u32 {
+        self.max_connections.saturating_mul(self.proto.window)
+    }
+
+    /// Send-queue entries of each QP: the protocol's plus the one-sided operations.
+    pub(crate) fn qp_send_depth(&self) -> u32 {
+        self.proto.sq_depth + self.max_one_sided
+    }
+
+    /// Completion queue entries: every send queue and every receive.
+    pub(crate) fn cq_depth(&self) -> u32 {
+        self.max_connections
+            .saturating_mul(self.qp_send_depth())
+            .saturating_add(self.srq_depth())
+            .saturating_add(64)
+    }
+}

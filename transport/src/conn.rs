@@ -1,0 +1,518 @@
+//! [`Conn`]: a reliable connection to a peer: messages (copied or zero-copy), RPC calls and
+//! answers, one-sided reads and writes of exposed regions, graceful close.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use verbs::{RemoteSlice, SendRequest};
+
+use crate::engine::{frame_from, pool_error, ConnShared, ConnState, Engine, SqOp};
+use crate::message::{Message, MessageBuf, Request};
+use crate::proto::{CallId, Class, Received, RemoteChunk, SendError, SendErrorKind};
+use crate::region::Token;
+use crate::{Error, Polling, Result};
+
+/// Default bound of blocking calls that take no timeout (`send`, `respond`).
+pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A connection. Send and receive from any thread (`&Conn` is enough); every blocking call has
+/// a bound. Dropping it closes the connection gracefully in the background (what was sent is
+/// still delivered).
+#[derive(Debug)]
+pub struct Conn {
+    pub(crate) inner: Arc<ConnShared>,
+    pub(crate) engine: Arc<Engine>,
+}
+
+impl Clone for Conn {
+    /// Another handle to the same connection (the connection closes when the last is dropped).
+    fn clone(&self) -> Self {
+        self.inner.handles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Conn {
+            inner: self.inner.clone(),
+            engine: self.engine.clone(),
+        }
+    }
+}
+
+impl Conn {
+    /// The endpoint the connection belongs to.
+    pub fn endpoint(&self) -> crate::Endpoint {
+        crate::Endpoint {
+            engine: self.engine.clone(),
+        }
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.inner.local_addr
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.peer_addr
+    }
+
+    /// Waits (up to `timeout`) until `check` gives a result, driving progress meanwhile.
+    fn wait<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let deadline = Instant::now() + timeout;
+        let conn = &*self.inner;
+        let busy = conn.shared.cfg.polling == Polling::Busy;
+        loop {
+            if let Some(r) = check(conn, &mut conn.state.lock()) {
+                return r;
+            }
+            if conn.shared.progress() > 0 {
+                continue;
+            }
+            let mut st = conn.state.lock();
+            if let Some(r) = check(conn, &mut st) {
+                return r;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::TimedOut { op, after: timeout });
+            }
+            if busy {
+                drop(st);
+                std::hint::spin_loop();
+                continue;
+            }
+            let nap = deadline.min(now + Duration::from_millis(2));
+            conn.cond.wait_until(&mut st, nap);
+        }
+    }
+
+    /// Queues a frame built by `make` (called once per attempt).
+    fn send_frame(
+        &self,
+        class: Class,
+        frame: memory::Buffer,
+        timeout: Option<Duration>,
+    ) -> Result<Option<CallId>> {
+        let mut frame = Some(frame);
+        let mut attempt = |conn: &ConnShared, st: &mut ConnState| -> Option<Result<Option<CallId>>> {
+            if let Some(e) = st.ended() {
+                return Some(Err(e));
+            }
+            let p = st.proto.as_mut()?;
+            match p.send(class, frame.take().expect("frame until sent")) {
+                Ok(id) => {
+                    conn.drive(st);
+                    Some(Ok(id))
+                }
+                Err(SendError {
+                    kind: SendErrorKind::WouldBlock,
+                    payload,
+                }) => {
+                    frame = Some(payload);
+                    None
+                }
+                Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
+            }
+        };
+        match timeout {
+            Some(t) => self.wait("send", t, attempt),
+            None => {
+                let conn = &*self.inner;
+                let mut st = conn.state.lock();
+                attempt(conn, &mut st).unwrap_or(Err(Error::WouldBlock))
+            }
+        }
+    }
+
+    /// Sends a rendezvous message: the peer reads it with RDMA READ, chunk by chunk, while
+    /// this side copies the next chunks into the pool.
+    fn send_large(&self, class: Class, data: &[u8], timeout: Duration) -> Result<Option<CallId>> {
+        let deadline = Instant::now() + timeout;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let total = data.len() as u64;
+        let large = self.wait("send", left(), |conn, st| {
+            if let Some(e) = st.ended() {
+                return Some(Err(e));
+            }
+            let p = st.proto.as_mut()?;
+            match p.send_large(class, total) {
+                Ok(l) => {
+                    conn.drive(st);
+                    Some(Ok(l))
+                }
+                Err(SendErrorKind::WouldBlock) => None,
+                Err(kind) => Some(Err(send_error(kind, st))),
+            }
+        })?;
+        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
+        let pool = &self.inner.shared.pool;
+        let mut offset = 0usize;
+        while offset < data.len() {
+            let n = chunk.min(data.len() - offset);
+            let mut buf = pool.alloc(n, left()).map_err(pool_error)?;
+            buf.copy_from_slice(&data[offset..offset + n]);
+            let remote = buf.remote().ok_or(Error::Config(
+                "the endpoint's pool has no remote read access".into(),
+            ))?;
+            let chunk = RemoteChunk {
+                addr: remote.addr,
+                rkey: remote.rkey,
+                len: n as u32,
+            };
+            let mut buf = Some(buf);
+            self.wait("send", left(), |conn, st| {
+                if let Some(e) = st.ended() {
+                    return Some(Err(e));
+                }
+                let p = st.proto.as_mut()?;
+                if !p.can_add_chunk(large.msg) {
+                    return None;
+                }
+                match p.add_chunk(large.msg, offset as u64, chunk, buf.take().expect("once")) {
+                    Ok(()) => {
+                        conn.drive(st);
+                        Some(Ok(()))
+                    }
+                    Err(SendError {
+                        kind: SendErrorKind::WouldBlock,
+                        payload,
+                    }) => {
+                        buf = Some(payload);
+                        None
+                    }
+                    Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
+                }
+            })?;
+            offset += n;
+        }
+        Ok(large.call)
+    }
+
+    fn send_class(&self, class: Class, data: &[u8], timeout: Duration) -> Result<Option<CallId>> {
+        let eager = self.eager_limit();
+        if data.len() > eager {
+            return self.send_large(class, data, timeout);
+        }
+        let frame = frame_from(&self.inner.shared.pool, data, Some(timeout))?;
+        self.send_frame(class, frame, Some(timeout))
+    }
+
+    /// Largest message sent in one frame; longer ones go by rendezvous.
+    pub fn eager_limit(&self) -> usize {
+        self.inner
+            .state
+            .lock()
+            .proto
+            .as_ref()
+            .map_or(0, |p| p.eager_limit())
+    }
+
+    /// Sends `data` as one message (copied into the pool), waiting up to
+    /// [`DEFAULT_OP_TIMEOUT`] for credit.
+    pub fn send(&self, data: &[u8]) -> Result<()> {
+        self.send_timeout(data, DEFAULT_OP_TIMEOUT)
+    }
+
+    /// Sends `data`, waiting up to `timeout` for credit and buffers.
+    pub fn send_timeout(&self, data: &[u8], timeout: Duration) -> Result<()> {
+        self.send_class(Class::Message, data, timeout).map(drop)
+    }
+
+    /// Sends `data` if it can go now: [`Error::WouldBlock`] when the peer has granted no
+    /// credit, the queue is full or the pool is exhausted. Only eager-sized messages.
+    pub fn try_send(&self, data: &[u8]) -> Result<()> {
+        if data.len() > self.eager_limit() {
+            return Err(Error::TooLarge {
+                len: data.len() as u64,
+                limit: self.eager_limit() as u64,
+            });
+        }
+        let frame = frame_from(&self.inner.shared.pool, data, None)?;
+        self.send_frame(Class::Message, frame, None).map(drop)
+    }
+
+    /// A pool buffer for `len` bytes to fill and [`send_buf`](Self::send_buf) without a copy
+    /// (at most [`eager_limit`](Self::eager_limit) bytes).
+    pub fn alloc(&self, len: usize) -> Result<MessageBuf> {
+        if len > self.eager_limit() {
+            return Err(Error::TooLarge {
+                len: len as u64,
+                limit: self.eager_limit() as u64,
+            });
+        }
+        let buf = self
+            .inner
+            .shared
+            .pool
+            .alloc(crate::proto::HEADER_LEN + len, DEFAULT_OP_TIMEOUT)
+            .map_err(pool_error)?;
+        Ok(MessageBuf { buf })
+    }
+
+    /// Sends a buffer from [`alloc`](Self::alloc) without copying it.
+    pub fn send_buf(&self, buf: MessageBuf) -> Result<()> {
+        self.send_frame(Class::Message, buf.buf, Some(DEFAULT_OP_TIMEOUT))
+            .map(drop)
+    }
+
+    /// Receives the next message, waiting up to `timeout`. After the peer closed and every
+    /// message was received: [`Error::Closed`] with no cause (end of stream).
+    pub fn recv(&self, timeout: Duration) -> Result<Message> {
+        let me = self.inner.clone();
+        self.wait("recv", timeout, |_, st| {
+            if let Some(d) = st.inbox.pop_front() {
+                return Some(Ok(Message::new(me.clone(), d)));
+            }
+            st.ended().map(Err)
+        })
+    }
+
+    /// Receives a message if one is there: [`Error::WouldBlock`] if not.
+    pub fn try_recv(&self) -> Result<Message> {
+        self.inner.shared.progress();
+        let mut st = self.inner.state.lock();
+        if let Some(d) = st.inbox.pop_front() {
+            return Ok(Message::new(self.inner.clone(), d));
+        }
+        Err(st.ended().unwrap_or(Error::WouldBlock))
+    }
+
+    /// Calls the peer: sends `request` and waits up to `timeout` for its response. Many calls
+    /// may be outstanding at once (from several threads); each gets its own response. A call
+    /// that times out is forgotten: a late response is dropped.
+    pub fn call(&self, request: &[u8], timeout: Duration) -> Result<Message> {
+        let deadline = Instant::now() + timeout;
+        let id = self
+            .send_class(Class::Request { deadline }, request, timeout)?
+            .expect("a request has a call id");
+        let me = self.inner.clone();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let result = self.wait("call", left + Duration::from_millis(50), |_, st| {
+            if let Some(r) = st.calls.remove(&id.0) {
+                return Some(match r {
+                    Ok(d) => Ok(Message::new(me.clone(), d)),
+                    Err(e) => Err(Error::Call(e)),
+                });
+            }
+            st.ended().map(Err)
+        });
+        if result.is_err() {
+            let mut st = self.inner.state.lock();
+            if let Some(p) = st.proto.as_mut() {
+                p.cancel_call(id);
+            }
+            st.calls.remove(&id.0);
+        }
+        result
+    }
+
+    /// Receives the next RPC request, waiting up to `timeout`; answer it with
+    /// [`Request::respond`].
+    pub fn recv_request(&self, timeout: Duration) -> Result<Request> {
+        let me = self.inner.clone();
+        let conn = self.clone();
+        self.wait("recv_request", timeout, |_, st| {
+            if let Some(d) = st.requests.pop_front() {
+                let Received::Request { call } = d.class else {
+                    unreachable!("only requests are queued here")
+                };
+                return Some(Ok(Request {
+                    message: Some(Message::new(me.clone(), d)),
+                    call,
+                    conn: conn.clone(),
+                }));
+            }
+            st.ended().map(Err)
+        })
+    }
+
+    /// Serves requests with `handler` on this thread until the connection ends (returns
+    /// `Ok` after a graceful close) or an error.
+    pub fn serve(&self, mut handler: impl FnMut(&Message) -> Vec<u8>) -> Result<()> {
+        loop {
+            match self.recv_request(Duration::from_millis(200)) {
+                Ok(req) => {
+                    let response = handler(req.message());
+                    req.respond(&response)?;
+                }
+                Err(Error::TimedOut { .. }) => continue,
+                Err(Error::Closed { cause: None }) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    pub(crate) fn respond(&self, call: CallId, response: &[u8]) -> Result<()> {
+        self.send_class(Class::Response { call }, response, DEFAULT_OP_TIMEOUT)
+            .map(drop)
+    }
+
+    pub(crate) fn reject(&self, call: CallId) {
+        let _ = self.wait("reject", DEFAULT_OP_TIMEOUT, |conn, st| {
+            if st.ended().is_some() {
+                return Some(Ok(()));
+            }
+            let p = st.proto.as_mut()?;
+            match p.reject_call(call) {
+                Err(SendErrorKind::WouldBlock) => None,
+                _ => {
+                    conn.drive(st);
+                    Some(Ok(()))
+                }
+            }
+        });
+    }
+
+    /// Reads `dst.len()` bytes at `offset` of the peer's region named by `token` (RDMA READ).
+    /// Out of range or not readable: refused here, nothing sent.
+    pub fn read(&self, token: &Token, offset: u64, dst: &mut [u8], timeout: Duration) -> Result<()> {
+        let addr = token.check("read", offset, dst.len() as u64)?;
+        let deadline = Instant::now() + timeout;
+        let piece = 1 << 20;
+        for (i, out) in dst.chunks_mut(piece).enumerate() {
+            let at = addr + (i * piece) as u64;
+            let buf = self
+                .inner
+                .shared
+                .pool
+                .alloc(out.len(), deadline.saturating_duration_since(Instant::now()))
+                .map_err(pool_error)?;
+            let remote = RemoteSlice {
+                addr: at,
+                len: out.len() as u32,
+                rkey: token.rkey,
+            };
+            let n = out.len();
+            let buf = self.one_sided(
+                "read",
+                |b| SendRequest::rdma_read(b, 0..n, remote),
+                buf,
+                deadline,
+            )?;
+            out.copy_from_slice(&buf[..n]);
+        }
+        Ok(())
+    }
+
+    /// Writes `src` at `offset` of the peer's region named by `token` (RDMA WRITE).
+    pub fn write(&self, token: &Token, offset: u64, src: &[u8], timeout: Duration) -> Result<()> {
+        let addr = token.check("write", offset, src.len() as u64)?;
+        let deadline = Instant::now() + timeout;
+        let piece = 1 << 20;
+        for (i, part) in src.chunks(piece).enumerate() {
+            let at = addr + (i * piece) as u64;
+            let mut buf = self
+                .inner
+                .shared
+                .pool
+                .alloc(part.len(), deadline.saturating_duration_since(Instant::now()))
+                .map_err(pool_error)?;
+            buf.copy_from_slice(part);
+            let remote = RemoteSlice {
+                addr: at,
+                len: part.len() as u32,
+                rkey: token.rkey,
+            };
+            let n = part.len();
+            self.one_sided(
+                "write",
+                |b| SendRequest::rdma_write(b, 0..n, remote),
+                buf,
+                deadline,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Posts one one-sided request on `buf` when a slot is free and waits for its completion.
+    fn one_sided(
+        &self,
+        op: &'static str,
+        make: impl Fn(memory::Buffer) -> verbs::Result<SendRequest>,
+        buf: memory::Buffer,
+        deadline: Instant,
+    ) -> Result<memory::Buffer> {
+        let max = self.inner.shared.cfg.max_one_sided;
+        let mut buf = Some(buf);
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let id = self.wait(op, left(), |conn, st| {
+            if let Some(e) = st.ended() {
+                return Some(Err(e));
+            }
+            if st.one_sided_in_flight >= max {
+                return None;
+            }
+            let id = st.next_one_sided;
+            st.next_one_sided += 1;
+            st.one_sided_in_flight += 1;
+            conn.post(st, make(buf.take().expect("once")), SqOp::OneSided(id));
+            Some(Ok(id))
+        })?;
+        let result = self.wait(op, left(), |_, st| {
+            if let Some(r) = st.one_sided_done.remove(&id) {
+                return Some(r.map_err(|status| Error::Completion { op, status }));
+            }
+            st.ended().map(Err)
+        });
+        if result.is_err() {
+            // The request may still complete: its buffer is then dropped with the entry.
+            self.inner.state.lock().one_sided_done.remove(&id);
+        }
+        result
+    }
+
+    /// Closes gracefully: everything sent so far is delivered, the peer reads end of stream,
+    /// and this returns once the peer closed too (or `timeout` passed).
+    pub fn close(&self, timeout: Duration) -> Result<()> {
+        {
+            let mut st = self.inner.state.lock();
+            if let Some(p) = st.proto.as_mut() {
+                p.close();
+            }
+            self.inner.drive(&mut st);
+        }
+        self.wait("close", timeout, |_, st| match &st.end {
+            Some(None) => Some(Ok(())),
+            Some(Some(cause)) => Some(Err(Error::Closed {
+                cause: Some(cause.clone()),
+            })),
+            None => None,
+        })
+    }
+
+    /// Whether the connection ended (closed by either side, or failed).
+    pub fn is_closed(&self) -> bool {
+        self.inner.state.lock().end.is_some()
+    }
+
+    /// Protocol counters of the connection.
+    pub fn stats(&self) -> Option<crate::proto::Stats> {
+        self.inner.state.lock().proto.as_ref().map(|p| p.stats())
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.inner.handles.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) != 1 {
+            return;
+        }
+        let mut st = self.inner.state.lock();
+        if let Some(p) = st.proto.as_mut() {
+            p.close();
+        }
+        self.inner.drive(&mut st);
+    }
+}
+
+/// A refused send as the API's error.
+fn send_error(kind: SendErrorKind, st: &ConnState) -> Error {
+    match kind {
+        SendErrorKind::WouldBlock => Error::WouldBlock,
+        SendErrorKind::Closed => st.ended().unwrap_or(Error::ClosedLocally),
+        SendErrorKind::TooLarge { len, limit, .. } => Error::TooLarge { len, limit },
+        other => Error::Config(other.to_string()),
+    }
+}

@@ -1,0 +1,213 @@
+//! [`Endpoint`]: one device, protection domain, memory pool and progress engine serving many
+//! connections; it listens and connects.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cm::{ConnOptions, ConnParam, Connector};
+use parking_lot::{Condvar, Mutex};
+use verbs::{AccessFlags, QpCap};
+
+use crate::engine::{ConnShared, ConnState, Engine, Shared};
+use crate::proto::{self, ConnectInfo, HandshakeError};
+use crate::region::{Access, Region, Token};
+use crate::{Conn, EndpointConfig, Error, Listener, Result};
+
+/// The resources every connection of this side shares: the RDMA device that serves a local
+/// IP address, one protection domain, one memory pool, one completion queue and shared
+/// receive queue, and the threads that make progress. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub(crate) engine: Arc<Engine>,
+}
+
+impl Endpoint {
+    /// An endpoint on the RDMA device that has `local_ip` (the address of an RDMA netdev),
+    /// with the default configuration.
+    pub fn new(local_ip: IpAddr) -> Result<Endpoint> {
+        Self::with_config(local_ip, EndpointConfig::default())
+    }
+
+    /// An endpoint on the device of `local_ip` with `config`.
+    pub fn with_config(local_ip: IpAddr, config: EndpointConfig) -> Result<Endpoint> {
+        let shared = Shared::new(local_ip, config)?;
+        Ok(Endpoint {
+            engine: Engine::start(shared)?,
+        })
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.engine.shared
+    }
+
+    /// The local IP address the endpoint serves.
+    pub fn local_ip(&self) -> IpAddr {
+        self.shared().local_ip
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EndpointConfig {
+        &self.shared().cfg
+    }
+
+    /// The memory pool every connection's buffers come from (its statistics show what the
+    /// endpoint holds).
+    pub fn pool(&self) -> &memory::Pool {
+        &self.shared().pool
+    }
+
+    /// The protection domain (to register memory of your own for this endpoint's peers).
+    pub fn pd(&self) -> &verbs::Pd {
+        &self.shared().pd
+    }
+
+    /// Connections currently known (open, closing, or being torn down).
+    pub fn connections(&self) -> usize {
+        self.shared().conns.read().len()
+    }
+
+    /// Listens on `port` of the local address (0: any free port).
+    pub fn listen(&self, port: u16) -> Result<Listener> {
+        let addr = SocketAddr::new(self.local_ip(), port);
+        let inner = cm::Listener::bind(addr, self.conn_options(None)?)?;
+        Ok(Listener {
+            inner,
+            endpoint: self.clone(),
+        })
+    }
+
+    /// Connects to `dst` within the configured connect timeout.
+    pub fn connect(&self, dst: SocketAddr) -> Result<Conn> {
+        self.connect_timeout(dst, self.config().connect_timeout)
+    }
+
+    /// Connects to `dst` within `timeout`. Nobody listening: [`Error::Cm`] with the rejection;
+    /// a peer speaking another protocol version: [`Error::Handshake`].
+    pub fn connect_timeout(&self, dst: SocketAddr, timeout: Duration) -> Result<Conn> {
+        let deadline = Instant::now() + timeout;
+        let info = self.config().proto.connect_info();
+        let pending = Connector::new(dst)
+            .src(self.local_ip())
+            .options(self.conn_options(Some(&info.encode()))?)
+            .timeout(timeout)
+            .resolve()?;
+        // Register before connecting: the peer may send as soon as it accepted.
+        let conn = self.register(pending.qp().clone(), pending.id().clone(), None);
+        let connected = pending.connect().map_err(|e| handshake_rejection(e, &info));
+        let parts = match connected {
+            Ok(c) => c.into_parts(),
+            Err(e) => {
+                self.unregister(&conn);
+                return Err(e);
+            }
+        };
+        let peer = match ConnectInfo::decode(&parts.private_data) {
+            Ok(p) => p,
+            Err(e) => {
+                self.unregister(&conn);
+                let _ = parts.qp.to_error();
+                let _ = parts.id.disconnect();
+                return Err(Error::Handshake(e));
+            }
+        };
+        self.establish(&conn, &parts.id, &peer)?;
+        let _ = deadline;
+        Ok(Conn {
+            inner: conn,
+            engine: self.engine.clone(),
+        })
+    }
+
+    /// Registers memory for peers to read and/or write through a [`Token`].
+    pub fn expose(&self, len: usize, access: Access) -> Result<Region> {
+        let mr = self.pd().reg_mr(len, access.flags())?;
+        let token = Token {
+            addr: mr.addr(),
+            len: len as u64,
+            rkey: mr.rkey(),
+            access,
+        };
+        Ok(Region { mr, token })
+    }
+
+    /// Options for the CM: this endpoint's PD, CQ and SRQ; QPs sized for the protocol.
+    pub(crate) fn conn_options(&self, private_data: Option<&[u8]>) -> Result<ConnOptions> {
+        let s = self.shared();
+        let mut param = ConnParam::new();
+        if let Some(data) = private_data {
+            param = param.private_data(data)?;
+        }
+        Ok(ConnOptions::new()
+            .pd(s.pd.clone())
+            .cq(s.cq.clone())
+            .srq(s.srq.clone())
+            .cap(QpCap {
+                max_send_wr: s.cfg.qp_send_depth(),
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 64,
+            })
+            .access(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE)
+            .param(param))
+    }
+
+    /// Makes the engine's record of a connection, known by QP number from now on.
+    pub(crate) fn register(
+        &self,
+        qp: verbs::Qp,
+        id: cm::CmId,
+        proto: Option<proto::Connection<memory::Buffer>>,
+    ) -> Arc<ConnShared> {
+        let conn = Arc::new(ConnShared {
+            shared: self.shared().clone(),
+            local_addr: id.local_addr(),
+            peer_addr: id.peer_addr(),
+            qp,
+            id,
+            state: Mutex::new(ConnState::new(proto)),
+            cond: Condvar::new(),
+            handles: AtomicUsize::new(1),
+        });
+        self.shared()
+            .conns
+            .write()
+            .insert(conn.qp.qp_num(), conn.clone());
+        conn
+    }
+
+    pub(crate) fn unregister(&self, conn: &ConnShared) {
+        self.shared().conns.write().remove(&conn.qp.qp_num());
+    }
+
+    /// The peer's connect data arrived: start the protocol, replay early frames, and route the
+    /// id's CM events (disconnects) to the engine.
+    pub(crate) fn establish(&self, conn: &Arc<ConnShared>, id: &cm::CmId, peer: &ConnectInfo) -> Result<()> {
+        let proto = proto::Connection::new(&self.config().proto, peer, Instant::now())
+            .map_err(|e| Error::Config(e.to_string()))?;
+        {
+            let mut st = conn.state.lock();
+            if st.proto.is_none() {
+                st.proto = Some(proto);
+            }
+            let mut scratch = vec![0u8; self.config().proto.frame_size as usize];
+            conn.replay_early(&mut st, &mut scratch);
+            conn.drive(&mut st);
+        }
+        id.migrate(&self.shared().cm_channel)?;
+        Ok(())
+    }
+}
+
+/// A rejection carrying the peer's connect data: its version tells why.
+fn handshake_rejection(e: cm::Error, ours: &ConnectInfo) -> Error {
+    if let cm::Error::Rejected { private_data, .. } = &e {
+        let _ = ours;
+        if let Err(h @ HandshakeError::VersionMismatch { .. }) = ConnectInfo::decode(private_data) {
+            return Error::Handshake(h);
+        }
+    }
+    Error::Cm(e)
+}

@@ -1,0 +1,406 @@
+//! The progress engine: one completion queue and one shared receive queue for every
+//! connection of an endpoint, a pool for all their buffers, and a thread that polls (busy,
+//! event or adaptive), runs the protocol timers and tears down ended connections.
+//!
+//! Waiting threads drive progress themselves when they can (whoever holds the progress lock
+//! polls), so a blocked call sees its completion without a thread handoff; the progress thread
+//! covers everything else and wakes waiters through their connection's condition variable or
+//! `Waker`s.
+
+mod conn;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use memory::{Buffer, ClassConfig, Pool, PoolAccess, PoolConfig};
+use parking_lot::{Mutex, RwLock};
+use verbs::{CompletionBuf, Cq, Pd, RecvRequest, Reclaimed, Srq, WorkCompletion};
+
+pub(crate) use conn::{ConnShared, ConnState, SqOp};
+
+use crate::config::{EndpointConfig, Polling};
+use crate::{Error, Result};
+
+/// How often the progress thread runs timers and teardown when nothing else wakes it.
+const TICK: Duration = Duration::from_millis(5);
+
+/// Everything an endpoint's connections share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub cfg: EndpointConfig,
+    pub local_ip: IpAddr,
+    pub pd: Pd,
+    pub cq: Cq,
+    pub srq: Srq,
+    /// Buffers of sends, rendezvous chunks, READ destinations and control frames.
+    pub pool: Pool,
+    /// Receive buffers only, sized for every receive posted plus every message the
+    /// application may hold (credits bound both), so reposting a receive never fails for
+    /// lack of memory the data path took: a missing receive would mean RNR.
+    pub recv_pool: Pool,
+    /// CM events (disconnects) of every established connection arrive here.
+    pub cm_channel: cm::EventChannel,
+    /// Connections by QP number.
+    pub conns: RwLock<HashMap<u32, Arc<ConnShared>>>,
+    progress: Mutex<Progress>,
+    /// Receives owed to the SRQ because the pool had no buffer when one was consumed.
+    pub(crate) srq_deficit: AtomicU32,
+    pub stop: AtomicBool,
+    /// The id bound to the local address: it holds librdmacm's device context open.
+    _anchor: cm::CmId,
+}
+
+#[derive(Debug)]
+struct Progress {
+    wcs: CompletionBuf,
+    reclaimed: Vec<Reclaimed>,
+    scratch: Vec<u8>,
+}
+
+impl Shared {
+    /// Opens the device serving `local_ip` and creates the shared resources.
+    pub(crate) fn new(local_ip: IpAddr, cfg: EndpointConfig) -> Result<Arc<Shared>> {
+        cfg.validate()?;
+        let anchor = cm::CmId::with_own_channel(cm::PortSpace::Tcp)?;
+        anchor
+            .bind_addr(std::net::SocketAddr::new(local_ip, 0))
+            .map_err(|source| Error::NoDevice {
+                addr: local_ip,
+                source,
+            })?;
+        let ctx = anchor.context().map_err(|source| Error::NoDevice {
+            addr: local_ip,
+            source,
+        })?;
+        let dev = ctx.query_device()?;
+        let srq_depth = cfg.srq_depth().min(dev.max_srq_wr().saturating_sub(1));
+        let cq_depth = cfg.cq_depth().min(dev.max_cqe());
+        if cq_depth < cfg.cq_depth() || srq_depth < cfg.srq_depth() {
+            return Err(Error::Config(format!(
+                "the device allows {} CQ entries and {} SRQ receives, but max_connections {} \
+                 with window {} need {} and {}: lower max_connections or window",
+                dev.max_cqe(),
+                dev.max_srq_wr(),
+                cfg.max_connections,
+                cfg.proto.window,
+                cfg.cq_depth(),
+                cfg.srq_depth()
+            )));
+        }
+        let pd = ctx.alloc_pd()?;
+        let channel = ctx.create_comp_channel()?;
+        let cq = ctx.create_cq(cq_depth, Some(channel))?;
+        let srq = pd.create_srq(srq_depth, 1)?;
+        let pool = Pool::on_pd(
+            &pd,
+            PoolConfig::new()
+                .cap_bytes(cfg.pool_bytes)
+                .access(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ),
+        )?;
+        let frame = cfg.proto.frame_size as usize;
+        let frame_class = frame.next_multiple_of(64);
+        let recv_pool = Pool::on_pd(
+            &pd,
+            PoolConfig::new()
+                .classes([ClassConfig::new(frame_class)])
+                .cap_bytes((2 * srq_depth as usize + 64) * frame_class + (4 << 20)),
+        )?;
+        let shared = Arc::new(Shared {
+            recv_pool,
+            local_ip,
+            pd,
+            cq,
+            srq,
+            pool,
+            cm_channel: cm::EventChannel::new()?,
+            conns: RwLock::new(HashMap::new()),
+            progress: Mutex::new(Progress {
+                wcs: CompletionBuf::new(64),
+                reclaimed: Vec::with_capacity(64),
+                scratch: vec![0; frame],
+            }),
+            srq_deficit: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+            _anchor: anchor,
+            cfg,
+        });
+        shared.post_receives(srq_depth)?;
+        Ok(shared)
+    }
+
+    /// Posts `n` receive buffers of the frame size on the SRQ; what the pool cannot give is
+    /// owed (retried on every progress call).
+    fn post_receives(&self, n: u32) -> Result<()> {
+        let frame = self.cfg.proto.frame_size as usize;
+        for i in 0..n {
+            let buf = match self.recv_pool.try_alloc(frame) {
+                Ok(b) => b,
+                Err(_) => {
+                    self.srq_deficit.fetch_add(n - i, Ordering::Relaxed);
+                    return Ok(());
+                }
+            };
+            let req = RecvRequest::new(buf, ..)?;
+            self.srq.post_recv(req).map_err(|e| e.error)?;
+        }
+        Ok(())
+    }
+
+    fn repay_receives(&self) {
+        let owed = self.srq_deficit.swap(0, Ordering::Relaxed);
+        if owed > 0 {
+            let _ = self.post_receives(owed);
+        }
+    }
+
+    /// Polls the completion queue once and handles what it finds; returns how many
+    /// completions. Does nothing (0) while another thread is polling.
+    pub(crate) fn progress(&self) -> usize {
+        let Some(mut guard) = self.progress.try_lock() else {
+            return 0;
+        };
+        let Progress {
+            wcs,
+            reclaimed,
+            scratch,
+        } = &mut *guard;
+        let Ok(polled) = self.cq.poll(wcs) else {
+            return 0;
+        };
+        let n = polled.len();
+        for wc in polled.iter() {
+            self.on_completion(wc, reclaimed, scratch);
+        }
+        drop(guard);
+        if self.srq_deficit.load(Ordering::Relaxed) > 0 {
+            self.repay_receives();
+        }
+        n
+    }
+
+    fn on_completion(&self, wc: &WorkCompletion, reclaimed: &mut Vec<Reclaimed>, scratch: &mut [u8]) {
+        reclaimed.clear();
+        if self.srq.reclaim_into(wc, reclaimed) > 0 {
+            // A receive: replace it on the SRQ first, so the peer's credit stays backed.
+            let buf = reclaimed.pop().and_then(|mut r| r.take::<Buffer>());
+            if self.post_receives(1).is_err() {
+                self.srq_deficit.fetch_add(1, Ordering::Relaxed);
+            }
+            let conn = self.conns.read().get(&wc.qp_num()).cloned();
+            if let (Some(conn), Some(buf), Ok(())) = (conn, buf, wc.status()) {
+                let mut st = conn.state.lock();
+                conn.on_frame(&mut st, buf, wc.byte_len() as usize, scratch);
+            }
+            return;
+        }
+        let Some(conn) = self.conns.read().get(&wc.qp_num()).cloned() else {
+            return;
+        };
+        conn.qp.reclaim_into(wc, reclaimed);
+        let mut st = conn.state.lock();
+        conn.on_send_completion(&mut st, wc.status(), reclaimed.drain(..));
+    }
+
+    /// Runs the protocol timers of every connection and tears down those that ended.
+    fn tick(&self, now: Instant) {
+        let conns: Vec<Arc<ConnShared>> = self.conns.read().values().cloned().collect();
+        let mut gone = Vec::new();
+        for conn in conns {
+            let mut st = conn.state.lock();
+            if let Some(p) = st.proto.as_mut() {
+                if p.poll_timeout().is_some_and(|t| t <= now) {
+                    p.on_timeout(now);
+                    conn.drive(&mut st);
+                }
+            }
+            if st.end.is_some() {
+                if !st.teardown {
+                    st.teardown = true;
+                    // Flush what is still queued; the peer learns through the CM.
+                    let _ = conn.qp.to_error();
+                    let _ = conn.id.disconnect();
+                    conn.wake(&mut st);
+                }
+                if conn.qp.in_flight().0 == 0 {
+                    gone.push(conn.qp.qp_num());
+                }
+            }
+        }
+        if !gone.is_empty() {
+            let mut map = self.conns.write();
+            for qpn in gone {
+                map.remove(&qpn);
+            }
+        }
+    }
+
+    /// Earliest protocol timer of any connection.
+    fn next_timer(&self) -> Option<Instant> {
+        self.conns
+            .read()
+            .values()
+            .filter_map(|c| c.state.lock().proto.as_ref().and_then(|p| p.poll_timeout()))
+            .min()
+    }
+
+    /// A CM event of an established connection (a disconnect).
+    fn on_cm_event(&self, ev: &cm::CmEvent) {
+        let Some(id) = ev.id() else { return };
+        if !matches!(
+            ev.kind(),
+            Ok(cm::EventKind::Disconnected | cm::EventKind::DeviceRemoval)
+        ) {
+            return;
+        }
+        let conn = self
+            .conns
+            .read()
+            .values()
+            .find(|c| c.id.as_raw() == id.as_raw())
+            .cloned();
+        if let Some(conn) = conn {
+            let mut st = conn.state.lock();
+            match st.proto.as_mut() {
+                Some(p) => p.on_peer_gone(crate::proto::PeerGone::Disconnected),
+                None => {
+                    st.end.get_or_insert(Some(crate::proto::ConnError::PeerGone(
+                        crate::proto::PeerGone::Disconnected,
+                    )));
+                }
+            }
+            conn.drive(&mut st);
+        }
+    }
+}
+
+/// The endpoint's threads; stopping them when the last handle goes breaks the reference cycle
+/// between the shared state and its connections.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Engine {
+    pub(crate) fn start(shared: Arc<Shared>) -> Result<Arc<Engine>> {
+        let progress = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("transport-progress".into())
+                .spawn(move || progress_loop(&shared))
+                .map_err(Error::Thread)?
+        };
+        let cm = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("transport-cm".into())
+                .spawn(move || {
+                    while !shared.stop.load(Ordering::Relaxed) {
+                        if let Ok(Some(ev)) = shared.cm_channel.get_event(Duration::from_millis(50))
+                        {
+                            shared.on_cm_event(&ev);
+                        }
+                    }
+                })
+                .map_err(Error::Thread)?
+        };
+        Ok(Arc::new(Engine {
+            shared,
+            threads: vec![progress, cm],
+        }))
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // End every connection still known, and let go of them (they hold the shared state).
+        let conns: Vec<_> = self.shared.conns.write().drain().map(|(_, c)| c).collect();
+        for conn in conns {
+            let mut st = conn.state.lock();
+            let _ = conn.qp.to_error();
+            let _ = conn.id.disconnect();
+            st.end.get_or_insert(Some(crate::proto::ConnError::PeerGone(
+                crate::proto::PeerGone::Disconnected,
+            )));
+            conn.wake(&mut st);
+        }
+    }
+}
+
+fn progress_loop(shared: &Shared) {
+    let mut last_tick = Instant::now();
+    let mut idle_since: Option<Instant> = None;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let n = shared.progress();
+        let now = Instant::now();
+        if now.duration_since(last_tick) >= TICK
+            || shared.next_timer().is_some_and(|t| t <= now)
+        {
+            shared.tick(now);
+            last_tick = now;
+        }
+        if n > 0 {
+            idle_since = None;
+            continue;
+        }
+        let idle = *idle_since.get_or_insert(now);
+        let sleep = match shared.cfg.polling {
+            Polling::Busy => false,
+            Polling::Event => true,
+            Polling::Adaptive { spin } => now.duration_since(idle) >= spin,
+        };
+        if !sleep {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Lossless sleep: arm, poll again (a completion may have come before arming), and
+        // only then wait on the channel, no longer than the next tick.
+        if shared.cq.req_notify(false).is_err() {
+            std::thread::sleep(TICK);
+            continue;
+        }
+        if shared.progress() > 0 {
+            idle_since = None;
+            continue;
+        }
+        let _ = shared.cq.get_event(Some(TICK));
+        shared.cq.ack_events();
+    }
+}
+
+/// Copies `data` into a pool buffer with header room first: the frame of an eager message.
+pub(crate) fn frame_from(pool: &Pool, data: &[u8], timeout: Option<Duration>) -> Result<Buffer> {
+    let len = crate::proto::HEADER_LEN + data.len();
+    let mut buf = match timeout {
+        None => pool.try_alloc(len).map_err(pool_error)?,
+        Some(t) => pool.alloc(len, t).map_err(pool_error)?,
+    };
+    buf[crate::proto::HEADER_LEN..].copy_from_slice(data);
+    Ok(buf)
+}
+
+/// Pool exhaustion is backpressure; anything else is an error.
+pub(crate) fn pool_error(e: memory::Error) -> Error {
+    match e {
+        memory::Error::Exhausted { .. } => Error::WouldBlock,
+        memory::Error::Timeout { waited } => Error::TimedOut {
+            op: "a buffer from the pool",
+            after: waited,
+        },
+        other => Error::Memory(other),
+    }
+}
+
+impl crate::proto::Payload for Buffer {
+    fn len(&self) -> usize {
+        Buffer::len(self)
+    }
+}

@@ -1,0 +1,176 @@
+//! Received messages ([`Message`]), incoming RPC requests ([`Request`]) and send buffers
+//! ([`MessageBuf`]): pool buffers lent to the application, returned (with their receive
+//! credit) when dropped.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+use memory::Buffer;
+
+use crate::engine::ConnShared;
+use crate::proto::{CallId, Delivery, Parts, HEADER_LEN};
+
+/// A message received on a connection. Its bytes stay in the pool buffers they arrived in (no
+/// copy); dropping it gives them back, and with them the credit that lets the peer send the
+/// next message, so drop messages promptly.
+pub struct Message {
+    conn: Arc<ConnShared>,
+    delivery: Option<Delivery<Buffer>>,
+}
+
+impl Message {
+    pub(crate) fn new(conn: Arc<ConnShared>, delivery: Delivery<Buffer>) -> Self {
+        Message {
+            conn,
+            delivery: Some(delivery),
+        }
+    }
+
+    fn delivery(&self) -> &Delivery<Buffer> {
+        self.delivery.as_ref().expect("present until drop")
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.delivery().len as usize
+    }
+
+    /// Whether the message is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes in order, as one or more slices (a message sent by rendezvous arrives in
+    /// chunks).
+    pub fn chunks(&self) -> impl Iterator<Item = &[u8]> {
+        let d = self.delivery();
+        let (eager, chunks) = match &d.parts {
+            Parts::Eager(buf) => (Some(&buf[HEADER_LEN..HEADER_LEN + d.len as usize]), None),
+            Parts::Chunks(c) => (None, Some(c.iter().map(|c| &c.buf[..c.len as usize]))),
+        };
+        eager.into_iter().chain(chunks.into_iter().flatten())
+    }
+
+    /// The bytes as one slice: borrowed when the message is in one piece, else copied.
+    pub fn bytes(&self) -> Cow<'_, [u8]> {
+        let mut chunks = self.chunks();
+        match (chunks.next(), chunks.next()) {
+            (None, _) => Cow::Borrowed(&[]),
+            (Some(one), None) => Cow::Borrowed(one),
+            _ => Cow::Owned(self.to_vec()),
+        }
+    }
+
+    /// The bytes, copied into a vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        for c in self.chunks() {
+            v.extend_from_slice(c);
+        }
+        v
+    }
+
+    /// Copies the message into the start of `dst`; returns the bytes copied (at most
+    /// `dst.len()`).
+    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
+        let mut at = 0;
+        for c in self.chunks() {
+            let n = c.len().min(dst.len() - at);
+            dst[at..at + n].copy_from_slice(&c[..n]);
+            at += n;
+            if at == dst.len() {
+                break;
+            }
+        }
+        at
+    }
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message").field("len", &self.len()).finish()
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        let Some(d) = self.delivery.take() else { return };
+        let credit = d.holds_credit();
+        drop(d);
+        if credit {
+            let mut st = self.conn.state.lock();
+            self.conn.release_one(&mut st);
+            self.conn.drive(&mut st);
+        }
+    }
+}
+
+/// An RPC request received: answer it with [`respond`](Self::respond) (from any thread).
+/// Dropping it unanswered answers "no handler", so the caller never waits in vain.
+pub struct Request {
+    pub(crate) message: Option<Message>,
+    pub(crate) call: CallId,
+    pub(crate) conn: crate::Conn,
+}
+
+impl Request {
+    /// The request's bytes.
+    pub fn message(&self) -> &Message {
+        self.message.as_ref().expect("present until answered")
+    }
+
+    /// Sends `response` to the caller, blocking up to the endpoint's operation timeout for
+    /// credit. The request's buffers are released first.
+    pub fn respond(mut self, response: &[u8]) -> crate::Result<()> {
+        drop(self.message.take());
+        let call = self.call;
+        self.call = CallId(0);
+        self.conn.respond(call, response)
+    }
+}
+
+impl fmt::Debug for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("call", &self.call)
+            .field("len", &self.message.as_ref().map(Message::len))
+            .finish()
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        drop(self.message.take());
+        if self.call.0 != 0 {
+            self.conn.reject(self.call);
+        }
+    }
+}
+
+/// A pool buffer to send without a copy ([`Conn::send_buf`](crate::Conn::send_buf)): fill it
+/// through `Deref<Target = [u8]>`. It has room for the frame header before the bytes you see.
+pub struct MessageBuf {
+    pub(crate) buf: Buffer,
+}
+
+impl std::ops::Deref for MessageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[HEADER_LEN..]
+    }
+}
+
+impl std::ops::DerefMut for MessageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[HEADER_LEN..]
+    }
+}
+
+impl fmt::Debug for MessageBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MessageBuf")
+            .field("len", &(self.buf.len() - HEADER_LEN))
+            .finish()
+    }
+}

@@ -1,0 +1,54 @@
+//! One-sided access: a token names exactly what the peer may read or write; the API refuses
+//! out-of-range and disallowed access before sending anything.
+use transport::{Access, Error, Token};
+
+use crate::support::*;
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn read_and_write_an_exposed_region_through_its_token() {
+    let (server, client) = pair();
+    let ep = server_endpoint(&server);
+    let mut region = ep.expose(3 << 20, Access::ReadWrite).unwrap();
+    let content = pattern(7, 3 << 20);
+    region.write(0, &content).unwrap();
+    let token = Token::from_bytes(&region.token().to_bytes()).unwrap();
+
+    let mut got = vec![0u8; (2 << 20) + 11];
+    client.read(&token, 1000, &mut got, TIMEOUT).unwrap();
+    assert!(got[..] == content[1000..1000 + got.len()], "read differs");
+
+    let update = pattern(8, 70_000);
+    client.write(&token, 5, &update, TIMEOUT).unwrap();
+    let mut check = vec![0u8; update.len()];
+    region.read(5, &mut check).unwrap();
+    assert!(check == update, "write did not land");
+    let mut before = [0u8; 5];
+    region.read(0, &mut before).unwrap();
+    assert_eq!(before[..], content[..5], "bytes before the write changed");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn out_of_range_and_disallowed_access_is_refused_locally() {
+    let (server, client) = pair();
+    let ep = server_endpoint(&server);
+    let region = ep.expose(4096, Access::Read).unwrap();
+    let token = region.token();
+    let mut buf = [0u8; 16];
+    let r = client.read(&token, 4090, &mut buf, TIMEOUT);
+    assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
+    let r = client.write(&token, 0, b"no", TIMEOUT);
+    assert!(matches!(r, Err(Error::AccessDenied { op: "write" })), "{r:?}");
+    let r = Token::from_bytes(&[0u8; 31]);
+    assert!(matches!(r, Err(Error::BadToken(_))), "{r:?}");
+    // Nothing was sent: the connection still works.
+    client.read(&token, 4080, &mut buf, TIMEOUT).unwrap();
+    client.send(b"alive").unwrap();
+    assert_eq!(&server.recv(TIMEOUT).unwrap().bytes()[..], b"alive");
+}
+
+/// The endpoint a connection belongs to.
+fn server_endpoint(conn: &transport::Conn) -> transport::Endpoint {
+    conn.endpoint()
+}

@@ -1,0 +1,83 @@
+//! Shared helpers: endpoints on the two hosts, a connected pair, patterned payloads, the
+//! devices' RNR counters.
+#![allow(dead_code)]
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use transport::{Conn, Endpoint, EndpointConfig, Listener};
+
+pub const DEVICE: &str = "needs an RDMA device: cargo xtask test";
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn local_ip() -> IpAddr {
+    IpAddr::V4(testkit::device().addr)
+}
+
+pub fn peer_ip() -> IpAddr {
+    IpAddr::V4(testkit::peer().device.addr)
+}
+
+/// A small configuration, so tests do not register hundreds of MiB.
+pub fn config() -> EndpointConfig {
+    EndpointConfig {
+        pool_bytes: 64 << 20,
+        max_connections: 8,
+        ..EndpointConfig::default()
+    }
+}
+
+/// A server endpoint on the peer's device listening on any port, and a client endpoint here.
+pub fn endpoints(server_cfg: EndpointConfig, client_cfg: EndpointConfig) -> (Listener, Endpoint) {
+    let server = Endpoint::with_config(peer_ip(), server_cfg).expect("server endpoint");
+    let listener = server.listen(0).expect("listen");
+    let client = Endpoint::with_config(local_ip(), client_cfg).expect("client endpoint");
+    (listener, client)
+}
+
+/// A connected pair: (server side, client side).
+pub fn pair_with(server_cfg: EndpointConfig, client_cfg: EndpointConfig) -> (Conn, Conn) {
+    let (listener, client) = endpoints(server_cfg, client_cfg);
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || listener.accept(TIMEOUT).expect("accept"));
+    let c = client.connect(addr).expect("connect");
+    let s = accept.join().unwrap();
+    (s, c)
+}
+
+pub fn pair() -> (Conn, Conn) {
+    pair_with(config(), config())
+}
+
+/// `len` bytes whose content depends on `seed` and position.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// RNR error counters of this host's and the peer's device (sent and received NAKs).
+pub fn rnr_counters() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for dev in [testkit::device().name, testkit::peer().device.name] {
+        for counter in ["rcvd_rnr_err", "send_rnr_err"] {
+            let path = format!("/sys/class/infiniband/{dev}/ports/1/hw_counters/{counter}");
+            let v = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{path}: {e}"))
+                .trim()
+                .parse()
+                .unwrap();
+            out.push((format!("{dev}/{counter}"), v));
+        }
+    }
+    out
+}
+
+pub fn addr_of(l: &Listener) -> SocketAddr {
+    l.local_addr().unwrap()
+}
