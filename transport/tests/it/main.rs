@@ -1,0 +1,29 @@
+//! Host tests of the protocol core against a simulated RC wire.
+
+mod close;
+mod flood;
+mod keepalive;
+mod malformed;
+mod rpc;
+mod sim;
+
+use std::time::Duration;
+
+use transport::proto::Config;
+
+/// A small configuration so that schedules reach every limit: 64-byte eager limit, 50-byte
+/// chunks.
+pub fn small_config(window: u32, reserve: u32, sq_depth: u32, chunks: u32, reads: u32) -> Config {
+    Config {
+        window,
+        reserved_credits: reserve,
+        sq_depth,
+        frame_size: 80,
+        rndv_chunk_size: 50,
+        max_chunks_in_flight: chunks,
+        max_reads_in_flight: reads,
+        max_message: 100_000,
+        keepalive_interval: Duration::from_millis(5),
+        keepalive_timeout: Duration::from_secs(3600),
+    }
+}

@@ -1,0 +1,206 @@
+//! RPC over the simulated wire: responses match their calls, late responses are dropped and
+//! counted, a server without handler fails the call with a typed error.
+
+use std::time::Duration;
+
+use transport::proto::{CallError, Class, ConnError, PeerGone, Received};
+
+use crate::sim::{content, Msg, Sim};
+use crate::small_config;
+
+fn reversed(side: usize, k: usize, len: usize) -> Vec<u8> {
+    let mut v = content(side, k, len);
+    v.reverse();
+    v
+}
+
+#[test]
+fn calls_get_their_own_responses_eager_and_rendezvous() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let deadline = sim.now + Duration::from_secs(10);
+    let lens = [0usize, 10, 64, 65, 300, 7, 1000];
+    sim.hosts[0].to_send = lens
+        .iter()
+        .map(|&len| Msg {
+            len,
+            class: Class::Request { deadline },
+        })
+        .collect();
+    sim.hosts[1].echo_requests = true;
+    sim.run_until_quiet(1_000_000);
+    let a = &sim.hosts[0];
+    assert_eq!(a.calls.len(), lens.len());
+    assert_eq!(a.calls_done.len(), lens.len());
+    for (id, result) in &a.calls_done {
+        let &(_, k) = a.calls.iter().find(|c| c.0 == *id).expect("a call we made");
+        assert_eq!(
+            result.as_ref().unwrap(),
+            &reversed(0, k, lens[k]),
+            "call {k} got its own response"
+        );
+    }
+    let ids: Vec<_> = a.calls.iter().map(|c| c.0).collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "call ids are increasing, never reused"
+    );
+    assert!(sim.hosts[1]
+        .received
+        .iter()
+        .all(|(c, _)| matches!(c, Received::Request { .. })));
+    assert_eq!(a.conn.pending_calls(), 0);
+    assert_eq!(a.conn.stats().late_responses, 0);
+}
+
+#[test]
+fn late_responses_are_dropped_never_delivered_to_another_call() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[1].echo_requests = true;
+    let deadline = sim.now + Duration::from_millis(10);
+    sim.hosts[0].to_send = vec![
+        Msg {
+            len: 5,
+            class: Class::Request { deadline },
+        },
+        Msg {
+            len: 200,
+            class: Class::Request { deadline },
+        },
+    ];
+    assert!(sim.hosts[0].send_next(0) && sim.hosts[0].send_next(0));
+    sim.pump();
+    // the requests sit on the wire past their deadline
+    sim.tick(Duration::from_millis(10));
+    sim.pump();
+    let a = &sim.hosts[0];
+    assert_eq!(a.calls_done.len(), 2);
+    assert!(a
+        .calls_done
+        .iter()
+        .all(|(_, r)| r == &Err(CallError::TimedOut)));
+    // now the server answers both; a new call is made meanwhile
+    let later = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send.push(Msg {
+        len: 9,
+        class: Class::Request { deadline: later },
+    });
+    sim.run_until_quiet(100_000);
+    let a = &sim.hosts[0];
+    assert_eq!(a.conn.stats().late_responses, 2);
+    assert_eq!(
+        a.calls_done.len(),
+        3,
+        "one CallDone per call, none for late responses"
+    );
+    let (id, r) = &a.calls_done[2];
+    assert_eq!(*id, a.calls[2].0);
+    assert_eq!(
+        r.as_ref().unwrap(),
+        &reversed(0, 2, 9),
+        "the new call gets its own response"
+    );
+    assert_eq!(
+        a.posted.get(),
+        8,
+        "dropped responses gave their receive back"
+    );
+}
+
+#[test]
+fn cancelled_call_response_is_dropped() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[1].echo_requests = true;
+    let deadline = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send = vec![Msg {
+        len: 5,
+        class: Class::Request { deadline },
+    }];
+    assert!(sim.hosts[0].send_next(0));
+    let id = sim.hosts[0].calls[0].0;
+    sim.hosts[0].conn.cancel_call(id);
+    sim.run_until_quiet(100_000);
+    assert!(sim.hosts[0].calls_done.is_empty());
+    assert_eq!(sim.hosts[0].conn.stats().late_responses, 1);
+}
+
+#[test]
+fn server_without_handler_fails_the_call_with_no_handler() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let deadline = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send = vec![
+        Msg {
+            len: 5,
+            class: Class::Request { deadline },
+        },
+        Msg {
+            len: 500,
+            class: Class::Request { deadline },
+        },
+    ];
+    sim.run_until_quiet(100_000);
+    let requests: Vec<_> = sim.hosts[1]
+        .received
+        .iter()
+        .map(|(c, _)| match c {
+            Received::Request { call } => *call,
+            Received::Message => panic!("a request was expected"),
+        })
+        .collect();
+    assert_eq!(requests.len(), 2);
+    for call in requests {
+        sim.hosts[1].conn.reject_call(call).unwrap();
+    }
+    sim.run_until_quiet(100_000);
+    let a = &sim.hosts[0];
+    assert_eq!(a.calls_done.len(), 2);
+    for (_, r) in &a.calls_done {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e, &CallError::NoHandler);
+        assert!(e.to_string().contains("register one"), "{e}");
+    }
+}
+
+#[test]
+fn peer_gone_fails_pending_calls_and_releases_buffers() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let deadline = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send = vec![
+        Msg {
+            len: 5,
+            class: Class::Request { deadline },
+        },
+        Msg {
+            len: 500,
+            class: Class::Request { deadline },
+        },
+    ];
+    while sim.hosts[0].send_next(0) {}
+    sim.pump();
+    sim.hosts[0].conn.on_peer_gone(PeerGone::Disconnected);
+    sim.pump();
+    let a = &sim.hosts[0];
+    let gone = ConnError::PeerGone(PeerGone::Disconnected);
+    assert_eq!(a.calls_done.len(), 2);
+    assert!(a
+        .calls_done
+        .iter()
+        .all(|(_, r)| r == &Err(CallError::Failed(gone.clone()))));
+    assert_eq!(a.closed, vec![Some(gone)]);
+    assert_eq!(
+        a.exposed_chunks(),
+        0,
+        "announced chunks came back as Release"
+    );
+    assert!(a.conn.poll_timeout().is_none());
+    let e = sim.hosts[0]
+        .conn
+        .send(Class::Message, crate::sim::SimBuf::plain(vec![0; 20]))
+        .unwrap_err();
+    assert_eq!(e.kind, transport::proto::SendErrorKind::Closed);
+    assert_eq!(e.payload.data.len(), 20, "the payload is handed back");
+}
