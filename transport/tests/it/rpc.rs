@@ -204,3 +204,45 @@ fn peer_gone_fails_pending_calls_and_releases_buffers() {
     assert_eq!(e.kind, transport::proto::SendErrorKind::Closed);
     assert_eq!(e.payload.data.len(), 20, "the payload is handed back");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Random schedules of calls with random deadlines: every call ends exactly once; a
+    /// response is its own call's; every response to a timed-out call is dropped and counted.
+    #[test]
+    fn random_calls_end_once_with_their_own_response(
+        calls in proptest::collection::vec((0usize..300, 1u64..60), 1..20),
+        ops in proptest::collection::vec(0u8..12, 0..400),
+    ) {
+        let cfg = small_config(8, 2, 8, 2, 2);
+        let mut sim = Sim::new(&cfg, &cfg);
+        let start = sim.now;
+        sim.hosts[1].echo_requests = true;
+        sim.hosts[0].to_send = calls
+            .iter()
+            .map(|&(len, ms)| Msg { len, class: Class::Request { deadline: start + Duration::from_millis(ms) } })
+            .collect();
+        for op in ops {
+            sim.step(op);
+        }
+        // let every deadline pass, then settle
+        sim.tick(Duration::from_millis(60));
+        sim.run_until_quiet(1_000_000);
+        let a = &sim.hosts[0];
+        proptest::prop_assert_eq!(a.calls.len(), calls.len());
+        proptest::prop_assert_eq!(a.calls_done.len(), calls.len(), "each call ends exactly once");
+        let mut timed_out = 0;
+        for (id, result) in &a.calls_done {
+            let &(_, k) = a.calls.iter().find(|c| c.0 == *id).unwrap();
+            match result {
+                Ok(bytes) => proptest::prop_assert_eq!(bytes, &reversed(0, k, calls[k].0)),
+                Err(CallError::TimedOut) => timed_out += 1,
+                Err(e) => proptest::prop_assert!(false, "unexpected {}", e),
+            }
+        }
+        proptest::prop_assert_eq!(a.conn.stats().late_responses, timed_out);
+        proptest::prop_assert_eq!(a.conn.pending_calls(), 0);
+        proptest::prop_assert!(a.closed.is_empty() && sim.hosts[1].closed.is_empty());
+    }
+}

@@ -209,7 +209,9 @@ impl<B: Payload> Connection<B> {
 
     /// `count` SENDs completed (their slots are free again).
     pub fn on_send_complete(&mut self, count: u32) {
-        self.sq_free = self.sq_free.saturating_add(count).min(self.sq_depth);
+        // READs in flight keep their slots until on_read_complete
+        let cap = self.sq_depth - self.reads.len() as u32;
+        self.sq_free = self.sq_free.saturating_add(count).min(cap);
     }
 
     /// The user dropped one delivered message that [`holds_credit`](Delivery::holds_credit):
