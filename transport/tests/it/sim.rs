@@ -208,6 +208,9 @@ impl Host {
         let mut any = false;
         for i in 0..self.large.len() {
             let (msg, k, mut off) = self.large[i];
+            if !self.conn.can_add_chunk(msg) {
+                continue;
+            }
             let data = self.data_of(side, k);
             while off < data.len() as u64 && self.conn.can_add_chunk(msg) {
                 let len = (data.len() as u64 - off).min(u64::from(self.chunk_size)) as u32;
