@@ -4,6 +4,7 @@ mod close;
 mod flood;
 mod keepalive;
 mod malformed;
+mod order;
 mod rpc;
 mod sim;
 
