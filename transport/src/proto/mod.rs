@@ -13,6 +13,10 @@
 //! whole frame. When the connection emits `Action::Send { header, body: Body::Payload(b) }`,
 //! the driver copies `header` into `b[..16]` and posts `b[..b.len()]` as one SEND.
 //!
+//! A driver that cannot lend the received bytes while moving the receive buffer passes a copy
+//! of the frame's first [`MAX_HEAD`] bytes and its length to [`Connection::on_receive_head`]:
+//! that is all the connection reads of a frame.
+//!
 //! # Driver loop
 //! After every call into the connection, drain [`Connection::poll_action`] until it returns
 //! `None`; call [`Connection::on_timeout`] no later than [`Connection::poll_timeout`].
@@ -68,8 +72,8 @@ pub use error::{
     SendErrorKind,
 };
 pub use frame::{
-    decode, encode_body, FrameBody, Header, Kind, RemoteChunk, CONTROL_BODY_MAX, FLAG_NO_HANDLER,
-    FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN,
+    decode, decode_head, encode_body, FrameBody, Header, Kind, RemoteChunk, CONTROL_BODY_MAX,
+    FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
 };
 pub use rpc::CallId;
 

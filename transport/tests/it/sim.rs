@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use transport::proto::{
     Action, Body, CallError, CallId, Class, Config, ConnError, Connection, Delivery, MsgId, Parts,
-    Payload, ReadId, Received, RemoteChunk, SendErrorKind, HEADER_LEN,
+    Payload, ReadId, Received, RemoteChunk, SendErrorKind, HEADER_LEN, MAX_HEAD,
 };
 
 /// A buffer of the simulated driver. A receive buffer gives its posted-receive slot back when
@@ -396,8 +396,12 @@ impl Sim {
             slot: Some(to.posted.clone()),
             addr: None,
         };
+        // as a driver does: copy the head, move the buffer
+        let mut head = [0u8; MAX_HEAD];
+        let n = frame.len().min(MAX_HEAD);
+        head[..n].copy_from_slice(&frame[..n]);
         to.conn
-            .on_receive(&frame, buf, self.now)
+            .on_receive_head(&head[..n], frame.len(), buf, self.now)
             .expect("valid frame");
         true
     }

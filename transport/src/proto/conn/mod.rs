@@ -12,8 +12,8 @@ use super::error::{
     CallError, ConfigError, ConnError, PeerGone, ProtocolError, SendError, SendErrorKind,
 };
 use super::frame::{
-    decode, encode_body, FrameBody, Header, Kind, RemoteChunk, FLAG_NO_HANDLER, FLAG_REQUEST,
-    FLAG_RESPONSE, HEADER_LEN,
+    decode_head, encode_body, FrameBody, Header, Kind, RemoteChunk, FLAG_NO_HANDLER, FLAG_REQUEST,
+    FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
 };
 use super::rndv::{ChunkOut, InClass, LargeIn, LargeOut};
 use super::rpc::{CallId, Calls};

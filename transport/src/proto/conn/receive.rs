@@ -8,12 +8,26 @@ impl<B: Payload> Connection<B> {
     /// dropped at once. A malformed frame fails the connection (`Action::Closed`) and is
     /// returned as the error.
     pub fn on_receive(&mut self, frame: &[u8], buf: B, now: Instant) -> Result<(), ProtocolError> {
+        let head = &frame[..frame.len().min(MAX_HEAD)];
+        self.on_receive_head(head, frame.len(), buf, now)
+    }
+
+    /// [`on_receive`](Self::on_receive) for a driver that cannot lend the frame while moving
+    /// its buffer: `head` is a copy of the frame's first `min(len, MAX_HEAD)` bytes and `len`
+    /// the frame's length (the completion's byte count).
+    pub fn on_receive_head(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        buf: B,
+        now: Instant,
+    ) -> Result<(), ProtocolError> {
         if self.state != State::Open {
             return Ok(());
         }
         self.last_recv = now;
         self.stats.frames_received += 1;
-        match self.receive(frame, buf) {
+        match self.receive(head, len, buf) {
             Ok(()) => {
                 self.deliver_ready();
                 self.maybe_finish();
@@ -31,8 +45,13 @@ impl<B: Payload> Connection<B> {
         self.credits.release();
     }
 
-    pub(super) fn receive(&mut self, frame: &[u8], buf: B) -> Result<(), ProtocolError> {
-        let (h, body) = decode(frame)?;
+    pub(super) fn receive(
+        &mut self,
+        head: &[u8],
+        frame_len: usize,
+        buf: B,
+    ) -> Result<(), ProtocolError> {
+        let (h, body) = decode_head(head, frame_len)?;
         self.credits.on_receive()?;
         self.credits.on_peer_limit(h.credit_limit)?;
         if self.close_received && h.kind.is_data() {
@@ -40,9 +59,9 @@ impl<B: Payload> Connection<B> {
         }
         match body {
             FrameBody::Data { len } => {
-                if frame.len() > self.recv_frame_size {
+                if frame_len > self.recv_frame_size {
                     return Err(ProtocolError::FrameTooLarge {
-                        len: frame.len(),
+                        len: frame_len,
                         limit: self.recv_frame_size,
                     });
                 }
