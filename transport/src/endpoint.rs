@@ -192,8 +192,7 @@ impl Endpoint {
             if st.proto.is_none() {
                 st.proto = Some(proto);
             }
-            let mut scratch = vec![0u8; self.config().proto.frame_size as usize];
-            conn.replay_early(&mut st, &mut scratch);
+            conn.replay_early(&mut st);
             conn.drive(&mut st);
         }
         id.migrate(&self.shared().cm_channel)?;

@@ -300,27 +300,25 @@ impl ConnShared {
         self.drive(st);
     }
 
-    /// A frame received for this connection (`len` bytes in `buf`). `scratch` is a buffer of
-    /// at least the frame size the engine keeps for decoding.
-    pub(crate) fn on_frame(&self, st: &mut ConnState, buf: Buffer, len: usize, scratch: &mut [u8]) {
+    /// A frame received for this connection (`len` bytes in `buf`). Only its head (header
+    /// and control body) is copied for the protocol; a DATA frame's message stays in `buf`,
+    /// which is delivered without a copy.
+    pub(crate) fn on_frame(&self, st: &mut ConnState, buf: Buffer, len: usize) {
         let Some(proto) = st.proto.as_mut() else {
             st.early.push((buf, len));
             return;
         };
-        // The protocol decodes the header and, for control frames, the body; it never reads a
-        // DATA frame's message bytes, which stay in `buf` (delivered without a copy). So only
-        // the first bytes are copied; the rest of `scratch[..len]` stands in for the message.
-        let len = len.min(scratch.len());
-        let head = len.min(HEADER_LEN + proto::CONTROL_BODY_MAX);
-        scratch[..head].copy_from_slice(&buf[..head]);
-        let _ = proto.on_receive(&scratch[..len], buf, Instant::now());
+        let mut head = [0u8; proto::MAX_HEAD];
+        let n = len.min(proto::MAX_HEAD).min(buf.len());
+        head[..n].copy_from_slice(&buf[..n]);
+        let _ = proto.on_receive_head(&head[..n], len, buf, Instant::now());
         self.drive(st);
     }
 
     /// Replays frames that arrived before the protocol was set up.
-    pub(crate) fn replay_early(&self, st: &mut ConnState, scratch: &mut [u8]) {
+    pub(crate) fn replay_early(&self, st: &mut ConnState) {
         for (buf, len) in std::mem::take(&mut st.early) {
-            self.on_frame(st, buf, len, scratch);
+            self.on_frame(st, buf, len);
         }
     }
 }

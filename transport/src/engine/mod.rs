@@ -58,7 +58,6 @@ pub(crate) struct Shared {
 struct Progress {
     wcs: CompletionBuf,
     reclaimed: Vec<Reclaimed>,
-    scratch: Vec<u8>,
 }
 
 impl Shared {
@@ -121,7 +120,6 @@ impl Shared {
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),
                 reclaimed: Vec::with_capacity(64),
-                scratch: vec![0; frame],
             }),
             srq_deficit: AtomicU32::new(0),
             stop: AtomicBool::new(false),
@@ -163,17 +161,13 @@ impl Shared {
         let Some(mut guard) = self.progress.try_lock() else {
             return 0;
         };
-        let Progress {
-            wcs,
-            reclaimed,
-            scratch,
-        } = &mut *guard;
+        let Progress { wcs, reclaimed } = &mut *guard;
         let Ok(polled) = self.cq.poll(wcs) else {
             return 0;
         };
         let n = polled.len();
         for wc in polled.iter() {
-            self.on_completion(wc, reclaimed, scratch);
+            self.on_completion(wc, reclaimed);
         }
         drop(guard);
         if self.srq_deficit.load(Ordering::Relaxed) > 0 {
@@ -182,7 +176,7 @@ impl Shared {
         n
     }
 
-    fn on_completion(&self, wc: &WorkCompletion, reclaimed: &mut Vec<Reclaimed>, scratch: &mut [u8]) {
+    fn on_completion(&self, wc: &WorkCompletion, reclaimed: &mut Vec<Reclaimed>) {
         reclaimed.clear();
         if self.srq.reclaim_into(wc, reclaimed) > 0 {
             // A receive: replace it on the SRQ first, so the peer's credit stays backed.
@@ -193,7 +187,7 @@ impl Shared {
             let conn = self.conns.read().get(&wc.qp_num()).cloned();
             if let (Some(conn), Some(buf), Ok(())) = (conn, buf, wc.status()) {
                 let mut st = conn.state.lock();
-                conn.on_frame(&mut st, buf, wc.byte_len() as usize, scratch);
+                conn.on_frame(&mut st, buf, wc.byte_len() as usize);
             }
             return;
         }

@@ -16,7 +16,9 @@ pub const MAX_OUTSTANDING_CHUNKS: usize = 256;
 /// [`Config::validate`] (the connection does it too).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// Receives granted to the peer (credits), i.e. frames it may have unreleased at once.
+    /// Receives granted to the peer (credits), i.e. frames it may have unreleased at once. With
+    /// a shared receive queue, the driver keeps at least the sum of its connections' windows
+    /// posted, so a frame sent within credit always finds a receive.
     pub window: u32,
     /// Credits kept for control frames (CREDIT, RNDV_ACK, CLOSE, PING, PONG); at least 1.
     pub reserved_credits: u32,
@@ -138,10 +140,11 @@ impl Config {
             "greater than zero",
         )?;
         range(
-            self.keepalive_timeout > self.keepalive_interval,
+            self.keepalive_timeout > self.keepalive_interval
+                && self.keepalive_timeout <= Duration::from_secs(86_400),
             "keepalive_timeout",
             format!("{:?}", self.keepalive_timeout),
-            "greater than keepalive_interval",
+            "greater than keepalive_interval and at most one day",
         )?;
         Ok(())
     }
@@ -286,6 +289,17 @@ mod tests {
         assert!(e.to_string().contains("reserved_credits"));
         let c = Config {
             keepalive_timeout: Duration::from_millis(10),
+            ..Config::default()
+        };
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::OutOfRange {
+                field: "keepalive_timeout",
+                ..
+            })
+        ));
+        let c = Config {
+            keepalive_timeout: Duration::MAX,
             ..Config::default()
         };
         assert!(matches!(

@@ -184,7 +184,7 @@ pub enum ProtocolError {
 #[non_exhaustive]
 pub enum ConnError {
     /// The peer broke the protocol.
-    #[error("protocol error from peer: {0}")]
+    #[error("protocol error from peer, connection closed: {0}; check that both ends run the same transport version")]
     Protocol(#[from] ProtocolError),
     /// Nothing was received within the keepalive timeout.
     #[error("peer dead: nothing received for {silent_for:?} (keepalive timeout); check the peer process and the link, then reconnect")]

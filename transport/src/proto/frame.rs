@@ -6,6 +6,8 @@ use super::error::ProtocolError;
 pub const HEADER_LEN: usize = 16;
 /// Largest body of a control frame (RNDV_CHUNK: offset, address, rkey, length).
 pub const CONTROL_BODY_MAX: usize = 24;
+/// Bytes of a frame needed to decode it: the largest frame other than DATA.
+pub const MAX_HEAD: usize = HEADER_LEN + CONTROL_BODY_MAX;
 
 /// Flag: the message is an RPC request; the tag is its call id.
 pub const FLAG_REQUEST: u8 = 1 << 0;
@@ -142,16 +144,16 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 
 fn exact(
     what: &'static str,
-    body: &[u8],
+    body_len: usize,
     n: usize,
     expected: &'static str,
 ) -> Result<(), ProtocolError> {
-    if body.len() == n {
+    if body_len == n {
         Ok(())
     } else {
         Err(ProtocolError::BadLength {
             what,
-            len: body.len() + HEADER_LEN,
+            len: body_len + HEADER_LEN,
             expected,
         })
     }
@@ -159,10 +161,23 @@ fn exact(
 
 /// Decodes and validates a whole frame (header and body). Never panics.
 pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
-    if frame.len() < HEADER_LEN {
+    decode_head(&frame[..frame.len().min(MAX_HEAD)], frame.len())
+}
+
+/// Decodes a frame of `len` bytes from its head: its first `min(len, MAX_HEAD)` bytes (all a
+/// frame other than DATA has; a DATA frame's body is not needed to decode it). Never panics.
+pub fn decode_head(frame: &[u8], len: usize) -> Result<(Header, FrameBody), ProtocolError> {
+    if frame.len() != len.min(MAX_HEAD) {
+        return Err(ProtocolError::BadLength {
+            what: "frame head",
+            len: frame.len(),
+            expected: "the frame's first min(length, 40) bytes",
+        });
+    }
+    if len < HEADER_LEN {
         return Err(ProtocolError::BadLength {
             what: "frame header",
-            len: frame.len(),
+            len,
             expected: "at least 16",
         });
     }
@@ -190,6 +205,7 @@ pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
         });
     }
     let body = &frame[HEADER_LEN..];
+    let body_len = len - HEADER_LEN;
     let body = match kind {
         Kind::Data => {
             if rpc == 0 && header.tag != 0 {
@@ -199,12 +215,12 @@ pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
                 });
             }
             if flags & FLAG_NO_HANDLER != 0 {
-                exact("NO_HANDLER response", body, 0, "exactly 16")?;
+                exact("NO_HANDLER response", body_len, 0, "exactly 16")?;
             }
-            FrameBody::Data { len: body.len() }
+            FrameBody::Data { len: body_len }
         }
         Kind::RndvStart => {
-            exact("RNDV_START", body, 16, "exactly 32")?;
+            exact("RNDV_START", body_len, 16, "exactly 32")?;
             let call = u64_at(body, 8);
             if rpc == 0 && call != 0 {
                 return Err(ProtocolError::NonZeroField {
@@ -218,7 +234,7 @@ pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
             }
         }
         Kind::RndvChunk => {
-            exact("RNDV_CHUNK", body, 24, "exactly 40")?;
+            exact("RNDV_CHUNK", body_len, 24, "exactly 40")?;
             FrameBody::RndvChunk {
                 offset: u64_at(body, 0),
                 remote: RemoteChunk {
@@ -229,13 +245,13 @@ pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
             }
         }
         Kind::RndvAck => {
-            exact("RNDV_ACK", body, 8, "exactly 24")?;
+            exact("RNDV_ACK", body_len, 8, "exactly 24")?;
             FrameBody::RndvAck {
                 offset: u64_at(body, 0),
             }
         }
         Kind::Credit | Kind::Close | Kind::Ping | Kind::Pong => {
-            exact("control frame", body, 0, "exactly 16")?;
+            exact("control frame", body_len, 0, "exactly 16")?;
             if header.tag != 0 {
                 return Err(ProtocolError::NonZeroField {
                     kind: kind as u8,
@@ -428,6 +444,32 @@ mod tests {
                 field: "call id",
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn decodes_from_the_head_alone() {
+        let mut data = hdr(Kind::Data, FLAG_REQUEST, 5).encode().to_vec();
+        data.resize(1000, 7);
+        assert_eq!(
+            decode_head(&data[..MAX_HEAD], 1000),
+            Ok((
+                hdr(Kind::Data, FLAG_REQUEST, 5),
+                FrameBody::Data { len: 984 }
+            ))
+        );
+        assert!(matches!(
+            decode_head(&data[..16], 1000),
+            Err(ProtocolError::BadLength {
+                what: "frame head",
+                ..
+            })
+        ));
+        let ack = frame(hdr(Kind::RndvAck, 0, 1), &FrameBody::RndvAck { offset: 9 });
+        assert_eq!(decode_head(&ack, ack.len()), decode(&ack));
+        assert!(matches!(
+            decode_head(&ack, 30),
+            Err(ProtocolError::BadLength { .. })
         ));
     }
 

@@ -13,9 +13,45 @@
 //! whole frame. When the connection emits `Action::Send { header, body: Body::Payload(b) }`,
 //! the driver copies `header` into `b[..16]` and posts `b[..b.len()]` as one SEND.
 //!
+//! A driver that cannot lend the received bytes while moving the receive buffer passes a copy
+//! of the frame's first [`MAX_HEAD`] bytes and its length to [`Connection::on_receive_head`]:
+//! that is all the connection reads of a frame.
+//!
 //! # Driver loop
 //! After every call into the connection, drain [`Connection::poll_action`] until it returns
 //! `None`; call [`Connection::on_timeout`] no later than [`Connection::poll_timeout`].
+//!
+//! # Example
+//! Two connections joined by hand: one message from `a` to `b`.
+//! ```
+//! use std::time::Instant;
+//! use transport::proto::{Action, Body, Class, Config, Connection, Parts, HEADER_LEN};
+//!
+//! let config = Config::default();
+//! let now = Instant::now();
+//! // each side is created from the peer's connect data (exchanged through the CM)
+//! let mut a: Connection<Vec<u8>> = Connection::new(&config, &config.connect_info(), now)?;
+//! let mut b: Connection<Vec<u8>> = Connection::new(&config, &config.connect_info(), now)?;
+//!
+//! let mut payload = vec![0u8; HEADER_LEN]; // header room
+//! payload.extend_from_slice(b"hello");
+//! a.send(Class::Message, payload).map_err(|e| e.kind)?;
+//!
+//! // a's driver posts the SEND; b's receive completes with those bytes
+//! let Some(Action::Send { header, body: Body::Payload(mut frame) }) = a.poll_action() else {
+//!     unreachable!()
+//! };
+//! frame[..HEADER_LEN].copy_from_slice(&header);
+//! b.on_receive(&frame.clone(), frame, now)?;
+//! a.on_send_complete(1);
+//!
+//! let Some(Action::Deliver(message)) = b.poll_action() else { unreachable!() };
+//! let Parts::Eager(buf) = &message.parts else { unreachable!() };
+//! assert_eq!(&buf[HEADER_LEN..], b"hello");
+//! drop(message);
+//! b.on_release(); // the receive buffer is free: the credit goes back to `a`
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod config;
 mod conn;
@@ -36,8 +72,8 @@ pub use error::{
     SendErrorKind,
 };
 pub use frame::{
-    decode, encode_body, FrameBody, Header, Kind, RemoteChunk, CONTROL_BODY_MAX, FLAG_NO_HANDLER,
-    FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN,
+    decode, decode_head, encode_body, FrameBody, Header, Kind, RemoteChunk, CONTROL_BODY_MAX,
+    FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
 };
 pub use rpc::CallId;
 

@@ -1,10 +1,44 @@
-//! Device tests of the transport (`#[ignore]`, run by `cargo xtask test`), between the two
-//! hosts: a server endpoint on the peer's device and a client endpoint on this host's.
-//! Host-tier tests of the protocol core live in the crate (`src/proto`).
+//! Tests of the transport.
+//!
+//! Host tier: the protocol core against a simulated RC wire (`sim` and the modules that use
+//! it: `close`, `flood`, `keepalive`, `malformed`, `order`, `rpc`).
+//!
+//! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
+//! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
+//! `calls`, `one_sided`, `failures`, `many`.
 
-mod messages;
+mod close;
+mod flood;
+mod keepalive;
+mod malformed;
+mod order;
 mod rpc;
-mod one_sided;
+mod sim;
+
+mod calls;
 mod failures;
 mod many;
+mod messages;
+mod one_sided;
 mod support;
+
+use std::time::Duration;
+
+use transport::proto::Config;
+
+/// A small configuration so that schedules reach every limit: 64-byte eager limit, 50-byte
+/// chunks.
+pub fn small_config(window: u32, reserve: u32, sq_depth: u32, chunks: u32, reads: u32) -> Config {
+    Config {
+        window,
+        reserved_credits: reserve,
+        sq_depth,
+        frame_size: 80,
+        rndv_chunk_size: 50,
+        max_chunks_in_flight: chunks,
+        max_reads_in_flight: reads,
+        max_message: 100_000,
+        keepalive_interval: Duration::from_millis(5),
+        keepalive_timeout: Duration::from_secs(3600),
+    }
+}

@@ -1,98 +1,248 @@
-//! RPC: many calls outstanding from many threads, each matched to its own response; a call
-//! that times out never receives a late response; a server without a handler answers with a
-//! typed error.
-use std::sync::Arc;
+//! RPC over the simulated wire: responses match their calls, late responses are dropped and
+//! counted, a server without handler fails the call with a typed error.
+
 use std::time::Duration;
 
-use transport::proto::CallError;
-use transport::{EndpointConfig, Error};
+use transport::proto::{CallError, Class, ConnError, PeerGone, Received};
 
-use crate::support::*;
+use crate::sim::{content, Msg, Sim};
+use crate::small_config;
+
+fn reversed(side: usize, k: usize, len: usize) -> Vec<u8> {
+    let mut v = content(side, k, len);
+    v.reverse();
+    v
+}
 
 #[test]
-#[ignore = "needs an RDMA device: cargo xtask test"]
-fn concurrent_calls_get_their_own_responses() {
-    let (server, client) = pair();
-    let serving = std::thread::spawn(move || {
-        server
-            .serve(|req| {
-                let mut v = req.to_vec();
-                v.reverse();
-                v
-            })
-            .unwrap();
-    });
-    let client = Arc::new(client);
-    let callers: Vec<_> = (0..8u64)
-        .map(|t| {
-            let client = client.clone();
-            std::thread::spawn(move || {
-                for i in 0..100u64 {
-                    let len = ((t * 131 + i * 17) % 9000) as usize;
-                    let req = pattern(t << 32 | i, len);
-                    let resp = client.call(&req, TIMEOUT).unwrap();
-                    let mut expected = req;
-                    expected.reverse();
-                    assert!(resp.to_vec() == expected, "call {t}/{i}: wrong response");
-                }
-            })
+fn calls_get_their_own_responses_eager_and_rendezvous() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let deadline = sim.now + Duration::from_secs(10);
+    let lens = [0usize, 10, 64, 65, 300, 7, 1000];
+    sim.hosts[0].to_send = lens
+        .iter()
+        .map(|&len| Msg {
+            len,
+            class: Class::Request { deadline },
         })
         .collect();
-    for c in callers {
-        c.join().unwrap();
+    sim.hosts[1].echo_requests = true;
+    sim.run_until_quiet(1_000_000);
+    let a = &sim.hosts[0];
+    assert_eq!(a.calls.len(), lens.len());
+    assert_eq!(a.calls_done.len(), lens.len());
+    for (id, result) in &a.calls_done {
+        let &(_, k) = a.calls.iter().find(|c| c.0 == *id).expect("a call we made");
+        assert_eq!(
+            result.as_ref().unwrap(),
+            &reversed(0, k, lens[k]),
+            "call {k} got its own response"
+        );
     }
-    Arc::try_unwrap(client).unwrap().close(TIMEOUT).unwrap();
-    serving.join().unwrap();
-}
-
-#[test]
-#[ignore = "needs an RDMA device: cargo xtask test"]
-fn a_timed_out_call_never_gets_a_late_response() {
-    let (server, client) = pair();
-    let slow = std::thread::spawn(move || {
-        let first = server.recv_request(TIMEOUT).unwrap();
-        // Answer only after the caller gave up.
-        std::thread::sleep(Duration::from_millis(500));
-        first.respond(b"late").unwrap();
-        let second = server.recv_request(TIMEOUT).unwrap();
-        second.respond(b"on time").unwrap();
-        server
-    });
-    let r = client.call(b"first", Duration::from_millis(100));
+    let ids: Vec<_> = a.calls.iter().map(|c| c.0).collect();
     assert!(
-        matches!(r, Err(Error::Call(CallError::TimedOut) | Error::TimedOut { .. })),
-        "{r:?}"
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "call ids are increasing, never reused"
     );
-    std::thread::sleep(Duration::from_millis(600));
-    let resp = client.call(b"second", TIMEOUT).unwrap();
-    assert_eq!(&resp.bytes()[..], b"on time");
-    drop(slow.join().unwrap());
+    assert!(sim.hosts[1]
+        .received
+        .iter()
+        .all(|(c, _)| matches!(c, Received::Request { .. })));
+    assert_eq!(a.conn.pending_calls(), 0);
+    assert_eq!(a.conn.stats().late_responses, 0);
 }
 
 #[test]
-#[ignore = "needs an RDMA device: cargo xtask test"]
-fn a_server_without_handler_answers_no_handler() {
-    let server_cfg = EndpointConfig {
-        serve_requests: false,
-        ..config()
-    };
-    let (_server, client) = pair_with(server_cfg, config());
-    let r = client.call(b"anyone?", TIMEOUT);
-    assert!(matches!(r, Err(Error::Call(CallError::NoHandler))), "{r:?}");
-    // The connection keeps working.
-    let r = client.call(b"still?", TIMEOUT);
-    assert!(matches!(r, Err(Error::Call(CallError::NoHandler))), "{r:?}");
-}
-
-#[test]
-#[ignore = "needs an RDMA device: cargo xtask test"]
-fn a_dropped_request_answers_no_handler() {
-    let (server, client) = pair();
-    let t = std::thread::spawn(move || {
-        drop(server.recv_request(TIMEOUT).unwrap());
-        server
+fn late_responses_are_dropped_never_delivered_to_another_call() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[1].echo_requests = true;
+    let deadline = sim.now + Duration::from_millis(10);
+    sim.hosts[0].to_send = vec![
+        Msg {
+            len: 5,
+            class: Class::Request { deadline },
+        },
+        Msg {
+            len: 200,
+            class: Class::Request { deadline },
+        },
+    ];
+    assert!(sim.hosts[0].send_next(0) && sim.hosts[0].send_next(0));
+    sim.pump();
+    // the requests sit on the wire past their deadline
+    sim.tick(Duration::from_millis(10));
+    sim.pump();
+    let a = &sim.hosts[0];
+    assert_eq!(a.calls_done.len(), 2);
+    assert!(a
+        .calls_done
+        .iter()
+        .all(|(_, r)| r == &Err(CallError::TimedOut)));
+    // now the server answers both; a new call is made meanwhile
+    let later = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send.push(Msg {
+        len: 9,
+        class: Class::Request { deadline: later },
     });
-    let r = client.call(b"ignored", TIMEOUT);
-    assert!(matches!(r, Err(Error::Call(CallError::NoHandler))), "{r:?}");
-    drop(t.join().unwrap());
+    sim.run_until_quiet(100_000);
+    let a = &sim.hosts[0];
+    assert_eq!(a.conn.stats().late_responses, 2);
+    assert_eq!(
+        a.calls_done.len(),
+        3,
+        "one CallDone per call, none for late responses"
+    );
+    let (id, r) = &a.calls_done[2];
+    assert_eq!(*id, a.calls[2].0);
+    assert_eq!(
+        r.as_ref().unwrap(),
+        &reversed(0, 2, 9),
+        "the new call gets its own response"
+    );
+    assert_eq!(
+        a.posted.get(),
+        8,
+        "dropped responses gave their receive back"
+    );
+}
+
+#[test]
+fn cancelled_call_response_is_dropped() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[1].echo_requests = true;
+    let deadline = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send = vec![Msg {
+        len: 5,
+        class: Class::Request { deadline },
+    }];
+    assert!(sim.hosts[0].send_next(0));
+    let id = sim.hosts[0].calls[0].0;
+    sim.hosts[0].conn.cancel_call(id);
+    sim.run_until_quiet(100_000);
+    assert!(sim.hosts[0].calls_done.is_empty());
+    assert_eq!(sim.hosts[0].conn.stats().late_responses, 1);
+}
+
+#[test]
+fn server_without_handler_fails_the_call_with_no_handler() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let deadline = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send = vec![
+        Msg {
+            len: 5,
+            class: Class::Request { deadline },
+        },
+        Msg {
+            len: 500,
+            class: Class::Request { deadline },
+        },
+    ];
+    sim.run_until_quiet(100_000);
+    let requests: Vec<_> = sim.hosts[1]
+        .received
+        .iter()
+        .map(|(c, _)| match c {
+            Received::Request { call } => *call,
+            Received::Message => panic!("a request was expected"),
+        })
+        .collect();
+    assert_eq!(requests.len(), 2);
+    for call in requests {
+        sim.hosts[1].conn.reject_call(call).unwrap();
+    }
+    sim.run_until_quiet(100_000);
+    let a = &sim.hosts[0];
+    assert_eq!(a.calls_done.len(), 2);
+    for (_, r) in &a.calls_done {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e, &CallError::NoHandler);
+        assert!(e.to_string().contains("register one"), "{e}");
+    }
+}
+
+#[test]
+fn peer_gone_fails_pending_calls_and_releases_buffers() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let deadline = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send = vec![
+        Msg {
+            len: 5,
+            class: Class::Request { deadline },
+        },
+        Msg {
+            len: 500,
+            class: Class::Request { deadline },
+        },
+    ];
+    while sim.hosts[0].send_next(0) {}
+    sim.pump();
+    sim.hosts[0].conn.on_peer_gone(PeerGone::Disconnected);
+    sim.pump();
+    let a = &sim.hosts[0];
+    let gone = ConnError::PeerGone(PeerGone::Disconnected);
+    assert_eq!(a.calls_done.len(), 2);
+    assert!(a
+        .calls_done
+        .iter()
+        .all(|(_, r)| r == &Err(CallError::Failed(gone.clone()))));
+    assert_eq!(a.closed, vec![Some(gone)]);
+    assert_eq!(
+        a.exposed_chunks(),
+        0,
+        "announced chunks came back as Release"
+    );
+    assert!(a.conn.poll_timeout().is_none());
+    let e = sim.hosts[0]
+        .conn
+        .send(Class::Message, crate::sim::SimBuf::plain(vec![0; 20]))
+        .unwrap_err();
+    assert_eq!(e.kind, transport::proto::SendErrorKind::Closed);
+    assert_eq!(e.payload.data.len(), 20, "the payload is handed back");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+    /// Random schedules of calls with random deadlines: every call ends exactly once; a
+    /// response is its own call's; every response to a timed-out call is dropped and counted.
+    #[test]
+    fn random_calls_end_once_with_their_own_response(
+        calls in proptest::collection::vec((0usize..300, 1u64..60), 1..20),
+        ops in proptest::collection::vec(0u8..12, 0..400),
+    ) {
+        let cfg = small_config(8, 2, 8, 2, 2);
+        let mut sim = Sim::new(&cfg, &cfg);
+        let start = sim.now;
+        sim.hosts[1].echo_requests = true;
+        sim.hosts[0].to_send = calls
+            .iter()
+            .map(|&(len, ms)| Msg { len, class: Class::Request { deadline: start + Duration::from_millis(ms) } })
+            .collect();
+        for op in ops {
+            sim.step(op);
+        }
+        // let every deadline pass, then settle
+        sim.tick(Duration::from_millis(60));
+        sim.run_until_quiet(1_000_000);
+        let a = &sim.hosts[0];
+        proptest::prop_assert_eq!(a.calls.len(), calls.len());
+        proptest::prop_assert_eq!(a.calls_done.len(), calls.len(), "each call ends exactly once");
+        let mut timed_out = 0;
+        for (id, result) in &a.calls_done {
+            let &(_, k) = a.calls.iter().find(|c| c.0 == *id).unwrap();
+            match result {
+                Ok(bytes) => proptest::prop_assert_eq!(bytes, &reversed(0, k, calls[k].0)),
+                Err(CallError::TimedOut) => timed_out += 1,
+                Err(e) => proptest::prop_assert!(false, "unexpected {}", e),
+            }
+        }
+        proptest::prop_assert_eq!(a.conn.stats().late_responses, timed_out);
+        proptest::prop_assert_eq!(a.conn.pending_calls(), 0);
+        proptest::prop_assert!(a.closed.is_empty() && sim.hosts[1].closed.is_empty());
+    }
 }

@@ -1,0 +1,279 @@
+//! One connection's protocol state: events in (user requests, frames, completions, time),
+//! actions out.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::config::{
+    Config, ConnectInfo, MAX_LARGE_MESSAGES, MAX_OUTSTANDING_CHUNKS, SQ_CONTROL_RESERVE,
+};
+use super::credit::Credits;
+use super::error::{
+    CallError, ConfigError, ConnError, PeerGone, ProtocolError, SendError, SendErrorKind,
+};
+use super::frame::{
+    decode_head, encode_body, FrameBody, Header, Kind, RemoteChunk, FLAG_NO_HANDLER, FLAG_REQUEST,
+    FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
+};
+use super::rndv::{ChunkOut, InClass, LargeIn, LargeOut};
+use super::rpc::{CallId, Calls};
+use super::{Action, Body, Chunk, Class, Delivery, MsgId, Parts, Payload, ReadId, Received};
+
+/// Counters of one connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Frames handed to the driver for sending.
+    pub frames_sent: u64,
+    /// Frames received.
+    pub frames_received: u64,
+    /// Explicit CREDIT frames sent.
+    pub credit_frames_sent: u64,
+    /// PING frames sent.
+    pub pings_sent: u64,
+    /// Responses dropped because their call was no longer pending (timed out, cancelled).
+    pub late_responses: u64,
+}
+
+/// The id (and call id, for a request) of a large message started by
+/// [`Connection::send_large`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LargeSend {
+    /// Pass it to `add_chunk`.
+    pub msg: MsgId,
+    /// The call id when the message is a request.
+    pub call: Option<CallId>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Open,
+    Closed,
+    Failed,
+}
+
+/// A message waiting to be sent, in send order.
+#[derive(Debug)]
+enum Out<B> {
+    Eager { flags: u8, tag: u64, payload: B },
+    Large(MsgId),
+    Reject(CallId),
+}
+
+/// A message received, waiting for delivery in order.
+#[derive(Debug)]
+enum In<B> {
+    Eager { class: InClass, buf: B, len: usize },
+    NoHandler(u64),
+    Large(LargeIn<B>),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ReadReq {
+    msg: MsgId,
+    offset: u64,
+    remote: RemoteChunk,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InflightRead {
+    id: ReadId,
+    msg: MsgId,
+    offset: u64,
+    len: u32,
+}
+
+/// The protocol state of one connection (see the [module docs](super)).
+#[derive(Debug)]
+pub struct Connection<B: Payload> {
+    state: State,
+    credits: Credits,
+    sq_free: u32,
+    sq_depth: u32,
+    send_eager_limit: usize,
+    recv_frame_size: usize,
+    max_send: u64,
+    max_recv: u64,
+    max_chunks: usize,
+    max_reads: usize,
+    keepalive_interval: Duration,
+    keepalive_timeout: Duration,
+    out_cap: usize,
+    outq: VecDeque<Out<B>>,
+    large_out: VecDeque<LargeOut<B>>,
+    next_msg: u64,
+    chunks_out: usize,
+    calls: Calls,
+    inq: VecDeque<In<B>>,
+    large_in: usize,
+    read_wait: VecDeque<ReadReq>,
+    reads: VecDeque<InflightRead>,
+    acks: VecDeque<(MsgId, u64)>,
+    next_read: u64,
+    actions: VecDeque<Action<B>>,
+    pong_due: bool,
+    ping_due: bool,
+    close_queued: bool,
+    close_sent: bool,
+    close_received: bool,
+    last_recv: Instant,
+    last_ping: Option<Instant>,
+    held: u32,
+    stats: Stats,
+}
+
+mod output;
+mod receive;
+mod send;
+
+impl<B: Payload> Connection<B> {
+    /// A connection with local limits `config` and the peer's connect data `peer` (from
+    /// [`ConnectInfo::decode`]), established at `now`.
+    pub fn new(config: &Config, peer: &ConnectInfo, now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let window = config.window as usize;
+        Ok(Connection {
+            state: State::Open,
+            credits: Credits::new(config.window, config.reserved_credits, peer.window),
+            sq_free: config.sq_depth,
+            sq_depth: config.sq_depth,
+            send_eager_limit: config
+                .eager_limit()
+                .min((peer.frame_size as usize).saturating_sub(HEADER_LEN)),
+            recv_frame_size: config.frame_size as usize,
+            max_send: config.max_message.min(peer.max_message),
+            max_recv: config.max_message,
+            max_chunks: config.max_chunks_in_flight as usize,
+            max_reads: config.max_reads_in_flight as usize,
+            keepalive_interval: config.keepalive_interval,
+            keepalive_timeout: config.keepalive_timeout,
+            out_cap: window,
+            outq: VecDeque::with_capacity(window),
+            large_out: VecDeque::new(),
+            next_msg: 1,
+            chunks_out: 0,
+            calls: Calls::new(window),
+            inq: VecDeque::with_capacity(window + 4),
+            large_in: 0,
+            read_wait: VecDeque::new(),
+            reads: VecDeque::with_capacity(config.max_reads_in_flight as usize),
+            acks: VecDeque::new(),
+            next_read: 1,
+            actions: VecDeque::with_capacity(2 * window + 8),
+            pong_due: false,
+            ping_due: false,
+            close_queued: false,
+            close_sent: false,
+            close_received: false,
+            last_recv: now,
+            last_ping: None,
+            held: 0,
+            stats: Stats::default(),
+        })
+    }
+
+    /// The largest message [`send`](Self::send) takes (longer ones go through
+    /// [`send_large`](Self::send_large)).
+    pub fn eager_limit(&self) -> usize {
+        self.send_eager_limit
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Credits left towards the peer.
+    pub fn credits_available(&self) -> u32 {
+        self.credits.available()
+    }
+
+    /// Free send-queue slots.
+    pub fn sq_free(&self) -> u32 {
+        self.sq_free
+    }
+
+    /// Whether the connection ended (gracefully or not).
+    pub fn is_closed(&self) -> bool {
+        self.state != State::Open
+    }
+
+    /// RPC calls waiting for their response.
+    pub fn pending_calls(&self) -> usize {
+        self.calls.len()
+    }
+
+    fn accepting(&self) -> bool {
+        self.state == State::Open && !self.close_queued
+    }
+
+    /// `count` SENDs completed (their slots are free again).
+    pub fn on_send_complete(&mut self, count: u32) {
+        // READs in flight keep their slots until on_read_complete
+        let cap = self.sq_depth - self.reads.len() as u32;
+        self.sq_free = self.sq_free.saturating_add(count).min(cap);
+    }
+
+    /// The user dropped one delivered message that [`holds_credit`](Delivery::holds_credit):
+    /// its receive is free, so the peer gets the credit back.
+    pub fn on_release(&mut self) {
+        if self.held > 0 {
+            self.held -= 1;
+            self.credits.release();
+        }
+    }
+
+    /// Time passed: expires calls, sends PING when the peer was silent for the keepalive
+    /// interval, fails the connection when it was silent for the keepalive timeout.
+    pub fn on_timeout(&mut self, now: Instant) {
+        if self.state != State::Open {
+            return;
+        }
+        let silent = now.saturating_duration_since(self.last_recv);
+        if silent >= self.keepalive_timeout {
+            self.fail(ConnError::PeerDead { silent_for: silent });
+            return;
+        }
+        while let Some(id) = self.calls.pop_expired(now) {
+            self.actions.push_back(Action::CallDone {
+                id,
+                result: Err(CallError::TimedOut),
+            });
+        }
+        if !self.ping_due && now >= self.next_ping() {
+            self.ping_due = true;
+            self.last_ping = Some(now);
+        }
+    }
+
+    fn next_ping(&self) -> Instant {
+        let base = match self.last_ping {
+            Some(p) if p > self.last_recv => p,
+            _ => self.last_recv,
+        };
+        base + self.keepalive_interval
+    }
+
+    /// The driver saw the peer go (CM disconnect, queue pair error): the connection fails.
+    pub fn on_peer_gone(&mut self, reason: PeerGone) {
+        if self.state == State::Open {
+            self.fail(ConnError::PeerGone(reason));
+        }
+    }
+
+    /// When [`on_timeout`](Self::on_timeout) must be called next (`None`: the connection
+    /// ended).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.state != State::Open {
+            return None;
+        }
+        let mut t = self.last_recv + self.keepalive_timeout;
+        if !self.ping_due {
+            t = t.min(self.next_ping());
+        }
+        if let Some(d) = self.calls.next_deadline() {
+            t = t.min(d);
+        }
+        Some(t)
+    }
+}

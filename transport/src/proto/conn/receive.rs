@@ -1,0 +1,265 @@
+//! Frames and READ completions coming in; delivery in send order.
+
+use super::*;
+
+impl<B: Payload> Connection<B> {
+    /// A frame arrived: `frame` is the bytes received (header and body) and `buf` the receive
+    /// buffer holding them. A DATA frame's buffer is delivered as the message; any other is
+    /// dropped at once. A malformed frame fails the connection (`Action::Closed`) and is
+    /// returned as the error.
+    pub fn on_receive(&mut self, frame: &[u8], buf: B, now: Instant) -> Result<(), ProtocolError> {
+        let head = &frame[..frame.len().min(MAX_HEAD)];
+        self.on_receive_head(head, frame.len(), buf, now)
+    }
+
+    /// [`on_receive`](Self::on_receive) for a driver that cannot lend the frame while moving
+    /// its buffer: `head` is a copy of the frame's first `min(len, MAX_HEAD)` bytes and `len`
+    /// the frame's length (the completion's byte count).
+    pub fn on_receive_head(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        buf: B,
+        now: Instant,
+    ) -> Result<(), ProtocolError> {
+        if self.state != State::Open {
+            return Ok(());
+        }
+        self.last_recv = now;
+        self.stats.frames_received += 1;
+        match self.receive(head, len, buf) {
+            Ok(()) => {
+                self.deliver_ready();
+                self.maybe_finish();
+                Ok(())
+            }
+            Err(e) => {
+                self.fail(ConnError::Protocol(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn release_now(&mut self, buf: B) {
+        drop(buf);
+        self.credits.release();
+    }
+
+    pub(super) fn receive(
+        &mut self,
+        head: &[u8],
+        frame_len: usize,
+        buf: B,
+    ) -> Result<(), ProtocolError> {
+        let (h, body) = decode_head(head, frame_len)?;
+        self.credits.on_receive()?;
+        self.credits.on_peer_limit(h.credit_limit)?;
+        if self.close_received && h.kind.is_data() {
+            return Err(ProtocolError::AfterClose(h.kind as u8));
+        }
+        match body {
+            FrameBody::Data { len } => {
+                if frame_len > self.recv_frame_size {
+                    return Err(ProtocolError::FrameTooLarge {
+                        len: frame_len,
+                        limit: self.recv_frame_size,
+                    });
+                }
+                if h.flags & FLAG_NO_HANDLER != 0 {
+                    self.release_now(buf);
+                    self.inq.push_back(In::NoHandler(h.tag));
+                } else {
+                    let class = in_class(h.flags, h.tag);
+                    self.inq.push_back(In::Eager { class, buf, len });
+                }
+            }
+            FrameBody::RndvStart { total, call } => {
+                self.release_now(buf);
+                if total > self.max_recv {
+                    return Err(ProtocolError::MessageTooLarge {
+                        len: total,
+                        max: self.max_recv,
+                    });
+                }
+                if self.large_in >= MAX_LARGE_MESSAGES {
+                    return Err(ProtocolError::TooMany {
+                        what: "rendezvous messages in progress",
+                        limit: MAX_LARGE_MESSAGES,
+                    });
+                }
+                if self.large_in_mut(MsgId(h.tag)).is_some() {
+                    return Err(ProtocolError::DuplicateMessage(h.tag));
+                }
+                self.large_in += 1;
+                self.inq.push_back(In::Large(LargeIn::new(
+                    MsgId(h.tag),
+                    total,
+                    in_class(h.flags, call),
+                )));
+            }
+            FrameBody::RndvChunk { offset, remote } => {
+                self.release_now(buf);
+                let outstanding = self.read_wait.len() + self.reads.len() + self.acks.len();
+                let msg = MsgId(h.tag);
+                let Some(l) = self.large_in_mut(msg).filter(|l| l.next_offset < l.total) else {
+                    return Err(ProtocolError::UnknownMessage(h.tag));
+                };
+                let end = offset.checked_add(u64::from(remote.len));
+                if offset != l.next_offset || remote.len == 0 || end.map_or(true, |e| e > l.total) {
+                    return Err(ProtocolError::BadChunk {
+                        msg: h.tag,
+                        offset,
+                        len: remote.len,
+                        total: l.total,
+                        expected: l.next_offset,
+                    });
+                }
+                if outstanding >= MAX_OUTSTANDING_CHUNKS {
+                    return Err(ProtocolError::TooMany {
+                        what: "rendezvous chunks unacknowledged",
+                        limit: MAX_OUTSTANDING_CHUNKS,
+                    });
+                }
+                l.next_offset += u64::from(remote.len);
+                self.read_wait.push_back(ReadReq {
+                    msg,
+                    offset,
+                    remote,
+                });
+            }
+            FrameBody::RndvAck { offset } => {
+                self.release_now(buf);
+                let unknown = ProtocolError::UnknownAck { msg: h.tag, offset };
+                let i = self.large_out_index(MsgId(h.tag)).ok_or(unknown.clone())?;
+                let payload = self.large_out[i].ack(offset).ok_or(unknown)?;
+                self.chunks_out -= 1;
+                self.actions.push_back(Action::Release(payload));
+                if self.large_out[i].finished() {
+                    self.large_out.remove(i);
+                }
+            }
+            FrameBody::Empty => {
+                self.release_now(buf);
+                match h.kind {
+                    Kind::Close => {
+                        self.close_received = true;
+                        self.close_queued = true;
+                    }
+                    Kind::Ping => self.pong_due = true,
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn large_in_mut(&mut self, msg: MsgId) -> Option<&mut LargeIn<B>> {
+        self.inq.iter_mut().find_map(|e| match e {
+            In::Large(l) if l.id == msg => Some(l),
+            _ => None,
+        })
+    }
+
+    /// Delivers complete messages from the head of the receive order.
+    pub(super) fn deliver_ready(&mut self) {
+        loop {
+            let ready = match self.inq.front() {
+                None => return,
+                Some(In::Large(l)) => l.complete(),
+                Some(_) => true,
+            };
+            if !ready {
+                return;
+            }
+            match self.inq.pop_front() {
+                Some(In::Eager { class, buf, len }) => {
+                    self.complete(class, len as u64, Parts::Eager(buf))
+                }
+                Some(In::NoHandler(call)) => {
+                    let id = CallId(call);
+                    if self.calls.finish(id) {
+                        self.actions.push_back(Action::CallDone {
+                            id,
+                            result: Err(CallError::NoHandler),
+                        });
+                    } else {
+                        self.stats.late_responses += 1;
+                    }
+                }
+                Some(In::Large(l)) => {
+                    self.large_in -= 1;
+                    let parts = l.parts.into_iter().map(|p| p.1).collect();
+                    self.complete(l.class, l.total, Parts::Chunks(parts));
+                }
+                None => return,
+            }
+        }
+    }
+
+    pub(super) fn complete(&mut self, class: InClass, len: u64, parts: Parts<B>) {
+        let eager = matches!(parts, Parts::Eager(_));
+        match class {
+            InClass::Deliver(class) => {
+                self.held += u32::from(eager);
+                self.actions
+                    .push_back(Action::Deliver(Delivery { class, len, parts }));
+            }
+            InClass::Response(call) => {
+                let id = CallId(call);
+                if self.calls.finish(id) {
+                    self.held += u32::from(eager);
+                    let d = Delivery {
+                        class: Received::Message,
+                        len,
+                        parts,
+                    };
+                    self.actions
+                        .push_back(Action::CallDone { id, result: Ok(d) });
+                } else {
+                    self.stats.late_responses += 1;
+                    drop(parts);
+                    if eager {
+                        self.credits.release();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The READ `read` completed into `dest`, which now holds the chunk's bytes from offset 0.
+    pub fn on_read_complete(&mut self, read: ReadId, dest: B, now: Instant) {
+        let _ = now;
+        if self.state != State::Open {
+            return;
+        }
+        let Some(i) = self.reads.iter().position(|r| r.id == read) else {
+            return;
+        };
+        let Some(r) = self.reads.remove(i) else {
+            return;
+        };
+        self.sq_free = (self.sq_free + 1).min(self.sq_depth);
+        if let Some(l) = self.large_in_mut(r.msg) {
+            l.insert(
+                r.offset,
+                Chunk {
+                    buf: dest,
+                    len: r.len,
+                },
+            );
+        }
+        self.acks.push_back((r.msg, r.offset));
+        self.deliver_ready();
+        self.maybe_finish();
+    }
+}
+
+fn in_class(flags: u8, tag: u64) -> InClass {
+    if flags & FLAG_RESPONSE != 0 {
+        InClass::Response(tag)
+    } else if flags & FLAG_REQUEST != 0 {
+        InClass::Deliver(Received::Request { call: CallId(tag) })
+    } else {
+        InClass::Deliver(Received::Message)
+    }
+}

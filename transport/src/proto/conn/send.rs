@@ -1,0 +1,168 @@
+//! User requests: eager and rendezvous sends, chunks, call rejection, close.
+
+use super::*;
+
+impl<B: Payload> Connection<B> {
+    /// Queues an eager message. `payload` starts with [`HEADER_LEN`] bytes of header room; the
+    /// message is the rest (at most [`eager_limit`](Self::eager_limit) bytes). Returns the call
+    /// id for a request. Refused (payload handed back) when the connection's queue holds
+    /// `window` messages, or the connection is closing.
+    pub fn send(&mut self, class: Class, payload: B) -> Result<Option<CallId>, SendError<B>> {
+        let len = payload.len();
+        let kind = if !self.accepting() {
+            Some(SendErrorKind::Closed)
+        } else if len < HEADER_LEN {
+            Some(SendErrorKind::NoHeaderRoom {
+                len,
+                need: HEADER_LEN,
+            })
+        } else if len - HEADER_LEN > self.send_eager_limit {
+            Some(SendErrorKind::TooLarge {
+                len: (len - HEADER_LEN) as u64,
+                limit: self.send_eager_limit as u64,
+                hint: "send it with send_large (rendezvous)",
+            })
+        } else if self.outq.len() >= self.out_cap {
+            Some(SendErrorKind::WouldBlock)
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            return Err(SendError { kind, payload });
+        }
+        let (flags, tag, id) = self.classify(class);
+        self.outq.push_back(Out::Eager {
+            flags,
+            tag,
+            payload,
+        });
+        Ok(id)
+    }
+
+    pub(super) fn classify(&mut self, class: Class) -> (u8, u64, Option<CallId>) {
+        match class {
+            Class::Message => (0, 0, None),
+            Class::Request { deadline } => {
+                let id = self.calls.start(deadline);
+                (FLAG_REQUEST, id.0, Some(id))
+            }
+            Class::Response { call } => (FLAG_RESPONSE, call.0, None),
+        }
+    }
+
+    /// Starts a rendezvous message of `total_len` bytes; then add its chunks in order with
+    /// [`add_chunk`](Self::add_chunk) while [`can_add_chunk`](Self::can_add_chunk).
+    pub fn send_large(&mut self, class: Class, total_len: u64) -> Result<LargeSend, SendErrorKind> {
+        if !self.accepting() {
+            return Err(SendErrorKind::Closed);
+        }
+        if total_len > self.max_send {
+            return Err(SendErrorKind::TooLarge {
+                len: total_len,
+                limit: self.max_send,
+                hint: "raise max_message on both ends or split the message",
+            });
+        }
+        if self.outq.len() >= self.out_cap || self.large_out.len() >= MAX_LARGE_MESSAGES {
+            return Err(SendErrorKind::WouldBlock);
+        }
+        let msg = MsgId(self.next_msg);
+        self.next_msg += 1;
+        let (flags, tag, call) = self.classify(class);
+        self.large_out
+            .push_back(LargeOut::new(msg, total_len, flags, tag, self.max_chunks));
+        self.outq.push_back(Out::Large(msg));
+        Ok(LargeSend { msg, call })
+    }
+
+    pub(super) fn large_out_index(&self, msg: MsgId) -> Option<usize> {
+        self.large_out.iter().position(|l| l.id == msg)
+    }
+
+    /// Whether [`add_chunk`](Self::add_chunk) would take a chunk of `msg` now (the message
+    /// still has bytes to add and fewer than `max_chunks_in_flight` chunks unacknowledged).
+    pub fn can_add_chunk(&self, msg: MsgId) -> bool {
+        let Some(i) = self.large_out_index(msg) else {
+            return false;
+        };
+        let l = &self.large_out[i];
+        self.state == State::Open
+            && l.added < l.total
+            && l.chunks.len() < self.max_chunks
+            && self.chunks_out < MAX_OUTSTANDING_CHUNKS
+    }
+
+    /// Adds the next chunk of `msg`: `payload` holds the message bytes
+    /// `offset..offset + remote.len`, registered and readable by the peer at `remote`. It is
+    /// handed back with `Action::Release` once the peer acknowledged reading it.
+    pub fn add_chunk(
+        &mut self,
+        msg: MsgId,
+        offset: u64,
+        remote: RemoteChunk,
+        payload: B,
+    ) -> Result<(), SendError<B>> {
+        let kind = match self.large_out_index(msg) {
+            _ if self.state != State::Open => Some(SendErrorKind::Closed),
+            None => Some(SendErrorKind::UnknownMessage(msg.0)),
+            Some(i) => {
+                let l = &self.large_out[i];
+                let end = offset.checked_add(u64::from(remote.len));
+                if offset != l.added || remote.len == 0 || end.map_or(true, |e| e > l.total) {
+                    Some(SendErrorKind::BadChunk {
+                        offset,
+                        len: remote.len,
+                        expected: l.added,
+                        total: l.total,
+                    })
+                } else if !self.can_add_chunk(msg) {
+                    Some(SendErrorKind::WouldBlock)
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(kind) = kind {
+            return Err(SendError { kind, payload });
+        }
+        if let Some(i) = self.large_out_index(msg) {
+            let l = &mut self.large_out[i];
+            l.added += u64::from(remote.len);
+            l.chunks.push_back(ChunkOut {
+                offset,
+                remote,
+                payload,
+                sent: false,
+            });
+            self.chunks_out += 1;
+        }
+        Ok(())
+    }
+
+    /// Answers request `call` with "no handler" (the caller gets [`CallError::NoHandler`]).
+    pub fn reject_call(&mut self, call: CallId) -> Result<(), SendErrorKind> {
+        if !self.accepting() {
+            return Err(SendErrorKind::Closed);
+        }
+        if self.outq.len() >= self.out_cap {
+            return Err(SendErrorKind::WouldBlock);
+        }
+        self.outq.push_back(Out::Reject(call));
+        Ok(())
+    }
+
+    /// Graceful close: CLOSE goes out after everything already queued; the connection ends
+    /// (`Action::Closed { error: None }`) once the peer's CLOSE arrived and every message in
+    /// both directions is delivered and acknowledged. Sends are refused from now on.
+    pub fn close(&mut self) {
+        if self.state == State::Open {
+            self.close_queued = true;
+        }
+    }
+
+    /// Forgets a pending call: no `CallDone` is emitted for it, and its response, if one
+    /// comes, is dropped.
+    pub fn cancel_call(&mut self, id: CallId) {
+        self.calls.finish(id);
+    }
+}

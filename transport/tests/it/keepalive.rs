@@ -1,0 +1,86 @@
+//! Keepalive: a silent peer is declared dead exactly at the configured bound; a live one is
+//! probed with PING and answers PONG.
+
+use std::time::Duration;
+
+use transport::proto::{ConnError, Kind};
+
+use crate::sim::Sim;
+use crate::small_config;
+
+#[test]
+fn silent_peer_is_dead_at_the_keepalive_timeout() {
+    let mut cfg = small_config(8, 2, 8, 2, 2);
+    cfg.keepalive_interval = Duration::from_millis(100);
+    cfg.keepalive_timeout = Duration::from_millis(350);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let start = sim.now;
+    // host 1 never hears anything and says nothing: host 0's frames are lost
+    let mut pings = 0;
+    for _ in 0..349 {
+        sim.now += Duration::from_millis(1);
+        let now = sim.now;
+        sim.hosts[0].conn.on_timeout(now);
+        sim.pump();
+        pings += sim.wires[0]
+            .drain(..)
+            .filter(|f| f[0] == Kind::Ping as u8)
+            .count();
+        sim.hosts[0].complete_sends();
+        assert!(
+            sim.hosts[0].closed.is_empty(),
+            "dead too early at {:?}",
+            now - start
+        );
+    }
+    assert_eq!(
+        pings, 3,
+        "one PING per interval of silence (100, 200, 300 ms)"
+    );
+    assert_eq!(
+        sim.hosts[0].conn.poll_timeout(),
+        Some(start + Duration::from_millis(350))
+    );
+    sim.now = start + Duration::from_millis(350);
+    let now = sim.now;
+    sim.hosts[0].conn.on_timeout(now);
+    sim.pump();
+    assert_eq!(
+        sim.hosts[0].closed,
+        vec![Some(ConnError::PeerDead {
+            silent_for: Duration::from_millis(350)
+        })]
+    );
+    assert!(sim.hosts[0].closed[0]
+        .as_ref()
+        .unwrap()
+        .to_string()
+        .contains("keepalive"));
+}
+
+#[test]
+fn live_idle_peers_keep_each_other_alive() {
+    let mut cfg = small_config(8, 2, 8, 2, 2);
+    cfg.keepalive_interval = Duration::from_millis(100);
+    cfg.keepalive_timeout = Duration::from_millis(350);
+    let mut sim = Sim::new(&cfg, &cfg);
+    for _ in 0..500 {
+        // each end wakes exactly when asked to
+        let next = sim
+            .hosts
+            .iter()
+            .filter_map(|h| h.conn.poll_timeout())
+            .min()
+            .unwrap();
+        assert!(next > sim.now);
+        sim.now = next;
+        let now = sim.now;
+        for h in &mut sim.hosts {
+            h.conn.on_timeout(now);
+        }
+        sim.run_until_quiet(10_000);
+        assert!(sim.hosts.iter().all(|h| h.closed.is_empty()));
+    }
+    let pings = sim.hosts[0].conn.stats().pings_sent + sim.hosts[1].conn.stats().pings_sent;
+    assert!(pings >= 100, "idle peers probed each other ({pings} pings)");
+}

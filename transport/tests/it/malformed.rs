@@ -1,0 +1,297 @@
+//! Malformed frames fail the connection with a `ProtocolError` naming the fault; nothing
+//! panics.
+
+use std::time::Instant;
+
+use proptest::prelude::*;
+use transport::proto::{
+    encode_body, Action, ConnError, Connection, FrameBody, Header, Kind, ProtocolError,
+    RemoteChunk, FLAG_REQUEST,
+};
+
+use crate::small_config;
+
+fn conn() -> Connection<Vec<u8>> {
+    let cfg = small_config(6, 2, 6, 2, 1);
+    Connection::new(&cfg, &cfg.connect_info(), Instant::now()).unwrap()
+}
+
+fn frame(kind: Kind, flags: u8, limit: u32, tag: u64, body: FrameBody) -> Vec<u8> {
+    let mut f = Header {
+        kind,
+        flags,
+        credit_limit: limit,
+        tag,
+    }
+    .encode()
+    .to_vec();
+    let (b, n) = encode_body(&body);
+    f.extend_from_slice(&b[..n]);
+    f
+}
+
+fn feed(c: &mut Connection<Vec<u8>>, f: &[u8]) -> Result<(), ProtocolError> {
+    c.on_receive(f, f.to_vec(), Instant::now())
+}
+
+/// Feeds the frames; the last must fail with an error matching `check`, and the connection
+/// must report exactly that failure.
+fn expect_failure(frames: &[Vec<u8>], check: impl Fn(&ProtocolError) -> bool) {
+    let mut c = conn();
+    let (last, ok) = frames.split_last().unwrap();
+    for f in ok {
+        feed(&mut c, f).expect("valid frame");
+    }
+    let e = feed(&mut c, last).unwrap_err();
+    assert!(check(&e), "unexpected error {e:?}");
+    let mut closed = Vec::new();
+    while let Some(a) = c.poll_action() {
+        if let Action::Closed { error } = a {
+            closed.push(error);
+        }
+    }
+    assert_eq!(closed, vec![Some(ConnError::Protocol(e))]);
+    assert!(c.is_closed());
+    // the dead connection ignores whatever else comes
+    assert_eq!(feed(&mut c, last), Ok(()));
+    assert!(c.poll_action().is_none());
+}
+
+const L: u32 = 6; // the credit limit a fresh peer grants
+
+#[test]
+fn each_fault_is_named() {
+    let remote = RemoteChunk {
+        addr: 1,
+        rkey: 2,
+        len: 10,
+    };
+    let start = frame(
+        Kind::RndvStart,
+        0,
+        L,
+        1,
+        FrameBody::RndvStart {
+            total: 100,
+            call: 0,
+        },
+    );
+    let chunk = |offset, len| {
+        frame(
+            Kind::RndvChunk,
+            0,
+            L,
+            1,
+            FrameBody::RndvChunk {
+                offset,
+                remote: RemoteChunk { len, ..remote },
+            },
+        )
+    };
+    expect_failure(&[vec![5, 0, 0]], |e| {
+        matches!(e, ProtocolError::BadLength { .. })
+    });
+    expect_failure(&[vec![42; 16]], |e| {
+        matches!(e, ProtocolError::UnknownKind(42))
+    });
+    let mut f = frame(Kind::Ping, 0, L, 0, FrameBody::Empty);
+    f[1] = 0x40;
+    expect_failure(&[f], |e| {
+        matches!(e, ProtocolError::BadFlags { flags: 0x40, .. })
+    });
+    let mut f = frame(Kind::Ping, 0, L, 0, FrameBody::Empty);
+    f[3] = 1;
+    expect_failure(&[f], |e| matches!(e, ProtocolError::ReservedNonZero(0x100)));
+    expect_failure(&[start[..30].to_vec()], |e| {
+        matches!(
+            e,
+            ProtocolError::BadLength {
+                what: "RNDV_START",
+                ..
+            }
+        )
+    });
+    expect_failure(&[chunk(0, 10)], |e| {
+        matches!(e, ProtocolError::UnknownMessage(1))
+    });
+    expect_failure(&[start.clone(), chunk(0, 101)], |e| {
+        matches!(e, ProtocolError::BadChunk { total: 100, .. })
+    });
+    expect_failure(&[start.clone(), chunk(10, 10)], |e| {
+        matches!(e, ProtocolError::BadChunk { expected: 0, .. })
+    });
+    expect_failure(&[start.clone(), chunk(0, 0)], |e| {
+        matches!(e, ProtocolError::BadChunk { .. })
+    });
+    expect_failure(
+        &[start.clone(), chunk(0, 50), chunk(50, 50), chunk(100, 1)],
+        |e| matches!(e, ProtocolError::UnknownMessage(1)),
+    );
+    expect_failure(&[start.clone(), start.clone()], |e| {
+        matches!(e, ProtocolError::DuplicateMessage(1))
+    });
+    let huge = frame(
+        Kind::RndvStart,
+        0,
+        L,
+        1,
+        FrameBody::RndvStart {
+            total: 100_001,
+            call: 0,
+        },
+    );
+    expect_failure(&[huge], |e| {
+        matches!(e, ProtocolError::MessageTooLarge { max: 100_000, .. })
+    });
+    expect_failure(
+        &[frame(
+            Kind::RndvAck,
+            0,
+            L,
+            3,
+            FrameBody::RndvAck { offset: 0 },
+        )],
+        |e| matches!(e, ProtocolError::UnknownAck { msg: 3, offset: 0 }),
+    );
+    expect_failure(&[frame(Kind::Credit, 0, L + 1, 0, FrameBody::Empty)], |e| {
+        matches!(e, ProtocolError::BadCreditLimit { .. })
+    });
+    expect_failure(
+        &[
+            frame(Kind::Credit, 0, L, 0, FrameBody::Empty),
+            frame(Kind::Credit, 0, L - 1, 0, FrameBody::Empty),
+        ],
+        |e| {
+            matches!(
+                e,
+                ProtocolError::BadCreditLimit {
+                    limit: 5,
+                    previous: 6,
+                    ..
+                }
+            )
+        },
+    );
+    let close = frame(Kind::Close, 0, L, 0, FrameBody::Empty);
+    let mut data = Header {
+        kind: Kind::Data,
+        flags: 0,
+        credit_limit: L,
+        tag: 0,
+    }
+    .encode()
+    .to_vec();
+    data.extend_from_slice(b"late");
+    expect_failure(&[close, data.clone()], |e| {
+        matches!(e, ProtocolError::AfterClose(1))
+    });
+    let mut big = Header {
+        kind: Kind::Data,
+        flags: FLAG_REQUEST,
+        credit_limit: L,
+        tag: 1,
+    }
+    .encode()
+    .to_vec();
+    big.resize(81, 0);
+    expect_failure(&[big], |e| {
+        matches!(e, ProtocolError::FrameTooLarge { len: 81, limit: 80 })
+    });
+    // beyond the granted credit: six unreleased DATA frames fill the window
+    let mut frames = vec![data.clone(); 7];
+    frames[6] = data;
+    expect_failure(&frames, |e| {
+        matches!(e, ProtocolError::CreditExceeded { seq: 6, limit: 6 })
+    });
+}
+
+#[test]
+fn failure_hands_back_held_buffers() {
+    let mut c = conn();
+    let mut data = Header {
+        kind: Kind::Data,
+        flags: 0,
+        credit_limit: L,
+        tag: 0,
+    }
+    .encode()
+    .to_vec();
+    data.extend_from_slice(b"x");
+    // a large message in progress keeps the next eager message waiting behind it
+    feed(
+        &mut c,
+        &frame(
+            Kind::RndvStart,
+            0,
+            L,
+            1,
+            FrameBody::RndvStart { total: 10, call: 0 },
+        ),
+    )
+    .unwrap();
+    feed(&mut c, &data).unwrap();
+    let e = feed(&mut c, &[0; 3]).unwrap_err();
+    let mut released = 0;
+    let mut order = Vec::new();
+    while let Some(a) = c.poll_action() {
+        match a {
+            Action::Release(b) => {
+                assert_eq!(b, data);
+                released += 1;
+                order.push("release");
+            }
+            Action::Closed { error } => {
+                assert_eq!(error, Some(ConnError::Protocol(e.clone())));
+                order.push("closed");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(released, 1);
+    assert_eq!(order, ["closed", "release"]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    /// Arbitrary frames, after a few valid ones, never panic the connection: each is accepted
+    /// or fails it with a protocol error, after which it stays closed.
+    #[test]
+    fn arbitrary_frames_never_panic(
+        frames in proptest::collection::vec(
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..48),
+                (1u8..9, 0u8..4, 0u32..8, 0u64..3, proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(k, fl, l, t, b)| {
+                    let mut f = vec![k, fl, 0, 0];
+                    f.extend_from_slice(&l.to_le_bytes());
+                    f.extend_from_slice(&t.to_le_bytes());
+                    f.extend_from_slice(&b);
+                    f
+                }),
+            ],
+            1..12,
+        )
+    ) {
+        let mut c = conn();
+        let mut failed = false;
+        let mut closed = Vec::new();
+        for f in &frames {
+            let r = feed(&mut c, f);
+            if !closed.is_empty() {
+                prop_assert_eq!(&r, &Ok(()), "an ended connection ignores frames");
+            }
+            if let Err(e) = r {
+                failed = true;
+                prop_assert!(!e.to_string().is_empty());
+            }
+            while let Some(a) = c.poll_action() {
+                if let Action::Closed { error } = a {
+                    closed.push(error);
+                }
+            }
+            let _ = c.poll_timeout();
+        }
+        prop_assert!(closed.len() <= 1, "Closed at most once");
+        prop_assert_eq!(failed, matches!(closed.first(), Some(Some(_))), "a protocol error is reported as the failure");
+    }
+}
