@@ -74,7 +74,9 @@ impl EndpointConfig {
             ));
         }
         if self.max_one_sided == 0 {
-            return Err(crate::Error::Config("max_one_sided must be at least 1".into()));
+            return Err(crate::Error::Config(
+                "max_one_sided must be at least 1".into(),
+            ));
         }
         let chunk = self.proto.rndv_chunk_size as usize;
         if chunk > 1 << 20 {

@@ -28,7 +28,9 @@ pub struct Conn {
 impl Clone for Conn {
     /// Another handle to the same connection (the connection closes when the last is dropped).
     fn clone(&self) -> Self {
-        self.inner.handles.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .handles
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Conn {
             inner: self.inner.clone(),
             engine: self.engine.clone(),
@@ -97,26 +99,27 @@ impl Conn {
         timeout: Option<Duration>,
     ) -> Result<Option<CallId>> {
         let mut frame = Some(frame);
-        let mut attempt = |conn: &ConnShared, st: &mut ConnState| -> Option<Result<Option<CallId>>> {
-            if let Some(e) = st.ended() {
-                return Some(Err(e));
-            }
-            let p = st.proto.as_mut()?;
-            match p.send(class, frame.take().expect("frame until sent")) {
-                Ok(id) => {
-                    conn.drive(st);
-                    Some(Ok(id))
+        let mut attempt =
+            |conn: &ConnShared, st: &mut ConnState| -> Option<Result<Option<CallId>>> {
+                if let Some(e) = st.ended() {
+                    return Some(Err(e));
                 }
-                Err(SendError {
-                    kind: SendErrorKind::WouldBlock,
-                    payload,
-                }) => {
-                    frame = Some(payload);
-                    None
+                let p = st.proto.as_mut()?;
+                match p.send(class, frame.take().expect("frame until sent")) {
+                    Ok(id) => {
+                        conn.drive(st);
+                        Some(Ok(id))
+                    }
+                    Err(SendError {
+                        kind: SendErrorKind::WouldBlock,
+                        payload,
+                    }) => {
+                        frame = Some(payload);
+                        None
+                    }
+                    Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
                 }
-                Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
-            }
-        };
+            };
         match timeout {
             Some(t) => self.wait("send", t, attempt),
             None => {
@@ -368,7 +371,13 @@ impl Conn {
 
     /// Reads `dst.len()` bytes at `offset` of the peer's region named by `token` (RDMA READ).
     /// Out of range or not readable: refused here, nothing sent.
-    pub fn read(&self, token: &Token, offset: u64, dst: &mut [u8], timeout: Duration) -> Result<()> {
+    pub fn read(
+        &self,
+        token: &Token,
+        offset: u64,
+        dst: &mut [u8],
+        timeout: Duration,
+    ) -> Result<()> {
         let addr = token.check("read", offset, dst.len() as u64)?;
         let deadline = Instant::now() + timeout;
         let piece = 1 << 20;
@@ -378,7 +387,10 @@ impl Conn {
                 .inner
                 .shared
                 .pool
-                .alloc(out.len(), deadline.saturating_duration_since(Instant::now()))
+                .alloc(
+                    out.len(),
+                    deadline.saturating_duration_since(Instant::now()),
+                )
                 .map_err(pool_error)?;
             let remote = RemoteSlice {
                 addr: at,
@@ -408,7 +420,10 @@ impl Conn {
                 .inner
                 .shared
                 .pool
-                .alloc(part.len(), deadline.saturating_duration_since(Instant::now()))
+                .alloc(
+                    part.len(),
+                    deadline.saturating_duration_since(Instant::now()),
+                )
                 .map_err(pool_error)?;
             buf.copy_from_slice(part);
             let remote = RemoteSlice {
@@ -496,7 +511,12 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if self.inner.handles.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) != 1 {
+        if self
+            .inner
+            .handles
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            != 1
+        {
             return;
         }
         let mut st = self.inner.state.lock();

@@ -184,7 +184,12 @@ impl Endpoint {
 
     /// The peer's connect data arrived: start the protocol, replay early frames, and route the
     /// id's CM events (disconnects) to the engine.
-    pub(crate) fn establish(&self, conn: &Arc<ConnShared>, id: &cm::CmId, peer: &ConnectInfo) -> Result<()> {
+    pub(crate) fn establish(
+        &self,
+        conn: &Arc<ConnShared>,
+        id: &cm::CmId,
+        peer: &ConnectInfo,
+    ) -> Result<()> {
         let proto = proto::Connection::new(&self.config().proto, peer, Instant::now())
             .map_err(|e| Error::Config(e.to_string()))?;
         {

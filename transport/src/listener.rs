@@ -50,12 +50,15 @@ impl Listener {
                     continue;
                 }
             };
-            let proto = proto::Connection::new(&self.endpoint.config().proto, &peer, Instant::now())
-                .map_err(|e| Error::Config(e.to_string()))?;
+            let proto =
+                proto::Connection::new(&self.endpoint.config().proto, &peer, Instant::now())
+                    .map_err(|e| Error::Config(e.to_string()))?;
             let conn = self
                 .endpoint
                 .register(req.qp().clone(), req.id().clone(), Some(proto));
-            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_secs(1));
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1));
             let parts = match req.accept(&ours.encode(), left) {
                 Ok(c) => c.into_parts(),
                 Err(e) => {

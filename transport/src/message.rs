@@ -95,7 +95,9 @@ impl fmt::Debug for Message {
 
 impl Drop for Message {
     fn drop(&mut self) {
-        let Some(d) = self.delivery.take() else { return };
+        let Some(d) = self.delivery.take() else {
+            return;
+        };
         let credit = d.holds_credit();
         drop(d);
         if credit {

@@ -114,8 +114,7 @@ impl Token {
         if b[0..4] != MAGIC {
             return Err(Error::BadToken("not a region token (bad magic)"));
         }
-        let access =
-            Access::from_bits(b[4]).ok_or(Error::BadToken("unknown access bits"))?;
+        let access = Access::from_bits(b[4]).ok_or(Error::BadToken("unknown access bits"))?;
         if b[5..8] != [0; 3] || b[28..32] != [0; 4] {
             return Err(Error::BadToken("reserved bytes are not zero"));
         }
@@ -197,7 +196,9 @@ impl Region {
 
 impl fmt::Debug for Region {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Region").field("token", &self.token).finish()
+        f.debug_struct("Region")
+            .field("token", &self.token)
+            .finish()
     }
 }
 
@@ -217,9 +218,18 @@ mod tests {
         assert_eq!(Token::from_bytes(&t.to_bytes()).unwrap(), t);
         assert_eq!(t.check("read", 0, 64).unwrap(), 0x1000);
         assert_eq!(t.check("read", 60, 4).unwrap(), 0x103c);
-        assert!(matches!(t.check("read", 60, 5), Err(Error::OutOfRange { .. })));
-        assert!(matches!(t.check("read", u64::MAX, 2), Err(Error::OutOfRange { .. })));
-        assert!(matches!(t.check("write", 0, 1), Err(Error::AccessDenied { op: "write" })));
+        assert!(matches!(
+            t.check("read", 60, 5),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            t.check("read", u64::MAX, 2),
+            Err(Error::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            t.check("write", 0, 1),
+            Err(Error::AccessDenied { op: "write" })
+        ));
     }
 
     proptest! {

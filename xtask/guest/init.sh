@@ -126,6 +126,10 @@ if [ "$HOSTS" = 2 ]; then
     echo 1 > /proc/sys/net/ipv4/conf/$c/accept_local
     echo 0 > /proc/sys/net/ipv4/conf/$c/rp_filter
   done
+  # rxe sends an RDMA READ response of 1 MiB as one burst of 1024 packets, which a veth hands
+  # to the receiving CPU's backlog: the default 1000 drops the tail, and RC then waits for its
+  # retransmission timer. Real NICs queue in hardware; give the veth room like one.
+  echo 10000 > /proc/sys/net/core/netdev_max_backlog
   $IP link set veth-a up && $IP link set veth-b up || fail "cannot bring up veth-a/veth-b"
   { $IP rule add pref 1000 lookup local && $IP rule del pref 0 &&
     $IP rule add pref 100 oif veth-a lookup 100 && $IP rule add pref 101 oif veth-b lookup 101 &&

@@ -106,18 +106,11 @@ impl ConnShared {
     /// Carries out every action the protocol has queued, then wakes whoever waits on the
     /// connection. Call with the state locked, after every call into the protocol.
     pub(crate) fn drive(&self, st: &mut ConnState) {
-        let now = Instant::now();
-        self.retry_deferred_reads(st, now);
-        loop {
-            let Some(proto) = st.proto.as_mut() else {
-                break;
-            };
-            let Some(action) = proto.poll_action() else {
-                break;
-            };
+        self.retry_deferred_reads(st);
+        while let Some(action) = st.proto.as_mut().and_then(|p| p.poll_action()) {
             match action {
                 Action::Send { header, body } => self.post_frame(st, header, body),
-                Action::Read { id, remote, len } => self.post_read(st, id, remote, len, now),
+                Action::Read { id, remote, len } => self.post_read(st, id, remote, len),
                 Action::Release(buf) => drop(buf),
                 Action::Deliver(d) => match d.class {
                     proto::Received::Message => st.inbox.push_back(d),
@@ -207,7 +200,14 @@ impl ConnShared {
         self.post(st, request, SqOp::Frame);
     }
 
-    fn post_read(&self, st: &mut ConnState, id: ReadId, remote: RemoteChunk, len: u32, now: Instant) {
+    fn post_read(
+        &self,
+        st: &mut ConnState,
+        id: ReadId,
+        remote: RemoteChunk,
+        len: u32,
+        now: Instant,
+    ) {
         if !st.deferred_reads.is_empty() {
             st.deferred_reads.push_back((id, remote, len));
             return;
@@ -222,14 +222,11 @@ impl ConnShared {
                 let request = SendRequest::rdma_read(dest, 0..len as usize, remote);
                 self.post(st, request, SqOp::Read(id));
             }
-            Err(_) => {
-                let _ = now;
-                st.deferred_reads.push_back((id, remote, len));
-            }
+            Err(_) => st.deferred_reads.push_back((id, remote, len)),
         }
     }
 
-    fn retry_deferred_reads(&self, st: &mut ConnState, now: Instant) {
+    fn retry_deferred_reads(&self, st: &mut ConnState) {
         while let Some(&(id, remote, len)) = st.deferred_reads.front() {
             let Ok(dest) = self.shared.pool.try_alloc(len as usize) else {
                 return;
@@ -243,7 +240,6 @@ impl ConnShared {
             let request = SendRequest::rdma_read(dest, 0..len as usize, remote);
             self.post(st, request, SqOp::Read(id));
         }
-        let _ = now;
     }
 
     /// Posts a send-queue request built by the caller; a failure fails the connection (the

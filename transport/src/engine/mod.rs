@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use memory::{Buffer, ClassConfig, Pool, PoolAccess, PoolConfig};
 use parking_lot::{Mutex, RwLock};
-use verbs::{CompletionBuf, Cq, Pd, RecvRequest, Reclaimed, Srq, WorkCompletion};
+use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRequest, Srq, WorkCompletion};
 
 pub(crate) use conn::{ConnShared, ConnState, SqOp};
 
@@ -158,9 +158,18 @@ impl Shared {
     /// Polls the completion queue once and handles what it finds; returns how many
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
-        let Some(mut guard) = self.progress.try_lock() else {
-            return 0;
-        };
+        match self.progress.try_lock() {
+            Some(guard) => self.poll_with(guard),
+            None => 0,
+        }
+    }
+
+    /// Handles every completion queued now, waiting for the poller if another thread polls.
+    fn progress_all(&self) {
+        while self.poll_with(self.progress.lock()) > 0 {}
+    }
+
+    fn poll_with(&self, mut guard: parking_lot::MutexGuard<'_, Progress>) -> usize {
         let Progress { wcs, reclaimed } = &mut *guard;
         let Ok(polled) = self.cq.poll(wcs) else {
             return 0;
@@ -257,8 +266,15 @@ impl Shared {
             .find(|c| c.id.as_raw() == id.as_raw())
             .cloned();
         if let Some(conn) = conn {
+            // What the peer sent before disconnecting is already in the completion queue
+            // (its device acknowledged it first): handle it before the disconnect.
+            self.progress_all();
             let mut st = conn.state.lock();
             match st.proto.as_mut() {
+                // The peer closed gracefully and then disconnected: end of stream.
+                Some(p) if p.peer_closed() => {
+                    st.end.get_or_insert(None);
+                }
                 Some(p) => p.on_peer_gone(crate::proto::PeerGone::Disconnected),
                 None => {
                     st.end.get_or_insert(Some(crate::proto::ConnError::PeerGone(
@@ -309,8 +325,27 @@ impl Engine {
     }
 }
 
+/// How long dropping the last handle of an endpoint waits for its connections to finish
+/// closing gracefully (their last messages delivered) before cutting them.
+pub const LINGER: Duration = Duration::from_secs(2);
+
 impl Drop for Engine {
     fn drop(&mut self) {
+        // Let connections that are closing (their handles dropped, CLOSE queued behind the
+        // last messages) finish, so nothing sent is lost, within a bound.
+        let deadline = Instant::now() + LINGER;
+        while Instant::now() < deadline {
+            let open = self
+                .shared
+                .conns
+                .read()
+                .values()
+                .any(|c| c.state.lock().end.is_none());
+            if !open {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         self.shared.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -335,9 +370,7 @@ fn progress_loop(shared: &Shared) {
     while !shared.stop.load(Ordering::Relaxed) {
         let n = shared.progress();
         let now = Instant::now();
-        if now.duration_since(last_tick) >= TICK
-            || shared.next_timer().is_some_and(|t| t <= now)
-        {
+        if now.duration_since(last_tick) >= TICK || shared.next_timer().is_some_and(|t| t <= now) {
             shared.tick(now);
             last_tick = now;
         }

@@ -60,7 +60,10 @@ fn a_timed_out_call_never_gets_a_late_response() {
     });
     let r = client.call(b"first", Duration::from_millis(100));
     assert!(
-        matches!(r, Err(Error::Call(CallError::TimedOut) | Error::TimedOut { .. })),
+        matches!(
+            r,
+            Err(Error::Call(CallError::TimedOut) | Error::TimedOut { .. })
+        ),
         "{r:?}"
     );
     std::thread::sleep(Duration::from_millis(600));

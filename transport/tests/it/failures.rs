@@ -18,7 +18,12 @@ fn connect_to_a_port_nobody_listens_on_is_refused() {
     let started = Instant::now();
     let r = client.connect_timeout(SocketAddr::new(peer_ip(), 7999), Duration::from_secs(5));
     assert!(
-        matches!(r, Err(Error::Cm(cm::Error::Rejected { .. } | cm::Error::Unreachable { .. }))),
+        matches!(
+            r,
+            Err(Error::Cm(
+                cm::Error::Rejected { .. } | cm::Error::Unreachable { .. }
+            ))
+        ),
         "{r:?}"
     );
     assert!(started.elapsed() < Duration::from_secs(7));
@@ -28,7 +33,8 @@ fn connect_to_a_port_nobody_listens_on_is_refused() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_peer_of_another_version_is_refused_both_ways() {
     // Our client against a listener that answers with version 2.
-    let listener = cm::Listener::bind(SocketAddr::new(peer_ip(), 0), cm::ConnOptions::new()).unwrap();
+    let listener =
+        cm::Listener::bind(SocketAddr::new(peer_ip(), 0), cm::ConnOptions::new()).unwrap();
     let addr = listener.local_addr().unwrap();
     let newer = ConnectInfo {
         version: 2,
@@ -44,7 +50,13 @@ fn a_peer_of_another_version_is_refused_both_ways() {
     let client = Endpoint::with_config(local_ip(), config()).unwrap();
     let r = client.connect_timeout(addr, TIMEOUT);
     assert!(
-        matches!(r, Err(Error::Handshake(HandshakeError::VersionMismatch { ours: 1, theirs: 2 }))),
+        matches!(
+            r,
+            Err(Error::Handshake(HandshakeError::VersionMismatch {
+                ours: 1,
+                theirs: 2
+            }))
+        ),
         "{r:?}"
     );
     refuse.join().unwrap();
@@ -158,7 +170,11 @@ fn a_server_killed_mid_transfer_fails_the_client_within_the_keepalive_bound() {
     while client.pool().stats().buffers_in_use() > baseline && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(client.pool().stats().buffers_in_use() <= baseline, "{:?}", client.pool().stats());
+    assert!(
+        client.pool().stats().buffers_in_use() <= baseline,
+        "{:?}",
+        client.pool().stats()
+    );
 }
 
 #[test]

@@ -29,7 +29,9 @@ fn two_hundred_fifty_six_connections_on_one_endpoint() {
         // Echo one message on every connection, in a round.
         for round in 0..4 {
             for (i, c) in conns.iter().enumerate() {
-                let m = c.recv(TIMEOUT).unwrap_or_else(|e| panic!("conn {i} round {round}: {e}"));
+                let m = c
+                    .recv(TIMEOUT)
+                    .unwrap_or_else(|e| panic!("conn {i} round {round}: {e}"));
                 c.send(&m.to_vec()).unwrap();
             }
         }
@@ -44,7 +46,10 @@ fn two_hundred_fifty_six_connections_on_one_endpoint() {
         }
         for (i, c) in conns.iter().enumerate() {
             let m = c.recv(TIMEOUT).unwrap();
-            assert!(m.to_vec() == pattern(round << 16 | i as u64, 100 + i), "conn {i}");
+            assert!(
+                m.to_vec() == pattern(round << 16 | i as u64, 100 + i),
+                "conn {i}"
+            );
         }
     }
     let server_conns = server.join().unwrap();

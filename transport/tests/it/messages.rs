@@ -38,7 +38,10 @@ fn sizes_from_empty_past_the_rendezvous_threshold_echo_intact() {
         client.send(&data).unwrap();
         let back = client.recv(TIMEOUT).unwrap();
         assert_eq!(back.len(), len, "size {len}");
-        assert!(back.to_vec() == data, "bytes of the {len}-byte message differ");
+        assert!(
+            back.to_vec() == data,
+            "bytes of the {len}-byte message differ"
+        );
     }
     let _server = echo.join().unwrap();
     assert_eq!(rnr_counters(), rnr_before, "RNR NAKs on the wire");

@@ -39,7 +39,10 @@ fn out_of_range_and_disallowed_access_is_refused_locally() {
     let r = client.read(&token, 4090, &mut buf, TIMEOUT);
     assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
     let r = client.write(&token, 0, b"no", TIMEOUT);
-    assert!(matches!(r, Err(Error::AccessDenied { op: "write" })), "{r:?}");
+    assert!(
+        matches!(r, Err(Error::AccessDenied { op: "write" })),
+        "{r:?}"
+    );
     let r = Token::from_bytes(&[0u8; 31]);
     assert!(matches!(r, Err(Error::BadToken(_))), "{r:?}");
     // Nothing was sent: the connection still works.

@@ -261,6 +261,12 @@ impl<B: Payload> Connection<B> {
         }
     }
 
+    /// Whether the peer's CLOSE arrived: everything it sent before has been received, so a
+    /// disconnect from now on ends the connection gracefully rather than losing anything.
+    pub fn peer_closed(&self) -> bool {
+        self.close_received
+    }
+
     /// When [`on_timeout`](Self::on_timeout) must be called next (`None`: the connection
     /// ended).
     pub fn poll_timeout(&self) -> Option<Instant> {
