@@ -200,14 +200,7 @@ impl ConnShared {
         self.post(st, request, SqOp::Frame);
     }
 
-    fn post_read(
-        &self,
-        st: &mut ConnState,
-        id: ReadId,
-        remote: RemoteChunk,
-        len: u32,
-        now: Instant,
-    ) {
+    fn post_read(&self, st: &mut ConnState, id: ReadId, remote: RemoteChunk, len: u32) {
         if !st.deferred_reads.is_empty() {
             st.deferred_reads.push_back((id, remote, len));
             return;
