@@ -4,7 +4,7 @@ use verbs_sys as sys;
 
 use super::QpType;
 use crate::context::Gid;
-use crate::cq::Cq;
+use crate::cq::{AsCq, Cq};
 use crate::srq::Srq;
 
 /// Queue sizes of a QP (`struct ibv_qp_cap`). After creation, [`Qp::cap`](crate::Qp::cap) gives the sizes the
@@ -61,12 +61,17 @@ pub struct QpInitAttr<'a> {
 
 impl<'a> QpInitAttr<'a> {
     /// A QP of `qp_type` completing sends on `send_cq` and receives on `recv_cq` (may be the
-    /// same CQ), with [`QpCap::default`] queue sizes.
-    pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+    /// same CQ), with [`QpCap::default`] queue sizes. Either CQ may be a plain [`Cq`] or an
+    /// extended [`CqEx`](crate::CqEx).
+    pub fn new<S: AsCq + ?Sized, R: AsCq + ?Sized>(
+        qp_type: QpType,
+        send_cq: &'a S,
+        recv_cq: &'a R,
+    ) -> Self {
         QpInitAttr {
             qp_type,
-            send_cq,
-            recv_cq,
+            send_cq: send_cq.as_cq(),
+            recv_cq: recv_cq.as_cq(),
             srq: None,
             cap: QpCap::default(),
             sq_sig_all: false,
