@@ -217,6 +217,17 @@ pub enum Error {
     /// [`WorkCompletion::status`]: crate::WorkCompletion::status
     #[error(transparent)]
     Completion(#[from] crate::cq::WcError),
+    /// An inline send larger than the QP's `max_inline_data` (ask for more with
+    /// `QpInitAttr::max_inline_data`, or send from registered memory).
+    #[error("QP {qp_num}: {len} bytes of inline data exceed max_inline_data {max}; create the QP with a larger max_inline_data or send from registered memory")]
+    InlineTooLong {
+        /// QP number.
+        qp_num: u32,
+        /// Bytes asked for.
+        len: usize,
+        /// The QP's limit.
+        max: u32,
+    },
     /// The device does not support this operation (EOPNOTSUPP).
     #[error("{what}: not supported by this device")]
     Unsupported {

@@ -153,8 +153,8 @@ pub use context::{
     EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
 };
 pub use cq::{
-    Completion, CompletionBuf, CompletionChannel, Cq, Polled, WcError, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion,
+    AsCq, Completion, CompletionBuf, CompletionChannel, Cq, CqEx, CqExAttr, ExPoll, ExWc, Polled,
+    PolledWc, WcError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use device::{devices, DeviceInfo, NodeType};
 pub use error::{Error, Result};
@@ -165,9 +165,9 @@ pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
 pub use qp::{states, QpIn};
 pub use qp::{
-    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint,
-    QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr,
-    UdDest, WrOp,
+    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint, QpEx,
+    QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest,
+    SendWr, UdDest, WrOp,
 };
 pub use srq::Srq;
 pub use verbs_sys as sys;

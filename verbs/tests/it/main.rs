@@ -7,6 +7,7 @@ mod cq;
 mod device;
 mod errors;
 mod events;
+mod ext;
 mod host;
 mod mr;
 mod rc;
