@@ -228,6 +228,14 @@ pub enum Error {
         /// The QP's limit.
         max: u32,
     },
+    /// A completion vector the device does not have.
+    #[error("completion vector {vector} does not exist: the device has {count} (Context::num_comp_vectors)")]
+    CompVector {
+        /// The vector asked for.
+        vector: u32,
+        /// How many the device has.
+        count: u32,
+    },
     /// The device does not support this operation (EOPNOTSUPP).
     #[error("{what}: not supported by this device")]
     Unsupported {

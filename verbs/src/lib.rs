@@ -150,7 +150,8 @@ pub mod srq;
 pub use ah::Ah;
 pub use context::{
     AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,
-    EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
+    EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PhysState, PortAttr, PortSpeed,
+    PortState, PortWidth,
 };
 pub use cq::{
     AsCq, Completion, CompletionBuf, CompletionChannel, Cq, CqEx, CqExAttr, ExPoll, ExWc, Polled,
@@ -166,8 +167,8 @@ pub use qp::post::OWNED_WR_ID;
 pub use qp::{states, QpIn};
 pub use qp::{
     AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint, QpEx,
-    QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest,
-    SendWr, UdDest, WrOp,
+    QpInitAttr, QpQuery, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps,
+    SendRequest, SendWr, UdDest, WrOp,
 };
 pub use srq::Srq;
 pub use verbs_sys as sys;

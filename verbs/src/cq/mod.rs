@@ -3,6 +3,7 @@
 mod any;
 mod channel;
 mod ex;
+mod vector;
 mod wc;
 
 use std::io;

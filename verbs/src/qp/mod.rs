@@ -3,6 +3,7 @@
 mod attr;
 mod init;
 pub mod post;
+mod query;
 mod state;
 mod typed;
 
@@ -20,6 +21,7 @@ pub use post::{
     PostError, QpEx, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest, SendWr,
     UdDest, WrOp,
 };
+pub use query::QpQuery;
 pub use state::{check_transition, transition, QpState, QpType};
 pub use typed::{states, QpIn};
 
