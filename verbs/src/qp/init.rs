@@ -149,6 +149,7 @@ impl<'a> QpInitAttr<'a> {
 
 /// The identity of one end of a connection, exchanged out of band before RTR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpEndpoint {
     /// QP number.
     pub qp_num: u32,
@@ -158,4 +159,32 @@ pub struct QpEndpoint {
     pub lid: u16,
     /// GID (RoCE; zero on InfiniBand without GRH).
     pub gid: Gid,
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+    use crate::RemoteSlice;
+
+    #[test]
+    fn exchanged_values_round_trip_through_json() {
+        let ep = QpEndpoint {
+            qp_num: 0x11,
+            psn: 0xabcdef,
+            lid: 0,
+            gid: Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]),
+        };
+        let json = serde_json::to_string(&ep).unwrap();
+        assert_eq!(serde_json::from_str::<QpEndpoint>(&json).unwrap(), ep);
+        let rs = RemoteSlice {
+            addr: 0x7f00_0000_1000,
+            len: 4096,
+            rkey: 0x1234,
+        };
+        let json = serde_json::to_string(&rs).unwrap();
+        assert!(json.contains("\"rkey\":4660"), "{json}");
+        assert_eq!(serde_json::from_str::<RemoteSlice>(&json).unwrap(), rs);
+        // A truncated GID is refused, not zero-filled.
+        assert!(serde_json::from_str::<Gid>("[1,2,3]").is_err());
+    }
 }
