@@ -166,7 +166,7 @@ pub mod pd;
 pub mod qp;
 pub mod srq;
 
-pub use ah::Ah;
+pub use ah::{Ah, GRH_LEN};
 pub use context::{
     AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,
     EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PhysState, PortAttr, PortSpeed,
