@@ -92,6 +92,7 @@ mod listener;
 mod options;
 mod param;
 mod qp_attr;
+mod ud;
 
 pub use connection::{Connection, DRAIN_TIMEOUT};
 pub use connector::{connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT};
@@ -101,3 +102,4 @@ pub use id::{CmId, PortSpace};
 pub use listener::{ConnectRequest, Listener, DEFAULT_BACKLOG};
 pub use options::ConnOptions;
 pub use param::{max_private_data, ConnParam, PrivateDataOp};
+pub use ud::{UdConnector, UdEndpoint, UdListener, UdParam, UdPeer};

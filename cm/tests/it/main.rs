@@ -7,3 +7,4 @@ mod failures;
 mod many;
 mod private_data;
 mod support;
+mod ud;
