@@ -228,6 +228,17 @@ pub enum Error {
         /// The QP's limit.
         max: u32,
     },
+    /// `ibv_attach_mcast` / `ibv_detach_mcast` failed.
+    #[error("QP {qp_num}: {op} failed")]
+    Mcast {
+        /// QP number.
+        qp_num: u32,
+        /// The call.
+        op: &'static str,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// A completion vector the device does not have.
     #[error("completion vector {vector} does not exist: the device has {count} (Context::num_comp_vectors)")]
     CompVector {

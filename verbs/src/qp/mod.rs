@@ -2,6 +2,7 @@
 //! and work-request posting (see [`post`]).
 mod attr;
 mod init;
+mod mcast;
 pub mod post;
 mod query;
 mod state;
