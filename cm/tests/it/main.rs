@@ -5,6 +5,7 @@ mod connect;
 mod disconnect;
 mod failures;
 mod many;
+mod multicast;
 mod private_data;
 mod support;
 mod ud;
