@@ -52,6 +52,13 @@
 //! - [`CmId`]: the librdmacm calls (bind, resolve, listen, connect, accept, reject,
 //!   disconnect) and the device [`context`](CmId::context) it shares with verbs.
 //! - [`Listener`], [`Connector`], [`Connection`]: the blocking helpers most programs use.
+//! - Unreliable datagrams (`RDMA_PS_UDP`): [`UdConnector`] resolves a [`UdListener`] and
+//!   returns its own [`UdEndpoint`] plus the server as a [`UdPeer`] (address handle, QP
+//!   number and Q_Key from the `Established` event's [`UdParam`]); the server answers a
+//!   client it knows from its datagram (`verbs::Pd::create_ah_from_wc` and `src_qp`).
+//!   [`UdEndpoint::join_multicast`] joins a group (`rdma_join_multicast`), attaches the QP
+//!   and gives the group as a send destination; the [`Membership`] detaches and leaves on
+//!   drop or [`Membership::leave`].
 //!
 //! QPs are verbs [`Qp`](verbs::Qp)s created on a verbs PD and CQ; this crate moves them
 //! through their states with the attributes the CM computes (`rdma_init_qp_attr`), so the
