@@ -147,8 +147,10 @@
 //! - rxe (rdma-core 44) quirks handled here: an [`ExPoll`] batch holds one completion (its
 //!   `ibv_next_poll` past the last entry corrupts the CQ before rdma-core 61), and inline
 //!   lists go through `ibv_wr_set_inline_data` (its list call posts zero bytes before 64).
-//!   Its `ibv_wr_set_sge_list` miscounts multi-SGE lengths, so multi-SGE requests through
-//!   [`QpEx::wr_post`] fail there with a local protection error; use plain posting for them.
+//!   Its `ibv_wr_set_sge_list` counts every SGE as long as the first, so on rxe a
+//!   [`QpEx::wr_post`] request whose SGEs differ in length completes with `LocQpOpErr`
+//!   and the QP goes to the error state (fixed upstream after rdma-core 64); post such
+//!   requests with [`Qp::post_send`].
 //! - Not wrapped yet: memory windows, XRC, device memory, flow steering; use `as_raw()` and
 //!   [`sys`].
 #![warn(missing_docs)]

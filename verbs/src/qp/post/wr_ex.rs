@@ -281,7 +281,8 @@ impl QpEx {
     }
 
     /// Posts owned send requests in one `ibv_wr_start` / `ibv_wr_complete` session (one
-    /// doorbell); returns their ids. As with [`Qp::post_send_batch`], the buffers come back
+    /// doorbell); returns their ids. (On rxe before a fix newer than rdma-core 64, SGEs of
+    /// different lengths in one request fail: see the crate docs' limitations.) As with [`Qp::post_send_batch`], the buffers come back
     /// through [`Qp::reclaim`], and a request that fails validation, a full queue or a QP in
     /// Reset posts nothing. If `ibv_wr_complete` itself fails, the device may have queued the
     /// batch, so the requests stay in flight (their ids are in [`PostError::posted`]).
