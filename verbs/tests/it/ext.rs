@@ -317,3 +317,103 @@ fn inline_sends_gather_io_slices() {
     }
     assert_eq!(a.in_flight(), (0, 0));
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn wr_api_sends_ud_datagrams_owned_and_borrowed() {
+    const QKEY: u32 = 0x5151_0001;
+    let ctx = open();
+    let (sgid, my_gid) = crate::support::gid(&ctx);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq_a = ctx.create_cq(16, None).unwrap();
+    let cq_b = ctx.create_cq(16, None).unwrap();
+    let a = pd
+        .create_qp_ex(
+            &QpInitAttr::new(QpType::Ud, &cq_a, &cq_a),
+            SendOps::SEND | SendOps::SEND_WITH_IMM,
+        )
+        .unwrap();
+    let b = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq_b, &cq_b))
+        .unwrap();
+    let any = verbs::QpEndpoint {
+        qp_num: 0,
+        psn: 0,
+        lid: 0,
+        gid: my_gid,
+    };
+    for qp in [&*a, &b] {
+        qp.to_init_ud(crate::support::PORT, QKEY).unwrap();
+        qp.to_rtr(&any, crate::support::PORT, Some(sgid), verbs::Mtu::Mtu1024)
+            .unwrap();
+        qp.to_rts(0).unwrap();
+    }
+    let ah = pd
+        .create_ah(&verbs::AhAttr::roce(crate::support::PORT, my_gid, sgid))
+        .unwrap();
+    for _ in 0..2 {
+        let rx = pd.reg_mr(40 + 256, AccessFlags::LOCAL_WRITE).unwrap();
+        b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    }
+
+    // Owned, through ibv_wr_send_imm + ibv_wr_set_ud_addr.
+    let owned = pattern(200, 5);
+    let mut mr = pd.reg_mr(256, AccessFlags::LOCAL_WRITE).unwrap();
+    mr.as_mut_slice()[..200].copy_from_slice(&owned);
+    let req = SendRequest::new(WrOp::SendWithImm(0xabc))
+        .sge(mr, 0..200)
+        .unwrap()
+        .ud(&ah, b.qp_num(), QKEY);
+    let id = a.wr_post(vec![req]).unwrap()[0];
+
+    // Borrowed (unsafe): a region of ours, untouched until its completion below.
+    let borrowed = pattern(120, 9);
+    let mut mr2 = pd.reg_mr(256, AccessFlags::LOCAL_WRITE).unwrap();
+    mr2.as_mut_slice()[..120].copy_from_slice(&borrowed);
+    let sge = [mr2.local(0..120).unwrap()];
+    let wr = verbs::SendWr {
+        wr_id: 77,
+        op: WrOp::Send,
+        sges: &sge,
+        flags: SendFlags::SIGNALED,
+        ud: Some(verbs::UdDest {
+            ah: &ah,
+            remote_qpn: b.qp_num(),
+            remote_qkey: QKEY,
+        }),
+    };
+    // SAFETY: `mr2` and `ah` outlive the completion drained below and are not written
+    // meanwhile.
+    unsafe { a.wr_post_unchecked(&[wr]) }.unwrap();
+    // The reserved bit is refused.
+    let bad = verbs::SendWr {
+        wr_id: verbs::OWNED_WR_ID | 1,
+        ..wr
+    };
+    // SAFETY: refused before anything is posted.
+    let e = unsafe { a.wr_post_unchecked(&[bad]) }.unwrap_err();
+    assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e:?}");
+
+    let mut ids = Vec::new();
+    crate::support::drain(&cq_a, 2, |wc| {
+        assert_eq!(wc.status(), Ok(()));
+        ids.push(wc.wr_id());
+        a.reclaim(wc);
+    });
+    assert_eq!(ids, [id, 77]);
+    assert_eq!(a.in_flight(), (0, 0));
+    drop(mr2);
+
+    let mut got = Vec::new();
+    crate::support::drain(&cq_b, 2, |wc| {
+        let c = wc.to_completion();
+        let mut back = b.reclaim(wc);
+        let rx: MemoryRegion = back[0].take().unwrap();
+        got.push((c, rx.as_slice()[40..40 + c.byte_len as usize - 40].to_vec()));
+    });
+    assert_eq!(got[0].0.imm, Some(0xabc));
+    assert_eq!(got[0].0.src_qp, a.qp_num());
+    assert_eq!(got[0].1, owned);
+    assert_eq!(got[1].0.imm, None);
+    assert_eq!(got[1].1, borrowed);
+}
