@@ -66,6 +66,7 @@ pub struct UdEndpoint {
 impl UdEndpoint {
     /// Creates PD, CQ (`cq_entries`) and a UD QP (`cap`) on `id`'s device and moves the QP
     /// to RTS with the Q_Key, port and P_Key the CM computes (`rdma_init_qp_attr`).
+    #[doc(alias = "rdma_init_qp_attr")]
     pub fn new(id: CmId, cap: QpCap, cq_entries: u32) -> Result<UdEndpoint> {
         let ctx = id.context()?;
         let pd = ctx.alloc_pd()?;
@@ -131,6 +132,7 @@ pub struct UdConnector {
 
 impl UdConnector {
     /// Resolves `dst`, a [`UdListener`]'s address.
+    #[doc(alias = "RDMA_PS_UDP")]
     pub fn new(dst: SocketAddr) -> Self {
         UdConnector {
             dst,

@@ -121,14 +121,17 @@ impl fmt::Display for PhysState {
 
 impl PortAttr {
     /// Per-lane speed (`Err` with the raw value for one newer than this crate).
+    #[doc(alias = "ibv_query_port")]
     pub fn active_speed(&self) -> Result<PortSpeed, u8> {
         PortSpeed::try_from(self.0.active_speed)
     }
     /// Number of lanes (`Err` with the raw value for one newer than this crate).
+    #[doc(alias = "ibv_query_port")]
     pub fn active_width(&self) -> Result<PortWidth, u8> {
         PortWidth::try_from(self.0.active_width)
     }
     /// Physical link state (`Err` with the raw value for one newer than this crate).
+    #[doc(alias = "ibv_query_port")]
     pub fn phys_state(&self) -> Result<PhysState, u8> {
         PhysState::try_from(self.0.phys_state)
     }

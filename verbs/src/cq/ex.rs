@@ -235,6 +235,7 @@ impl CqEx {
     }
 
     /// Polls until a batch has at least one completion or `timeout` passes (busy-polling).
+    #[doc(alias = "ibv_start_poll")]
     pub fn start_poll_timeout(&mut self, timeout: Duration) -> Result<Option<ExPoll<'_>>> {
         let deadline = std::time::Instant::now() + timeout;
         let mut attr = sys::ibv_poll_cq_attr { comp_mask: 0 };
@@ -385,27 +386,32 @@ impl ExWc<'_> {
         })
     }
     /// Vendor error syndrome.
+    #[doc(alias = "ibv_wc_read_vendor_err")]
     pub fn vendor_err(&self) -> u32 {
         // SAFETY: live CQ positioned on a completion; every extended CQ has this reader.
         unsafe { sys::ibv_wc_read_vendor_err(self.raw()) }
     }
     /// The operation (`None` on failure, where the opcode is undefined, or for an unknown one).
+    #[doc(alias = "ibv_wc_read_opcode")]
     pub fn opcode(&self) -> Option<WcOpcode> {
         self.status().ok()?;
         // SAFETY: as above.
         WcOpcode::try_from(unsafe { sys::ibv_wc_read_opcode(self.raw()) }).ok()
     }
     /// Bytes transferred (received bytes for RECV).
+    #[doc(alias = "ibv_wc_read_byte_len")]
     pub fn byte_len(&self) -> u32 {
         // SAFETY: as above; BYTE_LEN is among the flags every CqEx is created with.
         unsafe { sys::ibv_wc_read_byte_len(self.raw()) }
     }
     /// Completion flags.
+    #[doc(alias = "ibv_wc_read_wc_flags")]
     pub fn flags(&self) -> WcFlags {
         // SAFETY: as above.
         WcFlags::from_bits_retain(unsafe { sys::ibv_wc_read_wc_flags(self.raw()) })
     }
     /// The immediate data, host order, when the completion carries one.
+    #[doc(alias = "ibv_wc_read_imm_data")]
     pub fn imm(&self) -> Option<u32> {
         self.flags().contains(WcFlags::WITH_IMM).then(|| {
             // SAFETY: as above; IMM is among the creation flags and WITH_IMM says it is valid.
@@ -413,27 +419,32 @@ impl ExWc<'_> {
         })
     }
     /// The local QP the request belonged to.
+    #[doc(alias = "ibv_wc_read_qp_num")]
     pub fn qp_num(&self) -> u32 {
         // SAFETY: as above; QP_NUM is among the creation flags.
         unsafe { sys::ibv_wc_read_qp_num(self.raw()) }
     }
     /// The remote QP that sent it (UD receives).
+    #[doc(alias = "ibv_wc_read_src_qp")]
     pub fn src_qp(&self) -> u32 {
         // SAFETY: as above; SRC_QP is among the creation flags.
         unsafe { sys::ibv_wc_read_src_qp(self.raw()) }
     }
     /// Service level.
+    #[doc(alias = "ibv_wc_read_sl")]
     pub fn sl(&self) -> u8 {
         // SAFETY: as above; SL is among the creation flags.
         unsafe { sys::ibv_wc_read_sl(self.raw()) }
     }
     /// Source LID (InfiniBand).
+    #[doc(alias = "ibv_wc_read_slid")]
     pub fn slid(&self) -> u32 {
         // SAFETY: as above; SLID is among the creation flags.
         unsafe { sys::ibv_wc_read_slid(self.raw()) }
     }
     /// The device's raw completion timestamp (in `hca_core_clock` ticks), when the CQ was
     /// created with [`CqExAttr::completion_timestamp`].
+    #[doc(alias = "ibv_wc_read_completion_ts")]
     pub fn completion_ts(&self) -> Option<u64> {
         (self.wc_flags & TIMESTAMP != 0).then(|| {
             // SAFETY: as above; the CQ was created with this flag, so the reader exists.
@@ -442,6 +453,7 @@ impl ExWc<'_> {
     }
     /// Completion time in wall-clock nanoseconds, when the CQ was created with
     /// [`CqExAttr::completion_wallclock`].
+    #[doc(alias = "ibv_wc_read_completion_wallclock_ns")]
     pub fn completion_wallclock_ns(&self) -> Option<u64> {
         (self.wc_flags & WALLCLOCK != 0).then(|| {
             // SAFETY: as above; the CQ was created with this flag, so the reader exists.
