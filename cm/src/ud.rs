@@ -120,6 +120,23 @@ fn default_cap() -> QpCap {
 
 /// The client side of UD over rdma_cm: resolve, then a service ID request (SIDR) whose
 /// answer names the server's QP.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use cm::UdConnector;
+/// use verbs::{AccessFlags, SendRequest};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let (ep, server) = UdConnector::new("192.168.77.1:7471".parse()?)
+///     .timeout(Duration::from_secs(5))
+///     .connect()?;
+/// let mut msg = ep.pd().reg_mr(64, AccessFlags::LOCAL_WRITE)?;
+/// msg.as_mut_slice()[..5].copy_from_slice(b"hello");
+/// let req = SendRequest::send(msg, 0..5)?.ud(&server.ah, server.qp_num, server.qkey);
+/// ep.qp().post_send(req)?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct UdConnector {
     dst: SocketAddr,

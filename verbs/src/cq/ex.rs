@@ -85,6 +85,27 @@ fn unsupported(what: &'static str) -> Error {
 ///
 /// Not `Clone`: a batch poll holds the CQ's lock in the provider until it ends, so the handle
 /// that polls is the only one, and polling takes it by `&mut`.
+///
+/// ```no_run
+/// use verbs::{Context, CqExAttr, QpInitAttr, QpType};
+///
+/// # fn main() -> verbs::Result<()> {
+/// let ctx = Context::open("rxe0")?;
+/// let pd = ctx.alloc_pd()?;
+/// let mut cq = ctx.create_cq_ex(CqExAttr::new(64))?;
+/// let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;
+/// // ... connect and post ...
+/// if let Some(mut batch) = cq.start_poll()? {
+///     while let Some(wc) = batch.next()? {
+///         println!("{:#x}: {:?}, {} bytes", wc.wr_id(), wc.status(), wc.byte_len());
+///         for buf in qp.reclaim(&wc) {
+///             drop(buf); // the request's buffers, back from the device
+///         }
+///     }
+/// } // the batch ends here (ibv_end_poll)
+/// # Ok(())
+/// # }
+/// ```
 pub struct CqEx {
     // Shares the CQ's lifetime machinery (children hold it, destroy, event acks).
     cq: Cq,
