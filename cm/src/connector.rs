@@ -238,11 +238,11 @@ impl PendingConnection {
 }
 
 /// An event status (a negative errno) as an error.
-fn status_error(status: i32) -> std::io::Error {
+pub(crate) fn status_error(status: i32) -> std::io::Error {
     std::io::Error::from_raw_os_error(status.checked_neg().filter(|e| *e > 0).unwrap_or(libc::EIO))
 }
 
-fn unexpected(ev: &crate::CmEvent, expected: &'static str) -> Error {
+pub(crate) fn unexpected(ev: &crate::CmEvent, expected: &'static str) -> Error {
     match ev.kind() {
         Ok(event) => Error::UnexpectedEvent {
             event,

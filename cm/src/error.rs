@@ -127,6 +127,17 @@ pub enum Error {
         /// What was expected.
         expected: &'static str,
     },
+    /// Joining or leaving a multicast group failed.
+    #[error("{op} for multicast group {group} failed")]
+    Multicast {
+        /// The call or event.
+        op: &'static str,
+        /// The group.
+        group: std::net::IpAddr,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// A verbs call (PD, CQ, QP, MR, posting) failed.
     #[error(transparent)]
     Verbs(#[from] verbs::Error),

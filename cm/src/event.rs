@@ -196,6 +196,7 @@ pub struct CmEvent {
     listen_id: Option<CmId>,
     private_data: Vec<u8>,
     param: PeerParam,
+    ud: Option<crate::UdParam>,
     _channel: Arc<ChannelInner>,
 }
 
@@ -274,6 +275,7 @@ impl CmEvent {
         let is_ud = id
             .as_ref()
             .is_some_and(|i| i.port_space() == crate::PortSpace::Udp);
+        let mut ud_param = None;
         let (data_ptr, data_len, param) = if is_ud {
             // SAFETY: UD events carry the `ud` member of the union.
             let ud = unsafe { &ev.param.ud };
@@ -281,6 +283,11 @@ impl CmEvent {
                 qp_num: ud.qp_num,
                 ..PeerParam::default()
             };
+            ud_param = Some(crate::UdParam {
+                ah_attr: verbs::AhAttr::from(&ud.ah_attr),
+                qp_num: ud.qp_num,
+                qkey: ud.qkey,
+            });
             (ud.private_data, ud.private_data_len, p)
         } else {
             // SAFETY: connected-service events carry the `conn` member.
@@ -309,6 +316,7 @@ impl CmEvent {
             listen_id,
             private_data,
             param,
+            ud: ud_param,
             _channel: channel.inner.clone(),
         }
     }
@@ -338,6 +346,11 @@ impl CmEvent {
     /// The peer's connection parameters.
     pub fn param(&self) -> PeerParam {
         self.param
+    }
+    /// For an id of the UDP port space: the remote end's address vector, QP number and Q_Key
+    /// (meaningful on `Established` after a UD connect and on `MulticastJoin`).
+    pub fn ud(&self) -> Option<&crate::UdParam> {
+        self.ud.as_ref()
     }
     /// Whether the event is `kind`.
     pub fn is(&self, kind: EventKind) -> bool {

@@ -52,6 +52,13 @@
 //! - [`CmId`]: the librdmacm calls (bind, resolve, listen, connect, accept, reject,
 //!   disconnect) and the device [`context`](CmId::context) it shares with verbs.
 //! - [`Listener`], [`Connector`], [`Connection`]: the blocking helpers most programs use.
+//! - Unreliable datagrams (`RDMA_PS_UDP`): [`UdConnector`] resolves a [`UdListener`] and
+//!   returns its own [`UdEndpoint`] plus the server as a [`UdPeer`] (address handle, QP
+//!   number and Q_Key from the `Established` event's [`UdParam`]); the server answers a
+//!   client it knows from its datagram (`verbs::Pd::create_ah_from_wc` and `src_qp`).
+//!   [`UdEndpoint::join_multicast`] joins a group (`rdma_join_multicast`), attaches the QP
+//!   and gives the group as a send destination; the [`Membership`] detaches and leaves on
+//!   drop or [`Membership::leave`].
 //!
 //! QPs are verbs [`Qp`](verbs::Qp)s created on a verbs PD and CQ; this crate moves them
 //! through their states with the attributes the CM computes (`rdma_init_qp_attr`), so the
@@ -89,9 +96,11 @@ mod error;
 mod event;
 mod id;
 mod listener;
+mod multicast;
 mod options;
 mod param;
 mod qp_attr;
+mod ud;
 
 pub use connection::{Connection, ConnectionParts, DRAIN_TIMEOUT};
 pub use connector::{connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT};
@@ -99,5 +108,7 @@ pub use error::{Error, Result};
 pub use event::{CmEvent, EventChannel, EventKind, PeerParam};
 pub use id::{CmId, PortSpace};
 pub use listener::{ConnectRequest, Listener, DEFAULT_BACKLOG};
+pub use multicast::Membership;
 pub use options::ConnOptions;
 pub use param::{max_private_data, ConnParam, PrivateDataOp};
+pub use ud::{UdConnector, UdEndpoint, UdListener, UdParam, UdPeer};

@@ -5,6 +5,9 @@
 //! - [`ibv_async_event_raw`] with [`ibv_get_async_event_raw`]: the same call as
 //!   `ibv_get_async_event`, but with the event type as a plain integer, so an event type newer than
 //!   these bindings cannot produce an invalid Rust enum value.
+//! - [`ibv_create_cq_ex`], [`ibv_create_qp_ex`], [`ibv_query_device_ex`] and
+//!   [`ibv_query_rt_values_ex`]: ports that find the provider's extended context (rdma-sys's
+//!   own never do on 64-bit hosts; see the `ext` module).
 //! - [`errno`]: one helper per C error convention.
 //! - [`fd`]: waiting on a channel's descriptor with a timeout, and non-blocking mode.
 //!
@@ -12,9 +15,12 @@
 #![allow(non_camel_case_types)]
 
 pub mod errno;
+mod ext;
 pub mod fd;
 mod shims;
 
+// Named explicitly so that they shadow rdma-sys's versions of the same functions.
+pub use ext::{ibv_create_cq_ex, ibv_create_qp_ex, ibv_query_device_ex, ibv_query_rt_values_ex};
 pub use rdma_sys::*;
 pub use shims::*;
 

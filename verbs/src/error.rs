@@ -220,6 +220,36 @@ pub enum Error {
     /// [`WorkCompletion::status`]: crate::WorkCompletion::status
     #[error(transparent)]
     Completion(#[from] crate::cq::WcError),
+    /// An inline send larger than the QP's `max_inline_data` (ask for more with
+    /// `QpInitAttr::max_inline_data`, or send from registered memory).
+    #[error("QP {qp_num}: {len} bytes of inline data exceed max_inline_data {max}; create the QP with a larger max_inline_data or send from registered memory")]
+    InlineTooLong {
+        /// QP number.
+        qp_num: u32,
+        /// Bytes asked for.
+        len: usize,
+        /// The QP's limit.
+        max: u32,
+    },
+    /// `ibv_attach_mcast` / `ibv_detach_mcast` failed.
+    #[error("QP {qp_num}: {op} failed")]
+    Mcast {
+        /// QP number.
+        qp_num: u32,
+        /// The call.
+        op: &'static str,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// A completion vector the device does not have.
+    #[error("completion vector {vector} does not exist: the device has {count} (Context::num_comp_vectors)")]
+    CompVector {
+        /// The vector asked for.
+        vector: u32,
+        /// How many the device has.
+        count: u32,
+    },
     /// The device does not support this operation (EOPNOTSUPP).
     #[error("{what}: not supported by this device")]
     Unsupported {

@@ -82,9 +82,18 @@
 //!   (iterator), [`Context::async_event_channel`] (channel fed by a thread).
 //! - Memory: [`Pd::reg_mr`] (owned [`MemoryRegion`]), `unsafe` [`Pd::reg_mr_raw`] ([`RawMr`]),
 //!   descriptors [`LocalSlice`] / [`RemoteSlice`] via `local(range)` / `remote(range)`.
-//! - Completions: [`Context::create_cq`], [`Cq::poll`] into a [`CompletionBuf`],
-//!   [`Cq::poll_timeout`], event mode with [`Context::create_comp_channel`],
-//!   [`Cq::req_notify`], [`Cq::get_event`] and the lossless [`Cq::wait_and_poll`].
+//! - Ports and device values: [`PortAttr::active_speed`] / [`PortAttr::active_width`] /
+//!   [`PortAttr::phys_state`] (printed like `ibv_devinfo`), [`Context::query_rt_values_ex`],
+//!   [`Context::num_comp_vectors`].
+//! - Completions: [`Context::create_cq`] (or [`Context::create_cq_on_vector`]), [`Cq::poll`]
+//!   into a [`CompletionBuf`], [`Cq::poll_timeout`], event mode with
+//!   [`Context::create_comp_channel`], [`Cq::req_notify`], [`Cq::get_event`] and the lossless
+//!   [`Cq::wait_and_poll`].
+//! - Extended completions: [`Context::create_cq_ex`] with [`CqExAttr`] (completion vector,
+//!   timestamps where the device has them, else [`Error::Unsupported`]); [`CqEx::start_poll`]
+//!   gives an [`ExPoll`] batch whose [`ExPoll::next`] lends one [`ExWc`] at a time and whose
+//!   drop ends the batch. A [`CqEx`] serves as a QP's CQ in [`QpInitAttr::new`], and
+//!   [`Qp::reclaim`] takes an [`ExWc`] as it takes a [`WorkCompletion`].
 //! - Queue pairs: [`Pd::create_qp`] with [`QpInitAttr`]; [`Qp::modify`] with [`QpAttr`]
 //!   (checked against the transition table), or [`Qp::to_init`] / [`Qp::to_rtr`] /
 //!   [`Qp::to_rts`], or the typestate [`QpIn`]; [`Pd::create_srq`], [`Pd::create_ah`].
@@ -93,7 +102,12 @@
 //!   [`Qp::reclaim_into`], which appends to a list you reuse and does not allocate);
 //!   `unsafe` [`Qp::post_send_unchecked`] / [`Qp::post_recv_unchecked`] with [`SendWr`] /
 //!   [`RecvWr`]. A full queue is [`Error::QueueFull`] and hands the request back
-//!   ([`PostError`]).
+//!   ([`PostError`]). [`Qp::post_send_inline`] sends the bytes of a list of `IoSlice`s
+//!   copied at post time (safe with any memory; over `max_inline_data` is
+//!   [`Error::InlineTooLong`]). [`Qp::query`] returns every attribute ([`QpQuery`]).
+//! - The `ibv_wr_*` API: [`Pd::create_qp_ex`] with [`SendOps`] gives a [`QpEx`] (a [`Qp`]
+//!   plus [`QpEx::wr_post`], [`QpEx::wr_post_inline`] and `unsafe`
+//!   [`QpEx::wr_post_unchecked`]), with the same ownership rules as plain posting.
 //!
 //! # Building on this crate
 //!
@@ -130,8 +144,15 @@
 //!   [`OWNED_WR_ID`] bit.
 //! - The tracked QP state follows transitions made through the handle; errors move a QP to
 //!   Err on their own, which [`Qp::query_state`] picks up.
-//! - Not wrapped yet: extended CQs (`ibv_create_cq_ex`), memory windows, XRC, device memory,
-//!   flow steering; use `as_raw()` and [`sys`].
+//! - rxe (rdma-core 44) quirks handled here: an [`ExPoll`] batch holds one completion (its
+//!   `ibv_next_poll` past the last entry corrupts the CQ before rdma-core 61), and inline
+//!   lists go through `ibv_wr_set_inline_data` (its list call posts zero bytes before 64).
+//!   Its `ibv_wr_set_sge_list` counts every SGE as long as the first, so on rxe a
+//!   [`QpEx::wr_post`] request whose SGEs differ in length completes with `LocQpOpErr`
+//!   and the QP goes to the error state (fixed upstream after rdma-core 64); post such
+//!   requests with [`Qp::post_send`].
+//! - Not wrapped yet: memory windows, XRC, device memory, flow steering; use `as_raw()` and
+//!   [`sys`].
 #![warn(missing_docs)]
 
 #[macro_use]
@@ -147,14 +168,15 @@ pub mod pd;
 pub mod qp;
 pub mod srq;
 
-pub use ah::Ah;
+pub use ah::{Ah, GRH_LEN};
 pub use context::{
     AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,
-    EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PortAttr, PortState,
+    EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PhysState, PortAttr, PortSpeed,
+    PortState, PortWidth,
 };
 pub use cq::{
-    Completion, CompletionBuf, CompletionChannel, Cq, Polled, WcError, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion,
+    AsCq, Completion, CompletionBuf, CompletionChannel, Cq, CqEx, CqExAttr, ExPoll, ExWc, Polled,
+    PolledWc, WcError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 pub use device::{devices, DeviceInfo, NodeType};
 pub use error::{Error, Result};
@@ -165,9 +187,9 @@ pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
 pub use qp::{states, QpIn};
 pub use qp::{
-    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint,
-    QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr,
-    UdDest, WrOp,
+    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint, QpEx,
+    QpInitAttr, QpQuery, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps,
+    SendRequest, SendWr, UdDest, WrOp,
 };
 pub use srq::Srq;
 pub use verbs_sys as sys;

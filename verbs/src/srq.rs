@@ -5,7 +5,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use verbs_sys as sys;
 
-use crate::cq::WorkCompletion;
+use crate::cq::PolledWc;
 use crate::pd::{Pd, PdInner};
 use crate::qp::post::{self, InFlight, PostError, Reclaimed, RecvRequest, RecvWr};
 use crate::{Error, Result};
@@ -173,7 +173,7 @@ impl Srq {
 
     /// Hands back the buffer of the owned receive this completion (from any QP using the SRQ)
     /// finishes.
-    pub fn reclaim(&self, wc: &WorkCompletion) -> Vec<Reclaimed> {
+    pub fn reclaim<W: PolledWc + ?Sized>(&self, wc: &W) -> Vec<Reclaimed> {
         let mut out = Vec::new();
         self.reclaim_into(wc, &mut out);
         out
@@ -181,9 +181,10 @@ impl Srq {
 
     /// [`reclaim`](Self::reclaim) without allocating: appends the buffer's request to `out`
     /// and returns how many were appended (0 or 1).
-    pub fn reclaim_into(&self, wc: &WorkCompletion, out: &mut Vec<Reclaimed>) -> usize {
-        match post::owned_kind(wc) {
-            Some(true) => self.inner.rq.lock().complete_into(wc.wr_id(), false, out),
+    pub fn reclaim_into<W: PolledWc + ?Sized>(&self, wc: &W, out: &mut Vec<Reclaimed>) -> usize {
+        let id = wc.polled_wr_id();
+        match post::owned_kind(id) {
+            Some(true) => self.inner.rq.lock().complete_into(id, false, out),
             _ => 0,
         }
     }

@@ -7,5 +7,7 @@ mod failures;
 mod first_connect;
 mod id_fields;
 mod many;
+mod multicast;
 mod private_data;
 mod support;
+mod ud;

@@ -7,6 +7,7 @@ use verbs_sys as sys;
 /// A 128-bit global identifier, in wire (network) byte order. On RoCE it is an IPv6 address,
 /// IPv4-mapped (`::ffff:a.b.c.d`) for an IPv4 netdev address.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {

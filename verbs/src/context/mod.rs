@@ -3,6 +3,8 @@ mod attr;
 mod borrowed;
 mod event;
 mod gid;
+mod port;
+mod values;
 
 use std::ffi::c_int;
 use std::mem::MaybeUninit;
@@ -15,6 +17,7 @@ use verbs_sys as sys;
 pub use attr::{AtomicCap, DeviceAttr, DeviceAttrEx, LinkLayer, Mtu, PortAttr, PortState};
 pub use event::{AsyncEvent, AsyncEventKind, AsyncEventReceiver, AsyncEvents, EventElement};
 pub use gid::{select_roce_v2, Gid, GidEntry, GidType};
+pub use port::{PhysState, PortSpeed, PortWidth};
 
 use crate::device::DeviceList;
 use crate::{Error, Result};

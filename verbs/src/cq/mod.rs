@@ -1,6 +1,9 @@
 //! Completion queues: polling into a caller-owned buffer (a lending view of typed
 //! completions), and event-driven waiting through a completion channel without lost wakeups.
+mod any;
 mod channel;
+mod ex;
+mod vector;
 mod wc;
 
 use std::io;
@@ -12,7 +15,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use verbs_sys as sys;
 
+pub use any::{AsCq, PolledWc};
 pub use channel::CompletionChannel;
+pub use ex::{CqEx, CqExAttr, ExPoll, ExWc};
 pub use wc::{Completion, WcError, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use crate::context::{Context, ContextInner};

@@ -21,6 +21,7 @@ pub struct LocalSlice {
 /// Address, length and rkey of a (usually peer's) registered region: the target of RDMA READ,
 /// WRITE and atomics. A plain value to exchange out of band; the peer's NIC checks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RemoteSlice {
     /// Start address (in the peer's address space).
     pub addr: u64,

@@ -4,7 +4,7 @@ use verbs_sys as sys;
 
 use super::QpType;
 use crate::context::Gid;
-use crate::cq::Cq;
+use crate::cq::{AsCq, Cq};
 use crate::srq::Srq;
 
 /// Queue sizes of a QP (`struct ibv_qp_cap`). After creation, [`Qp::cap`](crate::Qp::cap) gives the sizes the
@@ -61,12 +61,17 @@ pub struct QpInitAttr<'a> {
 
 impl<'a> QpInitAttr<'a> {
     /// A QP of `qp_type` completing sends on `send_cq` and receives on `recv_cq` (may be the
-    /// same CQ), with [`QpCap::default`] queue sizes.
-    pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+    /// same CQ), with [`QpCap::default`] queue sizes. Either CQ may be a plain [`Cq`] or an
+    /// extended [`CqEx`](crate::CqEx).
+    pub fn new<S: AsCq + ?Sized, R: AsCq + ?Sized>(
+        qp_type: QpType,
+        send_cq: &'a S,
+        recv_cq: &'a R,
+    ) -> Self {
         QpInitAttr {
             qp_type,
-            send_cq,
-            recv_cq,
+            send_cq: send_cq.as_cq(),
+            recv_cq: recv_cq.as_cq(),
             srq: None,
             cap: QpCap::default(),
             sq_sig_all: false,
@@ -144,6 +149,7 @@ impl<'a> QpInitAttr<'a> {
 
 /// The identity of one end of a connection, exchanged out of band before RTR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct QpEndpoint {
     /// QP number.
     pub qp_num: u32,
@@ -153,4 +159,32 @@ pub struct QpEndpoint {
     pub lid: u16,
     /// GID (RoCE; zero on InfiniBand without GRH).
     pub gid: Gid,
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+    use crate::RemoteSlice;
+
+    #[test]
+    fn exchanged_values_round_trip_through_json() {
+        let ep = QpEndpoint {
+            qp_num: 0x11,
+            psn: 0xabcdef,
+            lid: 0,
+            gid: Gid([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 77, 0, 1]),
+        };
+        let json = serde_json::to_string(&ep).unwrap();
+        assert_eq!(serde_json::from_str::<QpEndpoint>(&json).unwrap(), ep);
+        let rs = RemoteSlice {
+            addr: 0x7f00_0000_1000,
+            len: 4096,
+            rkey: 0x1234,
+        };
+        let json = serde_json::to_string(&rs).unwrap();
+        assert!(json.contains("\"rkey\":4660"), "{json}");
+        assert_eq!(serde_json::from_str::<RemoteSlice>(&json).unwrap(), rs);
+        // A truncated GID is refused, not zero-filled.
+        assert!(serde_json::from_str::<Gid>("[1,2,3]").is_err());
+    }
 }

@@ -2,7 +2,9 @@
 //! and work-request posting (see [`post`]).
 mod attr;
 mod init;
+mod mcast;
 pub mod post;
+mod query;
 mod state;
 mod typed;
 
@@ -17,8 +19,10 @@ use verbs_sys as sys;
 pub use attr::{AhAttr, GlobalRoute, QpAttr, QpAttrMask};
 pub use init::{QpCap, QpEndpoint, QpInitAttr};
 pub use post::{
-    PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
+    PostError, QpEx, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest, SendWr,
+    UdDest, WrOp,
 };
+pub use query::QpQuery;
 pub use state::{check_transition, transition, QpState, QpType};
 pub use typed::{states, QpIn};
 

@@ -9,7 +9,6 @@ use super::request::Owner;
 use super::small::Small;
 use super::{Reclaimed, OWNED_WR_ID, RECV_WR_ID};
 use crate::ah::Ah;
-use crate::cq::WorkCompletion;
 
 struct Entry {
     id: u64,
@@ -88,9 +87,8 @@ impl InFlight {
     }
 }
 
-/// Whether a completion is for an owned request, and which queue.
-pub(crate) fn owned_kind(wc: &WorkCompletion) -> Option<bool> {
-    let id = wc.wr_id();
+/// Whether the completion of request `id` is for an owned request, and which queue.
+pub(crate) fn owned_kind(id: u64) -> Option<bool> {
     (id & OWNED_WR_ID != 0).then_some(id & RECV_WR_ID != 0)
 }
 

@@ -12,10 +12,12 @@
 //! A chain of requests is posted with one call (one doorbell) by the `_batch` variants.
 
 mod inflight;
+mod inline;
 mod recv;
 mod request;
 mod send;
 mod small;
+mod wr_ex;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -29,6 +31,7 @@ use crate::Error;
 pub(crate) use inflight::{owned_kind, InFlight};
 pub(crate) use recv::{in_reset_error, post_recv_one, post_recv_owned, post_recv_raw};
 pub use request::{PostError, Reclaimed, RecvRequest, SendRequest};
+pub use wr_ex::{QpEx, SendOps};
 
 /// `wr_id` bit marking a request posted through the owned (safe) API.
 pub const OWNED_WR_ID: u64 = 1 << 63;

@@ -10,14 +10,14 @@ use super::{
     Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
 };
 use crate::ah::Ah;
-use crate::cq::WorkCompletion;
+use crate::cq::PolledWc;
 use crate::mr::LocalSlice;
 use crate::qp::{Qp, QpState, QpType};
 use crate::{Error, Result};
 
 impl Qp {
     /// Checks one send request against the QP's type and limits.
-    fn check_send(
+    pub(super) fn check_send(
         &self,
         op: &WrOp,
         sges: &[LocalSlice],
@@ -83,11 +83,11 @@ impl Qp {
 
     /// Owned requests are refused while the QP is in Reset: some providers accept them and
     /// keep them past the next transition, after `take_in_flight` handed their buffers back.
-    fn refused_in_reset(&self) -> Error {
+    pub(super) fn refused_in_reset(&self) -> Error {
         in_reset_error(self.qp_num())
     }
 
-    fn queue_full(&self, queue: &'static str, depth: u32) -> Error {
+    pub(super) fn queue_full(&self, queue: &'static str, depth: u32) -> Error {
         Error::QueueFull {
             qp_num: self.qp_num(),
             queue,
@@ -96,7 +96,7 @@ impl Qp {
     }
 
     /// Checks an owned request against the QP.
-    fn check_request(&self, r: &SendRequest) -> Result<()> {
+    pub(super) fn check_request(&self, r: &SendRequest) -> Result<()> {
         let inline_sge;
         let sges: &[LocalSlice] = match &r.inline {
             Some(d) => {
@@ -117,7 +117,7 @@ impl Qp {
 
     /// An address handle of another device context would be read by this QP's provider as
     /// one of its own.
-    fn check_ah(&self, ah: &Ah) -> Result<()> {
+    pub(super) fn check_ah(&self, ah: &Ah) -> Result<()> {
         if ah.context_raw() == self.inner.pd_context_raw() {
             return Ok(());
         }
@@ -261,7 +261,7 @@ impl Qp {
     }
 
     /// Links `wrs` and posts them; on failure returns the index of the first unposted one.
-    fn post_chain(&self, wrs: &mut [sys::ibv_send_wr]) -> Result<(), (usize, Error)> {
+    pub(super) fn post_chain(&self, wrs: &mut [sys::ibv_send_wr]) -> Result<(), (usize, Error)> {
         post_chain(
             wrs,
             || self.queue_full("send", self.cap().max_send_wr),
@@ -405,8 +405,9 @@ impl Qp {
     /// Hands back the buffers of the owned requests this completion finishes: for a send
     /// completion, the request and every earlier (unsignaled) send of this QP; for a receive,
     /// that receive. Completions of other QPs, of SRQ receives, or of unsafe posts give
-    /// nothing. Call it for every completion of this QP you poll.
-    pub fn reclaim(&self, wc: &WorkCompletion) -> Vec<Reclaimed> {
+    /// nothing. Call it for every completion of this QP you poll, from a plain or an
+    /// extended CQ.
+    pub fn reclaim<W: PolledWc + ?Sized>(&self, wc: &W) -> Vec<Reclaimed> {
         let mut out = Vec::new();
         self.reclaim_into(wc, &mut out);
         out
@@ -415,13 +416,14 @@ impl Qp {
     /// [`reclaim`](Self::reclaim) without allocating: appends what the completion hands back
     /// to `out` (in post order) and returns how many. Keep one list per polling loop and
     /// drain it; once it has room, reclaiming costs no allocation.
-    pub fn reclaim_into(&self, wc: &WorkCompletion, out: &mut Vec<Reclaimed>) -> usize {
-        if wc.qp_num() != self.qp_num() {
+    pub fn reclaim_into<W: PolledWc + ?Sized>(&self, wc: &W, out: &mut Vec<Reclaimed>) -> usize {
+        if wc.polled_qp_num() != self.qp_num() {
             return 0;
         }
-        match owned_kind(wc) {
-            Some(false) => self.inner.sq.lock().complete_into(wc.wr_id(), true, out),
-            Some(true) => self.inner.rq.lock().complete_into(wc.wr_id(), false, out),
+        let id = wc.polled_wr_id();
+        match owned_kind(id) {
+            Some(false) => self.inner.sq.lock().complete_into(id, true, out),
+            Some(true) => self.inner.rq.lock().complete_into(id, false, out),
             None => 0,
         }
     }

@@ -1,0 +1,139 @@
+//! Inline sends gathered from a list of [`IoSlice`]s: the device copies the bytes while the
+//! post call runs, so borrowed memory is safe here and needs no registration.
+use std::io::IoSlice;
+use std::sync::atomic::Ordering;
+
+use verbs_sys as sys;
+
+use super::wr_ex::Build;
+use super::{next_id, zeroed_send_wr, QpEx, SendFlags, UdDest, WrOp};
+use crate::mr::LocalSlice;
+use crate::qp::Qp;
+use crate::{Error, Result};
+
+/// The SGEs of inline data: the slices' addresses with no lkey (the device copies them).
+fn inline_sges(qp: &Qp, data: &[IoSlice<'_>]) -> Result<Vec<LocalSlice>> {
+    let len: usize = data.iter().map(|d| d.len()).sum();
+    let max = qp.cap().max_inline_data;
+    if len > max as usize {
+        return Err(Error::InlineTooLong {
+            qp_num: qp.qp_num(),
+            len,
+            max,
+        });
+    }
+    Ok(data
+        .iter()
+        .filter(|d| !d.is_empty())
+        .map(|d| LocalSlice {
+            addr: d.as_ptr() as u64,
+            len: d.len() as u32,
+            lkey: 0,
+        })
+        .collect())
+}
+
+impl Qp {
+    /// Posts a SEND or RDMA WRITE (with or without immediate) of the bytes of `data`, copied
+    /// by the device during the call (`IBV_SEND_INLINE`): the slices may be any memory and are
+    /// free again when this returns. More than the QP's `max_inline_data` is
+    /// [`Error::InlineTooLong`]. The request is tracked like an owned one (no buffers, but a
+    /// UD address handle is kept until its completion): returns its `wr_id`, whose completion
+    /// [`reclaim`](Self::reclaim) accounts for.
+    #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "IBV_SEND_INLINE")]
+    pub fn post_send_inline(
+        &self,
+        op: WrOp,
+        data: &[IoSlice<'_>],
+        flags: SendFlags,
+        ud: Option<UdDest<'_>>,
+    ) -> Result<u64> {
+        let sges = inline_sges(self, data)?;
+        let flags = flags | SendFlags::INLINE;
+        if let Some(u) = &ud {
+            self.check_ah(u.ah)?;
+        }
+        self.check_send(&op, &sges, flags, ud.is_some())?;
+        let mut sq = self.inner.sq.lock();
+        if self.in_reset().load(Ordering::Acquire) {
+            return Err(self.refused_in_reset());
+        }
+        let depth = self.cap().max_send_wr;
+        if sq.len() >= depth as usize {
+            return Err(self.queue_full("send", depth));
+        }
+        let id = next_id(false);
+        let mut wr = zeroed_send_wr();
+        wr.wr_id = id;
+        // ibv_post_send does not write the SGE list; the cast drops const only.
+        wr.sg_list = sges.as_ptr() as *mut sys::ibv_sge;
+        wr.num_sge = sges.len() as i32;
+        wr.send_flags = flags.bits();
+        op.fill(&mut wr);
+        if let Some(u) = &ud {
+            wr.wr.ud = sys::ud_t {
+                ah: u.ah.as_raw(),
+                remote_qpn: u.remote_qpn,
+                remote_qkey: u.remote_qkey,
+            };
+        }
+        let r = self.post_chain(std::slice::from_mut(&mut wr));
+        match r {
+            Ok(()) => {
+                sq.insert(id, 0, Default::default(), ud.map(|u| u.ah.clone()));
+                Ok(id)
+            }
+            Err((0, e)) => Err(e),
+            Err((_, e)) => {
+                // Possibly queued: its completion must still find the entry (and the AH).
+                sq.insert(id, 0, Default::default(), ud.map(|u| u.ah.clone()));
+                Err(e)
+            }
+        }
+    }
+}
+
+impl QpEx {
+    /// [`Qp::post_send_inline`] through the `ibv_wr_*` API (`ibv_wr_set_inline_data`).
+    #[doc(alias = "ibv_wr_set_inline_data")]
+    #[doc(alias = "ibv_wr_set_inline_data_list")]
+    pub fn wr_post_inline(
+        &self,
+        op: WrOp,
+        data: &[IoSlice<'_>],
+        flags: SendFlags,
+        ud: Option<UdDest<'_>>,
+    ) -> Result<u64> {
+        self.check_op(&op)?;
+        let sges = inline_sges(self, data)?;
+        let flags = flags | SendFlags::INLINE;
+        if let Some(u) = &ud {
+            self.check_ah(u.ah)?;
+        }
+        self.check_send(&op, &sges, flags, ud.is_some())?;
+        let mut sq = self.qp().inner.sq.lock();
+        if self.in_reset().load(Ordering::Acquire) {
+            return Err(self.refused_in_reset());
+        }
+        let depth = self.cap().max_send_wr;
+        if sq.len() >= depth as usize {
+            return Err(self.queue_full("send", depth));
+        }
+        let id = next_id(false);
+        let build = Build {
+            id,
+            op,
+            flags: flags.bits(),
+            sges: &sges,
+            inline: None,
+            ud: ud.map(|u| (u.ah.as_raw(), u.remote_qpn, u.remote_qkey)),
+        };
+        // SAFETY: inline data is copied during the session; the AH is kept in the in-flight
+        // table until the completion.
+        let r = unsafe { self.session(std::slice::from_ref(&build)) };
+        // Inserted on failure too: ibv_wr_complete may fail after queuing (see wr_post).
+        sq.insert(id, 0, Default::default(), ud.map(|u| u.ah.clone()));
+        r.map(|()| id)
+    }
+}
