@@ -87,6 +87,21 @@ pub enum Error {
         /// The time allowed.
         after: Duration,
     },
+    /// A connection's drain ran out of time with owned requests still in flight: their
+    /// completions were not polled from the connection's CQ, or were polled elsewhere without
+    /// [`Qp::reclaim`](verbs::Qp::reclaim).
+    #[error(
+        "drain timed out after {after:?} with {} send and {} receive requests outstanding ({}): poll their completions on this connection's CQ and pass each to Qp::reclaim",
+        .outstanding.iter().filter(|r| !r.recv).count(),
+        .outstanding.iter().filter(|r| r.recv).count(),
+        list_requests(.outstanding)
+    )]
+    DrainTimeout {
+        /// The time allowed.
+        after: Duration,
+        /// The requests still in flight, sends first, oldest first.
+        outstanding: Vec<verbs::Outstanding>,
+    },
     /// The peer rejected the connection (`RDMA_CM_EVENT_REJECTED`); also what a connection to a
     /// port without a listener gives. `status` is the transport's reject reason (IB CM: 28 is
     /// "consumer reject", 8 "invalid service id", i.e. no listener).
@@ -135,6 +150,21 @@ pub enum Error {
 impl Error {
     /// Whether this error is a timeout.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout { .. })
+        matches!(self, Error::Timeout { .. } | Error::DrainTimeout { .. })
     }
+}
+
+/// The first few requests of a list, and how many more there are.
+fn list_requests(reqs: &[verbs::Outstanding]) -> String {
+    const SHOWN: usize = 8;
+    let mut s = reqs
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if reqs.len() > SHOWN {
+        s.push_str(&format!(", and {} more", reqs.len() - SHOWN));
+    }
+    s
 }

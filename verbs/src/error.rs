@@ -220,6 +220,39 @@ pub enum Error {
     /// [`WorkCompletion::status`]: crate::WorkCompletion::status
     #[error(transparent)]
     Completion(#[from] crate::cq::WcError),
+    /// [`Reclaimed::take`](crate::Reclaimed::take) asked for a buffer type the request does not
+    /// hold (another type was posted, or that buffer was taken already).
+    #[error(
+        "request {wr_id:#x} holds no buffer of type {expected} (it holds [{}]): take the type that was posted",
+        .held.join(", ")
+    )]
+    WrongBufferType {
+        /// The request's id.
+        wr_id: u64,
+        /// The type asked for.
+        expected: &'static str,
+        /// The types of the buffers the request still holds, in SGE order.
+        held: Vec<&'static str>,
+    },
+    /// [`Cq::wait_one`](crate::Cq::wait_one) or [`Cq::wait_n`](crate::Cq::wait_n) ran out of
+    /// time.
+    #[error("{got} of {wanted} completions arrived within {after:?}")]
+    CompletionTimeout {
+        /// Completions waited for.
+        wanted: usize,
+        /// Completions that arrived (returned to the caller).
+        got: usize,
+        /// The time allowed.
+        after: std::time::Duration,
+    },
+    /// A wait for more completions than its [`CompletionBuf`](crate::CompletionBuf) holds.
+    #[error("cannot wait for {wanted} completions in a CompletionBuf of {capacity}: make it at least CompletionBuf::new({wanted})")]
+    CompletionBufTooSmall {
+        /// Completions asked for.
+        wanted: usize,
+        /// The buffer's capacity.
+        capacity: usize,
+    },
     /// The device does not support this operation (EOPNOTSUPP).
     #[error("{what}: not supported by this device")]
     Unsupported {

@@ -83,7 +83,8 @@
 //! - Memory: [`Pd::reg_mr`] (owned [`MemoryRegion`]), `unsafe` [`Pd::reg_mr_raw`] ([`RawMr`]),
 //!   descriptors [`LocalSlice`] / [`RemoteSlice`] via `local(range)` / `remote(range)`.
 //! - Completions: [`Context::create_cq`], [`Cq::poll`] into a [`CompletionBuf`],
-//!   [`Cq::poll_timeout`], event mode with [`Context::create_comp_channel`],
+//!   [`Cq::poll_timeout`], exactly as many as you handle with [`Cq::wait_one`] /
+//!   [`Cq::wait_n`], event mode with [`Context::create_comp_channel`],
 //!   [`Cq::req_notify`], [`Cq::get_event`] and the lossless [`Cq::wait_and_poll`].
 //! - Queue pairs: [`Pd::create_qp`] with [`QpInitAttr`]; [`Qp::modify`] with [`QpAttr`]
 //!   (checked against the transition table), or [`Qp::to_init`] / [`Qp::to_rtr`] /
@@ -165,9 +166,9 @@ pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
 pub use qp::{states, QpIn};
 pub use qp::{
-    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint,
-    QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr,
-    UdDest, WrOp,
+    AhAttr, GlobalRoute, Outstanding, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy,
+    QpEndpoint, QpInitAttr, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags,
+    SendRequest, SendWr, UdDest, WrOp,
 };
 pub use srq::Srq;
 pub use verbs_sys as sys;

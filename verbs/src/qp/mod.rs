@@ -17,7 +17,8 @@ use verbs_sys as sys;
 pub use attr::{AhAttr, GlobalRoute, QpAttr, QpAttrMask};
 pub use init::{QpCap, QpEndpoint, QpInitAttr};
 pub use post::{
-    PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest, WrOp,
+    Outstanding, PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, UdDest,
+    WrOp,
 };
 pub use state::{check_transition, transition, QpState, QpType};
 pub use typed::{states, QpIn};
