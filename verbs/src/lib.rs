@@ -75,7 +75,9 @@
 //!
 //! # Map of the API
 //!
-//! - Devices: [`devices`], [`Context::open`], [`Context::query_device`],
+//! - Devices: [`devices`], [`Context::open`], [`Context::open_by_addr`] (the device, port and
+//!   GID index that serve an IP address; also [`device_for_addr`], [`rdma_addresses`]),
+//!   [`Context::query_device`],
 //!   [`Context::query_device_ex`], [`Context::query_port`], [`Context::gid_table`],
 //!   [`Context::roce_v2_gid`] (the RoCE v2 GID of an IP address).
 //! - Async events: [`Context::get_async_event`] (with timeout), [`Context::async_events`]
@@ -138,6 +140,7 @@
 #[macro_use]
 mod c_enum;
 
+mod addr;
 pub mod ah;
 pub mod context;
 pub mod cq;
@@ -148,6 +151,7 @@ pub mod pd;
 pub mod qp;
 pub mod srq;
 
+pub use addr::{device_for_addr, rdma_addresses, RdmaAddr};
 pub use ah::Ah;
 pub use context::{
     AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,

@@ -307,6 +307,16 @@ impl Qp {
             }
         })?;
         let mut raw = attr.raw_copy();
+        if attr.mask().contains(QpAttrMask::AV) && raw.ah_attr.is_global != 0 {
+            let ctx = crate::Context {
+                inner: self.inner._pd.ctx.clone(),
+            };
+            ctx.check_sgid_index(
+                self.qp_num(),
+                raw.ah_attr.port_num,
+                raw.ah_attr.grh.sgid_index,
+            )?;
+        }
         // Into or out of Reset: no owned post may slip in between the device's transition and
         // the flag's (a post made in Reset would outlive the reset on some providers).
         let tables = (to == QpState::Reset || from == QpState::Reset || *state == QpState::Reset)
