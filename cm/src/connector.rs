@@ -93,7 +93,12 @@ impl Connector {
             match self.resolve_attempt(deadline) {
                 Ok(id) => break id,
                 Err(Attempt::Retry(_)) if Instant::now() < deadline => continue,
-                Err(Attempt::Retry(err) | Attempt::Fail(err)) => return Err(err),
+                Err(Attempt::Retry(err) | Attempt::Fail(err)) => {
+                    return Err(match self.src {
+                        Some(src) => crate::addr::diagnose_local(src.ip(), err),
+                        None => err,
+                    })
+                }
             }
         };
         let (pd, cq, qp) = self.opts.resources(&id)?;

@@ -62,7 +62,8 @@
 //! Limits depend on the message (see [`max_private_data`]): on InfiniBand and RoCE a connect
 //! request carries 56 bytes, an accept 196, a reject 148. Longer data is
 //! [`Error::PrivateDataTooLong`]. The receiver sees the transport's full field, zero-padded
-//! after the sender's bytes; frame your data if its length matters.
+//! after the sender's bytes; frame your data if its length matters. A reject's private data is
+//! a [`PrivateData`], whose `Debug` shows the sender's bytes and the padding's length.
 //!
 //! # Thread safety
 //!
@@ -91,6 +92,7 @@ mod id;
 mod listener;
 mod options;
 mod param;
+mod private_data;
 mod qp_attr;
 
 pub use connection::{Connection, DRAIN_TIMEOUT};
@@ -101,3 +103,4 @@ pub use id::{CmId, PortSpace};
 pub use listener::{ConnectRequest, Listener, DEFAULT_BACKLOG};
 pub use options::ConnOptions;
 pub use param::{max_private_data, ConnParam, PrivateDataOp};
+pub use private_data::{reject_reason, PrivateData};

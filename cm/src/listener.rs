@@ -28,7 +28,8 @@ impl Listener {
     /// listens. Bind to the IP of an RDMA netdev, not a wildcard, so the device is explicit.
     pub fn bind(addr: SocketAddr, opts: ConnOptions) -> Result<Listener> {
         let id = CmId::with_own_channel(PortSpace::Tcp)?;
-        id.bind_addr(addr)?;
+        id.bind_addr(addr)
+            .map_err(|e| crate::addr::diagnose_local(addr.ip(), e))?;
         id.listen(DEFAULT_BACKLOG)?;
         Ok(Listener { id, opts })
     }
