@@ -65,6 +65,11 @@ impl Connector {
         self.opts = opts;
         self
     }
+    /// Create the connection's QP and CQ on this shared PD (see [`ConnOptions::pd`]).
+    pub fn pd(mut self, pd: &Pd) -> Self {
+        self.opts = self.opts.pd(pd);
+        self
+    }
     /// Private data for the connect request: at most 56 bytes, else
     /// [`Error::PrivateDataTooLong`].
     pub fn private_data(mut self, data: &[u8]) -> Result<Self> {

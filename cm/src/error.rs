@@ -79,6 +79,20 @@ pub enum Error {
     /// The id has no device yet (bind to an RDMA address or resolve one first).
     #[error("the CM id is not bound to an RDMA device yet")]
     NoDevice,
+    /// The shared PD given in [`ConnOptions::pd`](crate::ConnOptions::pd) belongs to another
+    /// device than the one the CM id is bound to (by its local address).
+    #[error(
+        "the shared PD is on device {pd_device}, but the connection uses {id_device}{}: open the PD on the device that serves the local address (verbs::Context::open_by_addr)",
+        .local.map(|a| format!(" (local address {a})")).unwrap_or_default()
+    )]
+    PdOnOtherDevice {
+        /// The PD's device.
+        pd_device: String,
+        /// The device the id is bound to.
+        id_device: String,
+        /// The id's local address.
+        local: Option<std::net::IpAddr>,
+    },
     /// A wait ran out of time.
     #[error("{op} timed out after {after:?}")]
     Timeout {

@@ -46,6 +46,27 @@
 //! # }
 //! ```
 //!
+//! # One PD and memory pool for many connections
+//!
+//! Open the device that serves your address, make the PD (and a pool on it) once, and give
+//! it to the listener or connector: every connection's QP and CQ are created on it, so one
+//! set of registrations serves them all (see `examples/shared_pool.rs`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cm::{ConnOptions, Listener};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let addr = "10.77.0.2:7471".parse()?;
+//! let (ctx, _) = verbs::Context::open_by_addr("10.77.0.2".parse()?)?;
+//! let pd = ctx.alloc_pd()?;
+//! let listener = Listener::bind(addr, ConnOptions::new().pd(&pd))?;
+//! let conn = listener.accept(Duration::from_secs(30))?;
+//! assert_eq!(conn.pd().as_raw(), pd.as_raw());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layers
 //!
 //! - [`EventChannel`] and [`CmEvent`]: the raw event stream, with a timeout on every wait.

@@ -8,4 +8,5 @@ mod first_connect;
 mod id_fields;
 mod many;
 mod private_data;
+mod shared_pool;
 mod support;
