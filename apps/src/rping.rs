@@ -266,7 +266,7 @@ impl<'a> Endpoint<'a> {
                 let opcode = wc.opcode();
                 let len = wc.byte_len();
                 let mut rec = self.conn.qp().reclaim(wc);
-                let mr = rec.iter_mut().find_map(|r| r.take::<MemoryRegion>());
+                let mr = rec.iter_mut().find_map(|r| r.take::<MemoryRegion>().ok());
                 if let Err(e) = status {
                     if e.status == Some(verbs::WcStatus::WrFlushErr) {
                         failure.get_or_insert(RpingError::Cm(cm::Error::Disconnected));

@@ -1,5 +1,39 @@
-//! Conversions between `std::net::SocketAddr` and the C socket addresses librdmacm takes.
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+//! Conversions between `std::net::SocketAddr` and the C socket addresses librdmacm takes, and
+//! the diagnosis of a local address no RDMA device serves.
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+
+use crate::Error;
+
+/// `err` (a failed bind or resolution from the local address `local`) as
+/// [`Error::NotRdmaAddress`] when no RDMA device serves `local`, listing those that are served;
+/// else `err` unchanged. Only called on failures, so the GID tables are read only then.
+pub(crate) fn diagnose_local(local: IpAddr, err: Error) -> Error {
+    if local.is_unspecified() || local.is_loopback() {
+        return err;
+    }
+    let Ok(served) = verbs::rdma_addresses() else {
+        return err;
+    };
+    if served.iter().any(|a| a.addr == local) {
+        return err;
+    }
+    match err {
+        Error::Bind { source, .. } | Error::ResolveAddr { source, .. } => Error::NotRdmaAddress {
+            addr: local,
+            source,
+            served: if served.is_empty() {
+                "none".to_owned()
+            } else {
+                served
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        },
+        other => other,
+    }
+}
 
 /// `addr` as a `sockaddr_storage` (IPv4 or IPv6, network byte order).
 pub(crate) fn to_storage(addr: SocketAddr) -> libc::sockaddr_storage {

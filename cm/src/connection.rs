@@ -207,7 +207,8 @@ impl Connection {
     /// flushed) and its buffers are reclaimed and dropped, or `timeout` passes. Use after the QP
     /// has gone to Err (disconnect); completions of other QPs sharing the CQ are discarded.
     /// A request whose completion was polled elsewhere without [`Qp::reclaim`] counts as
-    /// outstanding until then, so reclaim every completion you poll.
+    /// outstanding until then, so reclaim every completion you poll. Running out of time is
+    /// [`Error::DrainTimeout`], which lists the requests still outstanding.
     pub fn drain(&self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let mut buf = CompletionBuf::new(16);
@@ -217,9 +218,9 @@ impl Connection {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::Timeout {
-                    op: "drain",
+                return Err(Error::DrainTimeout {
                     after: timeout,
+                    outstanding: self.qp.outstanding(),
                 });
             }
             let polled = if self.cq.channel_fd().is_some() {

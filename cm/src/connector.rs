@@ -65,6 +65,11 @@ impl Connector {
         self.opts = opts;
         self
     }
+    /// Create the connection's QP and CQ on this shared PD (see [`ConnOptions::pd`]).
+    pub fn pd(mut self, pd: &Pd) -> Self {
+        self.opts = self.opts.pd(pd);
+        self
+    }
     /// Private data for the connect request: at most 56 bytes, else
     /// [`Error::PrivateDataTooLong`].
     pub fn private_data(mut self, data: &[u8]) -> Result<Self> {
@@ -93,7 +98,12 @@ impl Connector {
             match self.resolve_attempt(deadline) {
                 Ok(id) => break id,
                 Err(Attempt::Retry(_)) if Instant::now() < deadline => continue,
-                Err(Attempt::Retry(err) | Attempt::Fail(err)) => return Err(err),
+                Err(Attempt::Retry(err) | Attempt::Fail(err)) => {
+                    return Err(match self.src {
+                        Some(src) => crate::addr::diagnose_local(src.ip(), err),
+                        None => err,
+                    })
+                }
             }
         };
         let (pd, cq, qp) = self.opts.resources(&id)?;

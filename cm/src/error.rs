@@ -11,13 +11,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// `rdma_create_event_channel` failed (often: no RDMA CM in the kernel, `rdma_ucm` not
     /// loaded).
-    #[error("rdma_create_event_channel failed")]
+    #[error("rdma_create_event_channel failed: {0} (is the rdma_ucm module loaded?)")]
     CreateChannel(#[source] io::Error),
     /// `rdma_get_cm_event` (or the poll before it) failed.
-    #[error("rdma_get_cm_event failed")]
+    #[error("rdma_get_cm_event failed: {0}")]
     GetEvent(#[source] io::Error),
     /// `rdma_create_id` failed.
-    #[error("rdma_create_id ({port_space:?}) failed")]
+    #[error("rdma_create_id ({port_space:?}) failed: {source}")]
     CreateId {
         /// The port space asked for.
         port_space: crate::PortSpace,
@@ -26,7 +26,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `rdma_bind_addr` failed.
-    #[error("rdma_bind_addr to {addr} failed")]
+    #[error("rdma_bind_addr to {addr} failed: {source}")]
     Bind {
         /// The address.
         addr: std::net::SocketAddr,
@@ -35,7 +35,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `rdma_resolve_addr` failed to start, or finished with `RDMA_CM_EVENT_ADDR_ERROR`.
-    #[error("address resolution of {dst} failed")]
+    #[error("address resolution of {dst} failed: {source}")]
     ResolveAddr {
         /// The destination.
         dst: std::net::SocketAddr,
@@ -44,31 +44,31 @@ pub enum Error {
         source: io::Error,
     },
     /// `rdma_resolve_route` failed to start, or finished with `RDMA_CM_EVENT_ROUTE_ERROR`.
-    #[error("route resolution failed")]
+    #[error("route resolution failed: {0}")]
     ResolveRoute(#[source] io::Error),
     /// `rdma_listen` failed.
-    #[error("rdma_listen failed")]
+    #[error("rdma_listen failed: {0}")]
     Listen(#[source] io::Error),
     /// `rdma_connect` failed.
-    #[error("rdma_connect failed")]
+    #[error("rdma_connect failed: {0}")]
     Connect(#[source] io::Error),
     /// `rdma_accept` failed.
-    #[error("rdma_accept failed")]
+    #[error("rdma_accept failed: {0}")]
     Accept(#[source] io::Error),
     /// `rdma_reject` failed.
-    #[error("rdma_reject failed")]
+    #[error("rdma_reject failed: {0}")]
     Reject(#[source] io::Error),
     /// `rdma_establish` failed.
-    #[error("rdma_establish failed")]
+    #[error("rdma_establish failed: {0}")]
     Establish(#[source] io::Error),
     /// `rdma_disconnect` failed.
-    #[error("rdma_disconnect failed")]
+    #[error("rdma_disconnect failed: {0}")]
     Disconnect(#[source] io::Error),
     /// `rdma_migrate_id` failed.
-    #[error("rdma_migrate_id failed")]
+    #[error("rdma_migrate_id failed: {0}")]
     Migrate(#[source] io::Error),
     /// `rdma_init_qp_attr` failed.
-    #[error("rdma_init_qp_attr ({state:?}) failed")]
+    #[error("rdma_init_qp_attr ({state:?}) failed: {source}")]
     InitQpAttr {
         /// The target QP state.
         state: verbs::QpState,
@@ -79,6 +79,20 @@ pub enum Error {
     /// The id has no device yet (bind to an RDMA address or resolve one first).
     #[error("the CM id is not bound to an RDMA device yet")]
     NoDevice,
+    /// The shared PD given in [`ConnOptions::pd`](crate::ConnOptions::pd) belongs to another
+    /// device than the one the CM id is bound to (by its local address).
+    #[error(
+        "the shared PD is on device {pd_device}, but the connection uses {id_device}{}: open the PD on the device that serves the local address (verbs::Context::open_by_addr)",
+        .local.map(|a| format!(" (local address {a})")).unwrap_or_default()
+    )]
+    PdOnOtherDevice {
+        /// The PD's device.
+        pd_device: String,
+        /// The device the id is bound to.
+        id_device: String,
+        /// The id's local address.
+        local: Option<std::net::IpAddr>,
+    },
     /// A wait ran out of time.
     #[error("{op} timed out after {after:?}")]
     Timeout {
@@ -87,19 +101,51 @@ pub enum Error {
         /// The time allowed.
         after: Duration,
     },
+    /// A connection's drain ran out of time with owned requests still in flight: their
+    /// completions were not polled from the connection's CQ, or were polled elsewhere without
+    /// [`Qp::reclaim`](verbs::Qp::reclaim).
+    #[error(
+        "drain timed out after {after:?} with {} send and {} receive requests outstanding ({}): poll their completions on this connection's CQ and pass each to Qp::reclaim",
+        .outstanding.iter().filter(|r| !r.recv).count(),
+        .outstanding.iter().filter(|r| r.recv).count(),
+        list_requests(.outstanding)
+    )]
+    DrainTimeout {
+        /// The time allowed.
+        after: Duration,
+        /// The requests still in flight, sends first, oldest first.
+        outstanding: Vec<verbs::Outstanding>,
+    },
     /// The peer rejected the connection (`RDMA_CM_EVENT_REJECTED`); also what a connection to a
     /// port without a listener gives. `status` is the transport's reject reason (IB CM: 28 is
-    /// "consumer reject", 8 "invalid service id", i.e. no listener).
-    #[error("connection rejected (status {status})")]
+    /// "consumer reject", 8 "invalid service id", i.e. no listener; see [`reject_reason`]).
+    ///
+    /// [`reject_reason`]: crate::reject_reason
+    #[error(
+        "connection rejected: {} (reject reason {status})",
+        crate::reject_reason(*.status).unwrap_or("reason unknown to the IB CM")
+    )]
     Rejected {
         /// Reject reason.
         status: i32,
         /// The peer's private data (padded by the transport; empty when it sent none).
-        private_data: Vec<u8>,
+        private_data: crate::PrivateData,
+    },
+    /// The local address given (to bind, or as the source of a connection) is not one an RDMA
+    /// device serves: no device has a RoCE v2 GID for it, so the CM cannot bind to it.
+    #[error("{addr} is not an address of an RDMA device ({source}); RDMA addresses on this host: {served}")]
+    NotRdmaAddress {
+        /// The address.
+        addr: std::net::IpAddr,
+        /// What librdmacm reported.
+        #[source]
+        source: io::Error,
+        /// The addresses that are served, with device, port and GID index.
+        served: String,
     },
     /// The peer could not be reached (`RDMA_CM_EVENT_UNREACHABLE` or
     /// `RDMA_CM_EVENT_CONNECT_ERROR`).
-    #[error("peer unreachable ({event:?}, status {status})")]
+    #[error("peer unreachable ({event:?}, status {status}{}): is the peer up, and the address right?", status_words(*.status))]
     Unreachable {
         /// The event that said so.
         event: crate::EventKind,
@@ -146,6 +192,29 @@ pub enum Error {
 impl Error {
     /// Whether this error is a timeout.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Timeout { .. })
+        matches!(self, Error::Timeout { .. } | Error::DrainTimeout { .. })
     }
+}
+
+/// A negative-errno event status in words (", Connection timed out").
+fn status_words(status: i32) -> String {
+    match status.checked_neg() {
+        Some(errno) if errno > 0 => format!(": {}", io::Error::from_raw_os_error(errno)),
+        _ => String::new(),
+    }
+}
+
+/// The first few requests of a list, and how many more there are.
+fn list_requests(reqs: &[verbs::Outstanding]) -> String {
+    const SHOWN: usize = 8;
+    let mut s = reqs
+        .iter()
+        .take(SHOWN)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if reqs.len() > SHOWN {
+        s.push_str(&format!(", and {} more", reqs.len() - SHOWN));
+    }
+    s
 }

@@ -219,7 +219,10 @@ impl std::fmt::Debug for CmEvent {
         f.debug_struct("CmEvent")
             .field("kind", &self.kind)
             .field("status", &self.status)
-            .field("private_data_len", &self.private_data.len())
+            .field(
+                "private_data",
+                &crate::PrivateData::new(self.private_data.clone()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -231,7 +234,7 @@ impl CmEvent {
         match self.kind() {
             Ok(EventKind::Rejected) => Some(Error::Rejected {
                 status: self.status(),
-                private_data: self.private_data().to_vec(),
+                private_data: crate::PrivateData::new(self.private_data().to_vec()),
             }),
             Ok(k @ (EventKind::Unreachable | EventKind::ConnectError)) => {
                 Some(Error::Unreachable {

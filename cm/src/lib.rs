@@ -46,6 +46,27 @@
 //! # }
 //! ```
 //!
+//! # One PD and memory pool for many connections
+//!
+//! Open the device that serves your address, make the PD (and a pool on it) once, and give
+//! it to the listener or connector: every connection's QP and CQ are created on it, so one
+//! set of registrations serves them all (see `examples/shared_pool.rs`).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cm::{ConnOptions, Listener};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let addr = "10.77.0.2:7471".parse()?;
+//! let (ctx, _) = verbs::Context::open_by_addr("10.77.0.2".parse()?)?;
+//! let pd = ctx.alloc_pd()?;
+//! let listener = Listener::bind(addr, ConnOptions::new().pd(&pd))?;
+//! let conn = listener.accept(Duration::from_secs(30))?;
+//! assert_eq!(conn.pd().as_raw(), pd.as_raw());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layers
 //!
 //! - [`EventChannel`] and [`CmEvent`]: the raw event stream, with a timeout on every wait.
@@ -69,7 +90,8 @@
 //! Limits depend on the message (see [`max_private_data`]): on InfiniBand and RoCE a connect
 //! request carries 56 bytes, an accept 196, a reject 148. Longer data is
 //! [`Error::PrivateDataTooLong`]. The receiver sees the transport's full field, zero-padded
-//! after the sender's bytes; frame your data if its length matters.
+//! after the sender's bytes; frame your data if its length matters. A reject's private data is
+//! a [`PrivateData`], whose `Debug` shows the sender's bytes and the padding's length.
 //!
 //! # Thread safety
 //!
@@ -99,6 +121,7 @@ mod listener;
 mod multicast;
 mod options;
 mod param;
+mod private_data;
 mod qp_attr;
 mod ud;
 
@@ -111,4 +134,5 @@ pub use listener::{ConnectRequest, Listener, DEFAULT_BACKLOG};
 pub use multicast::Membership;
 pub use options::ConnOptions;
 pub use param::{max_private_data, ConnParam, PrivateDataOp};
+pub use private_data::{reject_reason, PrivateData};
 pub use ud::{UdConnector, UdEndpoint, UdListener, UdParam, UdPeer};

@@ -28,7 +28,13 @@ impl Listener {
     /// listens. Bind to the IP of an RDMA netdev, not a wildcard, so the device is explicit.
     pub fn bind(addr: SocketAddr, opts: ConnOptions) -> Result<Listener> {
         let id = CmId::with_own_channel(PortSpace::Tcp)?;
-        id.bind_addr(addr)?;
+        id.bind_addr(addr)
+            .map_err(|e| crate::addr::diagnose_local(addr.ip(), e))?;
+        // Bound to an address, the id knows its device: a shared PD of another one is refused
+        // now rather than at the first connection.
+        if !addr.ip().is_unspecified() {
+            opts.check_pd(&id)?;
+        }
         id.listen(DEFAULT_BACKLOG)?;
         Ok(Listener { id, opts })
     }

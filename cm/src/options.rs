@@ -1,7 +1,7 @@
 //! [`ConnOptions`]: the verbs resources (PD, CQ, QP) each connection gets, and its parameters.
 use verbs::{AccessFlags, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Srq};
 
-use crate::{CmId, ConnParam, Result};
+use crate::{CmId, ConnParam, Error, Result};
 
 /// How [`Listener`](crate::Listener) and [`Connector`](crate::Connector) set up a connection:
 /// the connection parameters sent to the peer and the verbs resources created for it.
@@ -71,11 +71,34 @@ impl ConnOptions {
         self.access = access;
         self
     }
-    /// Create every connection's QP and CQ on this PD (shared memory registrations) instead
-    /// of a PD per connection. It must belong to the device the connections use.
-    pub fn pd(mut self, pd: Pd) -> Self {
-        self.pd = Some(pd);
+    /// Create every connection's QP and CQ on this PD instead of a PD per connection, so one
+    /// set of registrations (one memory pool) serves them all. It must be a PD of the device
+    /// the connections use: open it with
+    /// [`verbs::Context::open_by_addr`] for the address you bind or connect from. A PD of
+    /// another device is [`Error::PdOnOtherDevice`](crate::Error::PdOnOtherDevice).
+    pub fn pd(mut self, pd: &Pd) -> Self {
+        self.pd = Some(pd.clone());
         self
+    }
+
+    /// The shared PD, if one was given.
+    pub fn get_pd(&self) -> Option<&Pd> {
+        self.pd.as_ref()
+    }
+
+    /// Checks that the shared PD (if any) is on the device `id` is bound to.
+    pub(crate) fn check_pd(&self, id: &CmId) -> Result<()> {
+        let Some(pd) = &self.pd else { return Ok(()) };
+        let id_device = id.context()?.name().to_owned();
+        let pd_device = pd.context().name().to_owned();
+        if pd_device == id_device {
+            return Ok(());
+        }
+        Err(Error::PdOnOtherDevice {
+            pd_device,
+            id_device,
+            local: id.local_addr().map(|a| a.ip()),
+        })
     }
 
     /// PD, CQ and a QP in the Init state for `id`.
@@ -83,18 +106,19 @@ impl ConnOptions {
     /// (instead of a CQ per connection; `cq_entries` and `cq_channel` then do not apply). It
     /// must belong to the device the connections use, like [`pd`](Self::pd). Size it for all
     /// their outstanding work: a CQ overrun breaks every QP on it.
-    pub fn cq(mut self, cq: Cq) -> Self {
-        self.cq = Some(cq);
+    pub fn cq(mut self, cq: &Cq) -> Self {
+        self.cq = Some(cq.clone());
         self
     }
     /// A shared receive queue for every connection made with these options: receives are
     /// posted on it, not on the QPs (it must be of the same PD).
-    pub fn srq(mut self, srq: Srq) -> Self {
-        self.srq = Some(srq);
+    pub fn srq(mut self, srq: &Srq) -> Self {
+        self.srq = Some(srq.clone());
         self
     }
 
     pub(crate) fn resources(&self, id: &CmId) -> Result<(Pd, Cq, Qp)> {
+        self.check_pd(id)?;
         let pd = match &self.pd {
             Some(pd) => pd.clone(),
             None => id.context()?.alloc_pd()?,

@@ -57,7 +57,7 @@ pub enum Error {
     },
 
     /// Mapping memory for a new chunk failed (`mmap`).
-    #[error("cannot map {len} bytes for a pool chunk")]
+    #[error("cannot map {len} bytes for a pool chunk: {source}")]
     Allocate {
         /// Length of the chunk.
         len: usize,
@@ -78,7 +78,7 @@ pub enum Error {
     },
 
     /// Registering a chunk with the device failed (`ibv_reg_mr`).
-    #[error("cannot register {len} bytes of pool memory")]
+    #[error("cannot register {len} bytes of pool memory: {source}")]
     Register {
         /// Length of the chunk.
         len: usize,

@@ -174,6 +174,7 @@ pub use config::{
 pub use error::{Error, Result, MEMLOCK_HINT};
 pub use pool::Pool;
 pub use registered::{
-    memlock_limit, registration_error, ChunkMemory, PdRegistrar, Registrar, Registration,
+    memlock_limit, registration_error, ChunkLimit, ChunkMemory, PdRegistrar, Registrar,
+    Registration,
 };
 pub use stats::{ClassStats, PoolStats};

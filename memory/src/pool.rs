@@ -10,8 +10,11 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::bookkeeping::{Budget, ClassBook, Take};
 use crate::buffer::Buffer;
 use crate::class::SizeClasses;
+use crate::config::ValidClass;
 use crate::local::{self, Shard};
-use crate::registered::{Chunk, PdRegistrar, Registrar, SlotMemory, SlotToken};
+use crate::registered::{
+    reserved_huge_pages, Chunk, ChunkLimit, PdRegistrar, Registrar, SlotMemory, SlotToken,
+};
 use crate::stats::{ClassStats, PoolStats};
 use crate::{Error, HugePages, PoolAccess, PoolConfig, Result};
 
@@ -75,11 +78,41 @@ struct ClassState {
     shards: Vec<Arc<Shard>>,
 }
 
+/// Refuses classes whose chunks exceed what the registrar can register.
+fn check_chunk_limit(classes: &[ValidClass], limit: &ChunkLimit) -> Result<()> {
+    match classes.iter().find(|c| c.chunk_bytes as u64 > limit.bytes) {
+        Some(c) => Err(Error::InvalidConfig {
+            reason: format!(
+                "chunk size {} of class {} exceeds {} ({} bytes): give the class a smaller \
+                 chunk_size, or lift the limit",
+                c.chunk_bytes, c.size, limit.reason, limit.bytes
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 impl Pool {
     /// A pool with `config`, registering its chunks through `registrar`. Registers nothing yet:
     /// chunks are created when first needed.
+    ///
+    /// A configuration that could never allocate is [`Error::InvalidConfig`] here rather than
+    /// a failure at the first allocation: besides [`PoolConfig`]'s own rules, a chunk larger
+    /// than the registrar can register ([`Registrar::max_chunk`]: the device's largest region,
+    /// the locked-memory limit) and [`HugePages::Require`] on a system with no huge pages
+    /// reserved.
     pub fn new(config: PoolConfig, registrar: impl Registrar) -> Result<Self> {
         let classes = config.validate()?;
+        if let Some(limit) = registrar.max_chunk() {
+            check_chunk_limit(&classes, &limit)?;
+        }
+        if config.get_huge_pages() == HugePages::Require && reserved_huge_pages() == Some(0) {
+            return Err(Error::InvalidConfig {
+                reason: "huge pages are required but the system has none reserved: reserve some \
+                         (echo N > /proc/sys/vm/nr_hugepages) or use HugePages::Prefer"
+                    .into(),
+            });
+        }
         let states = classes
             .iter()
             .map(|&class| {

@@ -8,7 +8,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::registered::{ChunkMemory, Registrar, Registration};
+use crate::registered::{ChunkLimit, ChunkMemory, Registrar, Registration};
 use crate::{Error, PoolAccess, Result};
 
 /// A [`Registrar`] that hands out fake keys and counts registrations. Clones share the counts.
@@ -26,6 +26,8 @@ struct Shared {
     /// Rights granted beyond those asked for (`PoolAccess` bits).
     extra_access: AtomicU32,
     fail_deregister: AtomicBool,
+    /// Largest chunk reported by `max_chunk` (0: none).
+    max_chunk: AtomicUsize,
 }
 
 impl HostRegistrar {
@@ -54,6 +56,12 @@ impl HostRegistrar {
         self.shared.fail_deregister.store(fail, Ordering::Relaxed);
     }
 
+    /// Report `bytes` as the largest chunk it registers ([`Registrar::max_chunk`]), as a
+    /// device or the locked-memory limit would; 0 for no limit.
+    pub fn max_chunk_bytes(&self, bytes: usize) {
+        self.shared.max_chunk.store(bytes, Ordering::Relaxed);
+    }
+
     /// Registrations made so far, including dropped ones.
     pub fn registrations(&self) -> usize {
         self.shared.registrations.load(Ordering::Relaxed)
@@ -71,6 +79,16 @@ impl HostRegistrar {
                       // covers everything "granted". Deregistration "fails" only when told to, and then the pool
                       // keeps the memory mapped, which is always safe.
 unsafe impl Registrar for HostRegistrar {
+    fn max_chunk(&self) -> Option<ChunkLimit> {
+        match self.shared.max_chunk.load(Ordering::Relaxed) {
+            0 => None,
+            bytes => Some(ChunkLimit {
+                bytes: bytes as u64,
+                reason: "the test registrar's limit".into(),
+            }),
+        }
+    }
+
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
         let shared = &self.shared;
         if shared.refuse.load(Ordering::Relaxed) {

@@ -140,9 +140,9 @@ impl Endpoint {
             param = param.private_data(data)?;
         }
         Ok(ConnOptions::new()
-            .pd(s.pd.clone())
-            .cq(s.cq.clone())
-            .srq(s.srq.clone())
+            .pd(&s.pd)
+            .cq(&s.cq)
+            .srq(&s.srq)
             .cap(QpCap {
                 max_send_wr: s.cfg.qp_send_depth(),
                 max_recv_wr: 1,

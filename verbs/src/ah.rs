@@ -46,6 +46,10 @@ impl Pd {
     /// Creates an address handle for `attr` (on RoCE it needs a GRH).
     #[doc(alias = "ibv_create_ah")]
     pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
+        if let Some(grh) = &attr.grh {
+            self.context()
+                .check_sgid_index(0, attr.port_num, grh.sgid_index)?;
+        }
         let mut raw_attr = attr.to_sys();
         // SAFETY: live PD; complete attribute struct.
         let raw = unsafe { sys::ibv_create_ah(self.as_raw(), &mut raw_attr) };

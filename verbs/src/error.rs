@@ -19,7 +19,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_get_device_list` failed otherwise.
-    #[error("cannot list RDMA devices")]
+    #[error("cannot list RDMA devices: {0}")]
     ListDevices(#[source] io::Error),
     /// No device has this name.
     #[error("no RDMA device named {name:?} (found: {found})")]
@@ -30,7 +30,7 @@ pub enum Error {
         found: String,
     },
     /// `ibv_open_device` failed.
-    #[error("cannot open RDMA device {device}")]
+    #[error("cannot open RDMA device {device}: {source}")]
     OpenDevice {
         /// Device name.
         device: String,
@@ -39,10 +39,21 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_query_device` / `ibv_query_device_ex` failed.
-    #[error("ibv_query_device failed")]
+    #[error("ibv_query_device failed: {0}")]
     QueryDevice(#[source] io::Error),
-    /// `ibv_query_port` failed (EINVAL for a port the device does not have).
-    #[error("cannot query port {port}")]
+    /// A port number the device does not have (ports are numbered from 1), found when
+    /// `ibv_query_port` refused it.
+    #[error("device {device} has no port {port}: its ports are 1..={ports}")]
+    NoSuchPort {
+        /// Device name.
+        device: String,
+        /// The port asked for.
+        port: u8,
+        /// How many ports the device has.
+        ports: u8,
+    },
+    /// `ibv_query_port` failed otherwise.
+    #[error("cannot query port {port}: {source}")]
     QueryPort {
         /// Port number.
         port: u8,
@@ -52,7 +63,7 @@ pub enum Error {
     },
     /// `ibv_query_gid_ex` / `ibv_query_gid_table` failed (EINVAL for an index past the table,
     /// ENODATA for an empty entry).
-    #[error("cannot query GID index {index} of port {port}")]
+    #[error("cannot query GID index {index} of port {port}: {source}")]
     QueryGid {
         /// Port number.
         port: u8,
@@ -70,14 +81,30 @@ pub enum Error {
         /// The address looked for.
         addr: std::net::IpAddr,
     },
+    /// No device serves this IP address (no RoCE v2 GID maps it).
+    #[error("no RDMA device serves {addr}: RDMA addresses on this host: {served}")]
+    NoDeviceForAddr {
+        /// The address looked for.
+        addr: std::net::IpAddr,
+        /// The addresses that are served, with device, port and GID index.
+        served: String,
+    },
     /// `ibv_get_async_event` failed.
-    #[error("ibv_get_async_event failed")]
+    #[error("ibv_get_async_event failed: {0}")]
     AsyncEvent(#[source] io::Error),
     /// `ibv_alloc_pd` failed.
-    #[error("ibv_alloc_pd failed")]
+    #[error("ibv_alloc_pd failed: {0}")]
     AllocPd(#[source] io::Error),
+    /// Access flags `ibv_reg_mr` would refuse with a bare EINVAL, refused before calling it.
+    #[error("cannot register memory with {access:?}: {problem}")]
+    InvalidAccess {
+        /// The flags asked for.
+        access: crate::AccessFlags,
+        /// What is wrong and what to add.
+        problem: &'static str,
+    },
     /// `ibv_reg_mr` failed.
-    #[error("cannot register {len} bytes of memory")]
+    #[error("cannot register {len} bytes of memory: {source}")]
     RegMr {
         /// Length asked for.
         len: usize,
@@ -86,7 +113,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_dereg_mr` failed: the region is still registered.
-    #[error("cannot deregister a memory region (is a memory window still bound to it?)")]
+    #[error("cannot deregister a memory region: {0} (is a memory window still bound to it?)")]
     DeregMr(#[source] io::Error),
     /// Allocating the buffer of an owned region failed.
     #[error("cannot allocate a {len}-byte buffer")]
@@ -105,10 +132,10 @@ pub enum Error {
         len: usize,
     },
     /// `ibv_create_comp_channel` failed.
-    #[error("ibv_create_comp_channel failed")]
+    #[error("ibv_create_comp_channel failed: {0}")]
     CreateCompChannel(#[source] io::Error),
     /// `ibv_create_cq` failed.
-    #[error("cannot create a CQ of {cqe} entries")]
+    #[error("cannot create a CQ of {cqe} entries: {source}")]
     CreateCq {
         /// Entries asked for.
         cqe: u32,
@@ -117,17 +144,17 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_poll_cq` failed.
-    #[error("ibv_poll_cq failed")]
+    #[error("ibv_poll_cq failed: {0}")]
     PollCq(#[source] io::Error),
     /// `ibv_req_notify_cq` failed.
-    #[error("ibv_req_notify_cq failed")]
+    #[error("ibv_req_notify_cq failed: {0}")]
     ReqNotifyCq(#[source] io::Error),
     /// Waiting for or reading a completion event (`poll(2)`, `ibv_get_cq_event`) failed, or the
     /// CQ has no completion channel.
-    #[error("cannot get a completion event")]
+    #[error("cannot get a completion event: {0}")]
     GetCqEvent(#[source] io::Error),
     /// `ibv_create_qp` failed.
-    #[error("cannot create a {qp_type:?} QP")]
+    #[error("cannot create a {qp_type:?} QP: {source}")]
     CreateQp {
         /// Type asked for.
         qp_type: crate::qp::QpType,
@@ -148,8 +175,21 @@ pub enum Error {
         /// What is wrong (missing or forbidden attributes).
         problem: String,
     },
+    /// A source GID index the port's GID table does not have (past its end, or an empty
+    /// entry), refused before `ibv_modify_qp` or `ibv_create_ah`.
+    #[error("QP {qp_num}: source GID index {index} of port {port} {problem}: use the index of your address's RoCE v2 GID (Context::roce_v2_gid or Context::open_by_addr)")]
+    InvalidGidIndex {
+        /// QP number (0 for an address handle).
+        qp_num: u32,
+        /// The port.
+        port: u8,
+        /// The index given.
+        index: u8,
+        /// What is wrong with it, e.g. "is past the end of the table of 16 entries".
+        problem: String,
+    },
     /// `ibv_modify_qp` failed.
-    #[error("QP {qp_num}: ibv_modify_qp to {to:?} failed")]
+    #[error("QP {qp_num}: ibv_modify_qp to {to:?} failed: {source}")]
     ModifyQp {
         /// QP number.
         qp_num: u32,
@@ -160,7 +200,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_query_qp` failed.
-    #[error("QP {qp_num}: ibv_query_qp failed")]
+    #[error("QP {qp_num}: ibv_query_qp failed: {source}")]
     QueryQp {
         /// QP number.
         qp_num: u32,
@@ -189,7 +229,7 @@ pub enum Error {
         reason: String,
     },
     /// `ibv_post_send` failed.
-    #[error("QP {qp_num}: ibv_post_send failed")]
+    #[error("QP {qp_num}: ibv_post_send failed: {source}")]
     PostSend {
         /// QP number.
         qp_num: u32,
@@ -198,7 +238,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_post_recv` / `ibv_post_srq_recv` failed.
-    #[error("QP/SRQ {qp_num}: ibv_post_recv failed")]
+    #[error("QP/SRQ {qp_num}: ibv_post_recv failed: {source}")]
     PostRecv {
         /// QP or SRQ number.
         qp_num: u32,
@@ -207,13 +247,13 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_create_srq` failed.
-    #[error("ibv_create_srq failed")]
+    #[error("ibv_create_srq failed: {0}")]
     CreateSrq(#[source] io::Error),
     /// `ibv_modify_srq` failed.
-    #[error("ibv_modify_srq failed")]
+    #[error("ibv_modify_srq failed: {0}")]
     ModifySrq(#[source] io::Error),
     /// `ibv_create_ah` failed.
-    #[error("ibv_create_ah failed")]
+    #[error("ibv_create_ah failed: {0}")]
     CreateAh(#[source] io::Error),
     /// A work request completed with an error status (from [`WorkCompletion::status`]).
     ///
@@ -250,8 +290,41 @@ pub enum Error {
         /// How many the device has.
         count: u32,
     },
+    /// [`Reclaimed::take`](crate::Reclaimed::take) asked for a buffer type the request does not
+    /// hold (another type was posted, or that buffer was taken already).
+    #[error(
+        "request {wr_id:#x} holds no buffer of type {expected} (it holds [{}]): take the type that was posted",
+        .held.join(", ")
+    )]
+    WrongBufferType {
+        /// The request's id.
+        wr_id: u64,
+        /// The type asked for.
+        expected: &'static str,
+        /// The types of the buffers the request still holds, in SGE order.
+        held: Vec<&'static str>,
+    },
+    /// [`Cq::wait_one`](crate::Cq::wait_one) or [`Cq::wait_n`](crate::Cq::wait_n) ran out of
+    /// time.
+    #[error("{got} of {wanted} completions arrived within {after:?}")]
+    CompletionTimeout {
+        /// Completions waited for.
+        wanted: usize,
+        /// Completions that arrived (returned to the caller).
+        got: usize,
+        /// The time allowed.
+        after: std::time::Duration,
+    },
+    /// A wait for more completions than its [`CompletionBuf`](crate::CompletionBuf) holds.
+    #[error("cannot wait for {wanted} completions in a CompletionBuf of {capacity}: make it at least CompletionBuf::new({wanted})")]
+    CompletionBufTooSmall {
+        /// Completions asked for.
+        wanted: usize,
+        /// The buffer's capacity.
+        capacity: usize,
+    },
     /// The device does not support this operation (EOPNOTSUPP).
-    #[error("{what}: not supported by this device")]
+    #[error("{what}: not supported by this device ({source})")]
     Unsupported {
         /// The operation.
         what: &'static str,

@@ -75,7 +75,9 @@
 //!
 //! # Map of the API
 //!
-//! - Devices: [`devices`], [`Context::open`], [`Context::query_device`],
+//! - Devices: [`devices`], [`Context::open`], [`Context::open_by_addr`] (the device, port and
+//!   GID index that serve an IP address; also [`device_for_addr`], [`rdma_addresses`]),
+//!   [`Context::query_device`],
 //!   [`Context::query_device_ex`], [`Context::query_port`], [`Context::gid_table`],
 //!   [`Context::roce_v2_gid`] (the RoCE v2 GID of an IP address).
 //! - Async events: [`Context::get_async_event`] (with timeout), [`Context::async_events`]
@@ -86,7 +88,8 @@
 //!   [`PortAttr::phys_state`] (printed like `ibv_devinfo`), [`Context::query_rt_values_ex`],
 //!   [`Context::num_comp_vectors`].
 //! - Completions: [`Context::create_cq`] (or [`Context::create_cq_on_vector`]), [`Cq::poll`]
-//!   into a [`CompletionBuf`], [`Cq::poll_timeout`], event mode with
+//!   into a [`CompletionBuf`], [`Cq::poll_timeout`], exactly as many as you handle with [`Cq::wait_one`] /
+//!   [`Cq::wait_n`], event mode with
 //!   [`Context::create_comp_channel`], [`Cq::req_notify`], [`Cq::get_event`] and the lossless
 //!   [`Cq::wait_and_poll`].
 //! - Extended completions: [`Context::create_cq_ex`] with [`CqExAttr`] (completion vector,
@@ -158,6 +161,7 @@
 #[macro_use]
 mod c_enum;
 
+mod addr;
 pub mod ah;
 pub mod context;
 pub mod cq;
@@ -168,6 +172,7 @@ pub mod pd;
 pub mod qp;
 pub mod srq;
 
+pub use addr::{device_for_addr, rdma_addresses, RdmaAddr};
 pub use ah::{Ah, GRH_LEN};
 pub use context::{
     AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,
@@ -187,9 +192,9 @@ pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
 pub use qp::{states, QpIn};
 pub use qp::{
-    AhAttr, GlobalRoute, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint, QpEx,
-    QpInitAttr, QpQuery, QpState, QpType, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps,
-    SendRequest, SendWr, UdDest, WrOp,
+    AhAttr, GlobalRoute, Outstanding, PostError, Qp, QpAttr, QpAttrMask, QpCap, QpDestroy,
+    QpEndpoint, QpEx, QpInitAttr, QpQuery, QpState, QpType, Reclaimed, RecvRequest, RecvWr,
+    SendFlags, SendOps, SendRequest, SendWr, UdDest, WrOp,
 };
 pub use srq::Srq;
 pub use verbs_sys as sys;

@@ -18,8 +18,10 @@ use util::{Error, Result};
 const USAGE: &str = "\
 usage: cargo xtask <task>
 
-  test [FILTER]                         host-tier tests, then device-tier tests on a real RDMA
-                                        device (existing device -> host rxe -> qemu guest)
+  test [--timeout S] [-p CRATE]... [FILTER]
+                                        host-tier tests, then device-tier tests on a real RDMA
+                                        device (existing device -> host rxe -> qemu guest);
+                                        -p: only these crates' tests (repeatable)
   bench [NAME...]                       benchmarks on a real RDMA device, beside the C baseline
   demo                                  bring up a device and run the reference programs
   guest [--two-hosts] [--timeout S] -- CMD...

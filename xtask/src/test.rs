@@ -1,4 +1,5 @@
-//! `cargo xtask test [FILTER]`: host-tier tests with `cargo test --workspace`, then the
+//! `cargo xtask test [-p CRATE]... [FILTER]`: host-tier tests with `cargo test` (the workspace, or
+//! the crates named with `-p`), then the
 //! device-tier tests (`#[ignore = "needs an RDMA device: ..."]`) on a real RDMA device, got from
 //! the ladder: a device that already exists -> rxe on this host -> rxe in the qemu guest (one
 //! boot for the whole suite). Ends with the line `N passed, M failed, K skipped`.
@@ -70,38 +71,87 @@ pub(crate) enum Target {
     Guest,
 }
 
-pub fn main(args: &[String]) -> Result<ExitCode> {
-    let mut filter: Option<String> = None;
-    let mut timeout = Duration::from_secs(2400);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--timeout" => {
-                let v = it
-                    .next()
-                    .ok_or_else(|| Error::new("--timeout needs seconds"))?;
-                timeout = Duration::from_secs(
-                    v.parse()
-                        .map_err(|_| Error::new(format!("--timeout {v:?} is not a number")))?,
-                );
+const USAGE: &str = "usage: cargo xtask test [--timeout S] [-p CRATE]... [FILTER]";
+
+/// The command line of `cargo xtask test`.
+#[derive(Debug, PartialEq, Eq)]
+struct Args {
+    /// Test-name filter, passed to every test binary.
+    filter: Option<String>,
+    /// Crates whose tests run (`-p`/`--package`, repeatable); empty: the whole workspace.
+    packages: Vec<String>,
+    /// Bound on the device tier.
+    timeout: Duration,
+}
+
+impl Args {
+    fn parse(args: &[String]) -> Result<Args> {
+        let mut out = Args {
+            filter: None,
+            packages: Vec::new(),
+            timeout: Duration::from_secs(2400),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |opt: &str, what: &str| {
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| Error::new(format!("{opt} needs {what}; {USAGE}")))
+            };
+            match a.as_str() {
+                "--timeout" => {
+                    let v = value("--timeout", "seconds")?;
+                    out.timeout = Duration::from_secs(v.parse().map_err(|_| {
+                        Error::new(format!("--timeout {v:?} is not a number of seconds"))
+                    })?);
+                }
+                "-p" | "--package" => out.packages.push(value(a, "a crate name")?),
+                s if s.starts_with("--package=") => {
+                    out.packages.push(s["--package=".len()..].to_owned())
+                }
+                s if s.starts_with("-p") && s.len() > 2 => out.packages.push(s[2..].to_owned()),
+                s if s.starts_with('-') => {
+                    return Err(Error::new(format!("unknown option {s:?}; {USAGE}")))
+                }
+                s if out.filter.is_none() => out.filter = Some(s.to_owned()),
+                s => {
+                    return Err(Error::new(format!(
+                        "a second FILTER {s:?} (only one is taken; to pick crates use -p CRATE); {USAGE}"
+                    )))
+                }
             }
-            s if s.starts_with('-') => {
-                return Err(Error::new(format!(
-                    "unknown option {s:?}; usage: cargo xtask test [--timeout S] [FILTER]"
-                )))
-            }
-            s if filter.is_none() => filter = Some(s.to_owned()),
-            _ => return Err(Error::new("usage: cargo xtask test [--timeout S] [FILTER]")),
         }
+        if let Some(p) = out.packages.iter().find(|p| p.is_empty()) {
+            return Err(Error::new(format!("empty crate name {p:?}; {USAGE}")));
+        }
+        Ok(out)
     }
+
+    /// `--workspace`, or `-p CRATE` for each crate named.
+    fn cargo_selection(&self) -> Vec<String> {
+        if self.packages.is_empty() {
+            return vec!["--workspace".to_owned()];
+        }
+        self.packages
+            .iter()
+            .flat_map(|p| ["-p".to_owned(), p.clone()])
+            .collect()
+    }
+}
+
+pub fn main(args: &[String]) -> Result<ExitCode> {
+    let args = Args::parse(args)?;
+    let filter = args.filter.clone();
+    let timeout = args.timeout;
+    let selection = args.cargo_selection();
     let started = Instant::now();
     // Packages first: building the workspace needs libibverbs-dev and libclang (bindgen).
     apt::ensure(apt::BASE)?;
 
-    eprintln!("xtask: host tier: cargo test --workspace");
+    eprintln!("xtask: host tier: cargo test {}", selection.join(" "));
     let mut host = Tally::default();
     let mut cmd = util::cargo();
-    cmd.args(["test", "--workspace"]);
+    cmd.arg("test").args(&selection);
     if let Some(f) = &filter {
         cmd.args(["--", f]);
     }
@@ -111,15 +161,16 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     })?;
     let mut errors: Vec<String> = Vec::new();
     if !host_ok && host.failed == 0 {
-        errors.push(
-            "host tier: `cargo test --workspace` failed before running tests (see above)".into(),
-        );
+        errors.push(format!(
+            "host tier: `cargo test {}` failed before running tests (see above)",
+            selection.join(" ")
+        ));
     }
 
     let mut device = Tally::default();
     let mut skipped = 0u64;
     let mut device_line = "device: none".to_owned();
-    match device_tier(filter.as_deref(), timeout, &mut device) {
+    match device_tier(&selection, filter.as_deref(), timeout, &mut device) {
         Ok((line, skips)) => {
             device_line = line;
             skipped = skips;
@@ -155,16 +206,22 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
 /// Builds the test executables, finds a device and runs the device tests on it. Returns the
 /// `device: ...` line and the number of skipped tests.
 fn device_tier(
+    selection: &[String],
     filter: Option<&str>,
     timeout: Duration,
     tally: &mut Tally,
 ) -> Result<(String, u64)> {
-    let bins = test_binaries(filter)?;
+    let bins = test_binaries(selection, filter)?;
     let total: usize = bins.iter().map(|b| b.device_tests).sum();
     if total == 0 {
+        let place = if selection == ["--workspace"] {
+            "the workspace".to_owned()
+        } else {
+            format!("`{}`", selection.join(" "))
+        };
         return Err(Error::new(match filter {
-            Some(f) => format!("no device-tier tests match {f:?}"),
-            None => "no device-tier tests in the workspace".into(),
+            Some(f) => format!("no device-tier tests in {place} match {f:?}"),
+            None => format!("no device-tier tests in {place}"),
         }));
     }
     let skip_log = util::target_dir().join("xtask").join("skipped.log");
@@ -336,14 +393,14 @@ pub(crate) fn acquire() -> Result<Target> {
     }
 }
 
-/// `cargo test --workspace --no-run --message-format=json`: the test executables, each with
-/// the number of device-tier tests it holds (listed on the host, so empty ones are not run).
-fn test_binaries(filter: Option<&str>) -> Result<Vec<TestBinary>> {
+/// `cargo test --workspace|-p CRATE... --no-run --message-format=json`: the test executables,
+/// each with the number of device-tier tests it holds (listed on the host, so empty ones are
+/// not run).
+fn test_binaries(selection: &[String], filter: Option<&str>) -> Result<Vec<TestBinary>> {
     let mut cmd = util::cargo();
-    cmd.args(["test", "--workspace", "--no-run"]);
-    let built = util::built_executables(cmd, "cargo test --workspace --no-run", |msg| {
-        msg["profile"]["test"] == true
-    })?;
+    cmd.arg("test").args(selection).arg("--no-run");
+    let what = format!("cargo test {} --no-run", selection.join(" "));
+    let built = util::built_executables(cmd, &what, |msg| msg["profile"]["test"] == true)?;
     let mut bins: Vec<TestBinary> = Vec::new();
     for util::Executable { exe, dir } in built {
         let mut list = Command::new(&exe);
@@ -381,6 +438,62 @@ pub(crate) fn stream(mut cmd: Command, each: &mut dyn FnMut(&str)) -> Result<boo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args> {
+        Args::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn packages_are_repeatable_and_kept_apart_from_the_filter() {
+        let a = parse(&[
+            "-p",
+            "memory",
+            "--package",
+            "cm",
+            "-pverbs",
+            "--package=xtask",
+            "pool",
+        ])
+        .unwrap();
+        assert_eq!(a.packages, ["memory", "cm", "verbs", "xtask"]);
+        assert_eq!(a.filter.as_deref(), Some("pool"));
+        assert_eq!(
+            a.cargo_selection(),
+            ["-p", "memory", "-p", "cm", "-p", "verbs", "-p", "xtask"]
+        );
+        // The filter may come first, and options after it.
+        let a = parse(&["pool", "-p", "memory", "--timeout", "60"]).unwrap();
+        assert_eq!(a.filter.as_deref(), Some("pool"));
+        assert_eq!(a.packages, ["memory"]);
+        assert_eq!(a.timeout, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn no_package_means_the_workspace() {
+        let a = parse(&[]).unwrap();
+        assert_eq!(a.filter, None);
+        assert_eq!(a.cargo_selection(), ["--workspace"]);
+        assert_eq!(a.timeout, Duration::from_secs(2400));
+    }
+
+    #[test]
+    fn bad_command_lines_say_what_is_wrong() {
+        let msg = |args: &[&str]| parse(args).unwrap_err().to_string();
+        assert!(
+            msg(&["-p"]).contains("-p needs a crate name"),
+            "{}",
+            msg(&["-p"])
+        );
+        assert!(msg(&["--timeout", "soon"]).contains("not a number"));
+        assert!(msg(&["--frobnicate"]).contains("unknown option \"--frobnicate\""));
+        // `cargo xtask test memory pool`: the second word is not taken silently.
+        let two = msg(&["memory", "pool"]);
+        assert!(
+            two.contains("-p CRATE") && two.contains("\"pool\""),
+            "{two}"
+        );
+        assert!(msg(&["--package="]).contains("empty crate name"));
+    }
 
     #[test]
     fn parses_libtest_results() {

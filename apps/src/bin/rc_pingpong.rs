@@ -95,7 +95,7 @@ impl PingPong {
             }
         };
         if let Err(e) = self.qp.post_send(req) {
-            if let Some(b) = e.unposted.into_buffers().take() {
+            if let Ok(b) = e.unposted.into_buffers().take() {
                 self.send_buf = Some(b);
             }
             return Err(e.error.into());
@@ -118,7 +118,7 @@ impl PingPong {
             Ok(ids) => ids.len(),
             Err(e) => {
                 for r in e.unposted {
-                    if let Some(b) = r.into_buffers().take() {
+                    if let Ok(b) = r.into_buffers().take() {
                         self.free_rx.push(b);
                     }
                 }
@@ -301,7 +301,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
             let bit = match wc.opcode() {
                 Some(WcOpcode::Send) => {
                     for r in &mut back {
-                        if let Some(b) = r.take::<MemoryRegion>() {
+                        if let Ok(b) = r.take::<MemoryRegion>() {
                             pp.send_buf = Some(b);
                         }
                     }
@@ -310,7 +310,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
                 }
                 Some(WcOpcode::Recv) => {
                     for r in &mut back {
-                        if let Some(b) = r.take::<MemoryRegion>() {
+                        if let Ok(b) = r.take::<MemoryRegion>() {
                             pp.free_rx.push(b);
                         }
                     }

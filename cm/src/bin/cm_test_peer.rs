@@ -157,7 +157,7 @@ fn echo(conn: &Connection, disconnect_first: bool) -> Result<(), BoxError> {
             let opcode = wc.opcode();
             let len = wc.byte_len() as usize;
             let mut rec = conn.qp().reclaim(wc);
-            let mr = rec.iter_mut().find_map(|r| r.take::<MemoryRegion>());
+            let mr = rec.iter_mut().find_map(|r| r.take::<MemoryRegion>().ok());
             if let Err(e) = status {
                 if e.status == Some(verbs::WcStatus::WrFlushErr) {
                     conn.wait_disconnect(TIMEOUT)?;

@@ -204,3 +204,94 @@ fn killed_peer_client_is_noticed_and_the_server_keeps_serving() {
         "{out}"
     );
 }
+
+/// Nothing listens on the port: the peer's CM rejects with reason 8, and the message says so
+/// in words.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn no_listener_is_named_in_words() {
+    let r = Connector::new(SocketAddr::new(peer_ip(), port(11)))
+        .src(local_ip())
+        .timeout(SHORT)
+        .connect();
+    match r {
+        Err(e @ Error::Rejected { status: 8, .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("invalid service ID: nothing listens on that port"),
+                "{text}"
+            );
+            assert!(text.contains("reject reason 8"), "{text}");
+        }
+        other => panic!("expected a reject with reason 8, got {other:?}"),
+    }
+}
+
+/// A netdev with an address but no RDMA device, removed again when dropped.
+struct PlainNetdev(&'static str);
+
+impl PlainNetdev {
+    fn add(name: &'static str, cidr: &str) -> PlainNetdev {
+        let ip = |args: &[&str]| {
+            let out = std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", name])
+            .output();
+        ip(&["link", "add", name, "type", "dummy"]);
+        let dev = PlainNetdev(name);
+        ip(&["addr", "add", cidr, "dev", name]);
+        ip(&["link", "set", name, "up"]);
+        dev
+    }
+}
+
+impl Drop for PlainNetdev {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", self.0])
+            .output();
+    }
+}
+
+/// Binding or connecting from an address that is not on an RDMA netdev: the error says so and
+/// lists the addresses that are.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_source_address_without_rdma_device_is_named() {
+    let _dev = PlainNetdev::add("nordma0", "10.77.9.1/24");
+    let plain: IpAddr = "10.77.9.1".parse().unwrap();
+    let check = |e: Error| {
+        match &e {
+            Error::NotRdmaAddress { addr, served, .. } => {
+                assert_eq!(*addr, plain);
+                assert!(served.contains(&local_ip().to_string()), "{served}");
+            }
+            other => panic!("expected NotRdmaAddress, got {other:?}"),
+        }
+        let text = e.to_string();
+        assert!(
+            text.contains("10.77.9.1 is not an address of an RDMA device")
+                && text.contains(&testkit::device().name),
+            "{text}"
+        );
+    };
+    let started = Instant::now();
+    let r = Connector::new(SocketAddr::new(peer_ip(), port(12)))
+        .src(plain)
+        .timeout(SHORT)
+        .connect();
+    eprintln!("non-RDMA source: {r:?} after {:?}", started.elapsed());
+    check(r.unwrap_err());
+    let r = Listener::bind(SocketAddr::new(plain, port(12)), cm::ConnOptions::new());
+    eprintln!("non-RDMA bind: {r:?}");
+    check(r.unwrap_err());
+}

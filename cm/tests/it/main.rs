@@ -9,5 +9,6 @@ mod id_fields;
 mod many;
 mod multicast;
 mod private_data;
+mod shared_pool;
 mod support;
 mod ud;

@@ -54,7 +54,7 @@ fn next_of(
             .qp()
             .reclaim(wc)
             .pop()
-            .and_then(|mut r| r.take::<MemoryRegion>());
+            .and_then(|mut r| r.take::<MemoryRegion>().ok());
         assert_eq!(c.status, Ok(()), "{c:?}");
         if c.opcode == Some(want) {
             return Some((c, mr));

@@ -93,6 +93,19 @@ fn reject_carries_private_data() {
     };
     assert_eq!(status, 28, "IB CM consumer reject");
     assert_eq!(&data[..7], b"go away");
+    // Debug shows the sender's bytes and the padding's length, not 148 numbers.
+    assert_eq!(data.trimmed(), b"go away");
+    let debug = format!("{data:?}");
+    assert!(
+        debug.contains("b\"go away\"") && debug.contains(&format!("{} bytes", data.len())),
+        "{debug}"
+    );
+    assert!(debug.len() < 80, "{debug}");
+    let e = Error::Rejected {
+        status,
+        private_data: data,
+    };
+    assert!(e.to_string().contains("consumer reject"), "{e}");
     let out = finish_peer(peer);
     assert!(out.contains("rejected"), "{out}");
 }

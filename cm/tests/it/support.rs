@@ -90,7 +90,7 @@ pub struct WorkCompletionInfo {
 impl WorkCompletionInfo {
     fn take(conn: &Connection, wc: &WorkCompletion) -> Self {
         let mut rec = conn.qp().reclaim(wc);
-        let mr = rec.iter_mut().find_map(|r| r.take::<MemoryRegion>());
+        let mr = rec.iter_mut().find_map(|r| r.take::<MemoryRegion>().ok());
         WorkCompletionInfo {
             status: wc.status(),
             byte_len: wc.byte_len(),

@@ -33,7 +33,7 @@ fn wait_one_ud(ep: &UdEndpoint) -> (Completion, Option<MemoryRegion>, Option<ver
             .qp()
             .reclaim(wc)
             .pop()
-            .and_then(|mut r| r.take::<MemoryRegion>());
+            .and_then(|mut r| r.take::<MemoryRegion>().ok());
         // For a receive: an address handle back to its sender, from the completion and GRH.
         let ah = match (&mr, c.opcode) {
             (Some(m), Some(WcOpcode::Recv)) => Some(

@@ -5,8 +5,8 @@ use std::io;
 
 use verbs::{AccessFlags, LocalSlice, Pd, RawMr, RegisteredBuf, RegisteredBufMut};
 
-use super::{ChunkMemory, Registrar, Registration};
-use crate::{registration_error, Buffer, Error, PoolAccess, Result};
+use super::{pinning_limit, ChunkLimit, ChunkMemory, Registrar, Registration};
+use crate::{registration_error, Buffer, Error, PoolAccess, Result, MEMLOCK_HINT};
 
 /// Registers pool chunks on a protection domain (`ibv_reg_mr`), with the pool's access flags.
 ///
@@ -49,6 +49,33 @@ pub(crate) fn access_flags(access: PoolAccess) -> AccessFlags {
 // failed.
 unsafe impl Registrar for PdRegistrar {
     #[doc(alias = "ibv_reg_mr")]
+    /// The device's largest region (`max_mr_size`) and, unless the process may lock memory
+    /// past it, the locked-memory limit: whichever is smaller.
+    fn max_chunk(&self) -> Option<ChunkLimit> {
+        let device = self
+            .pd
+            .context()
+            .query_device()
+            .ok()
+            .map(|d| d.max_mr_size())
+            .filter(|&m| m > 0)
+            .map(|bytes| ChunkLimit {
+                bytes,
+                reason: format!(
+                    "the largest memory region device {} registers (max_mr_size)",
+                    self.pd.context().name()
+                ),
+            });
+        let memlock = pinning_limit().map(|bytes| ChunkLimit {
+            bytes,
+            reason: format!("the locked-memory limit: {MEMLOCK_HINT}"),
+        });
+        [device, memlock]
+            .into_iter()
+            .flatten()
+            .min_by_key(|l| l.bytes)
+    }
+
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>> {
         let len = memory.len();
         // SAFETY: `ChunkMemory` is only created by the pool, which registers each one once and

@@ -18,6 +18,23 @@ pub fn memlock_limit() -> Option<u64> {
     (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
+/// The locked-memory limit that binds registrations of this process: `None` when unlimited or
+/// when the process may lock memory past it (`CAP_IPC_LOCK`, as root has).
+pub(crate) fn pinning_limit() -> Option<u64> {
+    let limit = memlock_limit()?;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    (!has_ipc_lock(&status)).then_some(limit)
+}
+
+/// Whether the effective capabilities in `/proc/self/status` include `CAP_IPC_LOCK` (bit 14).
+fn has_ipc_lock(status: &str) -> bool {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 14) != 0)
+}
+
 /// The error for a registration of `len` bytes that failed with `source`:
 /// [`Error::MemlockLimit`] (saying what to raise) when the errno is one the locked-memory limit
 /// causes and a limit is in force, else [`Error::Register`].
@@ -71,6 +88,15 @@ mod tests {
         assert!(matches!(err, Error::Register { len: 64, .. }));
         let err = classify(64, io::Error::from_raw_os_error(libc::ENOMEM), None);
         assert!(matches!(err, Error::Register { len: 64, .. }));
+    }
+
+    #[test]
+    fn cap_ipc_lock_lifts_the_limit() {
+        assert!(has_ipc_lock("Name:\tx\nCapEff:\t000001ffffffffff\n"));
+        assert!(has_ipc_lock("CapEff:\t0000000000004000\n"));
+        assert!(!has_ipc_lock("CapEff:\t0000000000000000\n"));
+        assert!(!has_ipc_lock("CapEff:\t0000000000003fff\n"));
+        assert!(!has_ipc_lock("no capabilities line"));
     }
 
     #[test]

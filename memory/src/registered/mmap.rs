@@ -174,6 +174,20 @@ fn huge_page_size() -> usize {
     })
 }
 
+/// How many huge pages the system has reserved (`HugePages_Total:` in /proc/meminfo), if it
+/// says.
+pub(crate) fn reserved_huge_pages() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    parse_reserved_huge_pages(&info)
+}
+
+fn parse_reserved_huge_pages(meminfo: &str) -> Option<u64> {
+    let line = meminfo
+        .lines()
+        .find(|l| l.starts_with("HugePages_Total:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 fn parse_huge_page_size(meminfo: &str) -> Option<usize> {
     let line = meminfo.lines().find(|l| l.starts_with("Hugepagesize:"))?;
     let mut words = line.split_whitespace().skip(1);
@@ -194,6 +208,9 @@ mod tests {
             Some(1 << 30)
         );
         assert_eq!(parse_huge_page_size("MemTotal: 1 kB"), None);
+        let info = "HugePages_Total:       8\nHugePages_Free:        8\n";
+        assert_eq!(parse_reserved_huge_pages(info), Some(8));
+        assert_eq!(parse_reserved_huge_pages("MemTotal: 1 kB"), None);
     }
 
     #[test]

@@ -47,7 +47,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 pub use device::PdRegistrar;
+pub(crate) use memlock::pinning_limit;
 pub use memlock::{memlock_limit, registration_error};
+pub(crate) use mmap::reserved_huge_pages;
 pub use mmap::ChunkMemory;
 
 use crate::{Error, HugePages, PoolAccess, Result};
@@ -96,6 +98,22 @@ pub unsafe trait Registrar: Send + Sync + fmt::Debug + 'static {
     /// Errors: [`Error::Register`], or [`Error::MemlockLimit`] when the locked-memory limit is
     /// the cause ([`registration_error`] makes the right one from an OS error).
     fn register(&self, memory: &ChunkMemory, access: PoolAccess) -> Result<Box<dyn Registration>>;
+
+    /// The largest chunk this registrar can register, and why, if it knows one (the device's
+    /// largest region, the locked-memory limit): [`Pool::new`](crate::Pool::new) refuses a
+    /// configuration whose chunks exceed it, instead of failing at the first allocation.
+    fn max_chunk(&self) -> Option<ChunkLimit> {
+        None
+    }
+}
+
+/// A bound on the size of one registration (see [`Registrar::max_chunk`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkLimit {
+    /// Most bytes one registration may cover.
+    pub bytes: u64,
+    /// What sets the bound and how to lift it, for the error message.
+    pub reason: String,
 }
 
 /// Source of chunk ids; never wraps, so a token can never match a later chunk.

@@ -330,3 +330,25 @@ fn the_pool_keeps_its_protection_domain_alive() {
     drop(pool);
     drop((first, second)); // deregisters both chunks, then the PD goes
 }
+
+/// The device registrar reports the device's largest region (and the locked-memory limit when
+/// it binds this process) as the bound `Pool::new` checks chunks against.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn the_device_registrar_reports_its_chunk_limit() {
+    use memory::{PdRegistrar, Registrar};
+    let pd = pd();
+    let max_mr = pd.context().query_device().unwrap().max_mr_size();
+    let limit = PdRegistrar::new(&pd)
+        .max_chunk()
+        .expect("a device reports its largest region");
+    assert!(limit.bytes <= max_mr);
+    if limit.bytes == max_mr {
+        assert!(limit.reason.contains(pd.context().name()), "{limit:?}");
+    } else {
+        assert!(limit.reason.contains("locked-memory limit"), "{limit:?}");
+    }
+    // A pool whose chunks fit is accepted and allocates.
+    let pool = pool(&pd, PoolAccess::LOCAL_WRITE);
+    drop(pool.try_alloc(64).unwrap());
+}

@@ -157,6 +157,86 @@ fn invalid_configs_are_rejected_by_new() {
     ));
 }
 
+/// Configurations that could never allocate fail in `Pool::new`, before any registration,
+/// naming the offending value: chunks past the pool's cap or the class's, a chunk that is not
+/// a multiple of its class, chunks past what the registrar can register.
+#[test]
+fn configs_that_cannot_work_fail_at_new_not_at_the_first_allocation() {
+    let reason = |config: PoolConfig, registrar: &HostRegistrar| match Pool::new(
+        config,
+        registrar.clone(),
+    ) {
+        Err(Error::InvalidConfig { reason }) => reason,
+        Err(other) => panic!("expected InvalidConfig, got {other:?}"),
+        Ok(_) => panic!("a config that cannot work was accepted"),
+    };
+    let registrar = HostRegistrar::new();
+    let class = ClassConfig::new(4096);
+    // The default 1 MiB class has 16 MiB chunks: a 4 MiB cap could never hold one.
+    let text = reason(PoolConfig::new().cap_bytes(4 << 20), &registrar);
+    assert!(text.contains("exceeds the pool's cap of 4194304"), "{text}");
+    let text = reason(
+        PoolConfig::new().classes([class.chunk_size(1 << 20).cap_bytes(64 << 10)]),
+        &registrar,
+    );
+    assert!(text.contains("smaller than its chunk size"), "{text}");
+    let text = reason(
+        PoolConfig::new().classes([class.chunk_size(2048)]),
+        &registrar,
+    );
+    assert!(
+        text.contains("not a positive multiple of the class size"),
+        "{text}"
+    );
+
+    // A registrar that registers at most 1 MiB: the default 2 MiB chunks cannot be made.
+    registrar.max_chunk_bytes(1 << 20);
+    let text = reason(PoolConfig::new().class_sizes([64, 4096]), &registrar);
+    assert!(
+        text.contains(
+            "chunk size 2097152 of class 64 exceeds the test registrar's limit (1048576 bytes)"
+        ),
+        "{text}"
+    );
+    // Chunks within the limit are fine.
+    let pool = Pool::new(
+        PoolConfig::new().classes([class.chunk_size(1 << 20)]),
+        registrar.clone(),
+    )
+    .unwrap();
+    drop(pool.try_alloc(4096).unwrap());
+    assert_eq!(
+        registrar.registrations(),
+        1,
+        "only the pool that works registered"
+    );
+}
+
+/// Huge pages required where none are reserved: refused by `Pool::new`.
+#[test]
+fn required_huge_pages_without_any_reserved_fail_at_new() {
+    let reserved = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Total:"))
+        .map(|v| v.trim().parse::<u64>().unwrap())
+        .unwrap_or(0);
+    let config = PoolConfig::new()
+        .class_sizes([4096])
+        .huge_pages(HugePages::Require);
+    match Pool::new(config, HostRegistrar::new()) {
+        Err(Error::InvalidConfig { reason }) => {
+            assert_eq!(reserved, 0, "refused though {reserved} are reserved");
+            assert!(
+                reason.contains("nr_hugepages") && reason.contains("Prefer"),
+                "{reason}"
+            );
+        }
+        Err(other) => panic!("expected InvalidConfig, got {other:?}"),
+        Ok(_) => assert!(reserved > 0, "accepted without huge pages"),
+    }
+}
+
 #[test]
 fn exhaustion_is_a_typed_error_and_the_pool_recovers() {
     let (pool, registrar) = small_pool(64, 4, 2);

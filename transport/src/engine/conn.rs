@@ -257,7 +257,7 @@ impl ConnShared {
         let Some(op) = st.sq_ops.pop_front() else {
             return;
         };
-        let buf = buffers.next().and_then(|mut r| r.take::<Buffer>());
+        let buf = buffers.next().and_then(|mut r| r.take::<Buffer>().ok());
         match (op, status) {
             (SqOp::Frame, Ok(())) => {
                 drop(buf);

@@ -189,7 +189,7 @@ impl Shared {
         reclaimed.clear();
         if self.srq.reclaim_into(wc, reclaimed) > 0 {
             // A receive: replace it on the SRQ first, so the peer's credit stays backed.
-            let buf = reclaimed.pop().and_then(|mut r| r.take::<Buffer>());
+            let buf = reclaimed.pop().and_then(|mut r| r.take::<Buffer>().ok());
             if self.post_receives(1).is_err() {
                 self.srq_deficit.fetch_add(1, Ordering::Relaxed);
             }

@@ -96,7 +96,7 @@ impl Context {
         Self::open_dev(dev, &DeviceList::name_of(dev))
     }
 
-    fn open_dev(dev: NonNull<sys::ibv_device>, name: &str) -> Result<Self> {
+    pub(crate) fn open_dev(dev: NonNull<sys::ibv_device>, name: &str) -> Result<Self> {
         // SAFETY: `dev` comes from a device list that is still alive.
         let raw = unsafe { sys::ibv_open_device(dev.as_ptr()) };
         let raw = sys::errno::check_ptr(raw).map_err(|source| Error::OpenDevice {
@@ -188,9 +188,48 @@ impl Context {
         let mut attr = MaybeUninit::<sys::ibv_port_attr>::zeroed();
         // SAFETY: open context, valid out-pointer of the size the inline wrapper passes.
         let r = unsafe { sys::___ibv_query_port(self.as_raw(), port, attr.as_mut_ptr()) };
-        sys::errno::check_ret(r).map_err(|source| Error::QueryPort { port, source })?;
+        sys::errno::check_ret(r).map_err(|source| self.port_error(port, source))?;
         // SAFETY: zeroed then filled; all-integer struct.
         Ok(PortAttr(unsafe { attr.assume_init() }))
+    }
+
+    /// The error for a failed `ibv_query_port`: [`Error::NoSuchPort`] when the device has no
+    /// such port.
+    fn port_error(&self, port: u8, source: std::io::Error) -> Error {
+        match self.query_device() {
+            Ok(dev) if port == 0 || port > dev.phys_port_cnt() => Error::NoSuchPort {
+                device: self.name().to_owned(),
+                port,
+                ports: dev.phys_port_cnt(),
+            },
+            _ => Error::QueryPort { port, source },
+        }
+    }
+
+    /// Checks that `index` is a valid entry of `port`'s GID table, for a QP or address handle
+    /// to use as source GID (`ibv_modify_qp` and `ibv_create_ah` answer a bad one with a bare
+    /// EINVAL).
+    pub(crate) fn check_sgid_index(&self, qp_num: u32, port: u8, index: u8) -> Result<()> {
+        let len = self.query_port(port)?.gid_tbl_len();
+        let problem = if u32::from(index) >= len {
+            format!(
+                "is past the end of the table of {len} entries (0..={})",
+                len.saturating_sub(1)
+            )
+        } else if let Err(e) = self.query_gid(port, u32::from(index)) {
+            match e {
+                Error::QueryGid { source, .. } => format!("is an empty entry ({source})"),
+                other => return Err(other),
+            }
+        } else {
+            return Ok(());
+        };
+        Err(Error::InvalidGidIndex {
+            qp_num,
+            port,
+            index,
+            problem,
+        })
     }
 
     /// One GID table entry with its type. An index past the table gives EINVAL, an empty

@@ -182,10 +182,15 @@ impl Cq {
     }
 
     fn poll_n(&self, buf: &mut CompletionBuf) -> Result<usize> {
-        let max = i32::try_from(buf.wcs.len()).unwrap_or(i32::MAX);
-        // SAFETY: live CQ; `buf` has room for `max` entries; WorkCompletion is a transparent
+        self.poll_into(&mut buf.wcs)
+    }
+
+    /// Polls at most `wcs.len()` completions into `wcs`.
+    fn poll_into(&self, wcs: &mut [WorkCompletion]) -> Result<usize> {
+        let max = i32::try_from(wcs.len()).unwrap_or(i32::MAX);
+        // SAFETY: live CQ; `wcs` has room for `max` entries; WorkCompletion is a transparent
         // wrapper of ibv_wc.
-        let n = unsafe { sys::ibv_poll_cq(self.as_raw(), max, buf.wcs.as_mut_ptr().cast()) };
+        let n = unsafe { sys::ibv_poll_cq(self.as_raw(), max, wcs.as_mut_ptr().cast()) };
         if n < 0 {
             // ibv_poll_cq returns a negative value on error without a defined errno.
             return Err(Error::PollCq(io::Error::from_raw_os_error(if n == -1 {
@@ -292,6 +297,81 @@ impl Cq {
             }
         };
         Ok(buf.view(n))
+    }
+
+    /// Waits up to `timeout` for exactly `n` completions and returns them. It never polls more
+    /// than `n`: completions beyond them stay in the CQ for the next call, so none is lost to
+    /// a caller that handles only what it asked for. With a completion channel it sleeps
+    /// between completions (without lost wakeups, as [`wait_and_poll`](Self::wait_and_poll)),
+    /// else it busy-polls.
+    ///
+    /// Fewer than `n` only when `timeout` passed: the completions that did arrive are returned
+    /// (they are out of the CQ; reclaim them), so check `len()`. `n` larger than the buffer is
+    /// [`Error::CompletionBufTooSmall`].
+    pub fn wait_n<'b>(
+        &self,
+        buf: &'b mut CompletionBuf,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Polled<'b>> {
+        if n > buf.capacity() {
+            return Err(Error::CompletionBufTooSmall {
+                wanted: n,
+                capacity: buf.capacity(),
+            });
+        }
+        let got = self.wait_into(&mut buf.wcs[..n], timeout)?;
+        Ok(buf.view(got))
+    }
+
+    /// Waits up to `timeout` for one completion (polling exactly one, so later ones stay in
+    /// the CQ). Nothing within `timeout` is [`Error::CompletionTimeout`]. The completion is
+    /// yours to keep: pass it to [`Qp::reclaim`](crate::Qp::reclaim) for its buffers.
+    pub fn wait_one(&self, timeout: Duration) -> Result<WorkCompletion> {
+        // SAFETY: ibv_wc is integers plus an integer union: all-zero is a valid value.
+        let mut wc = [WorkCompletion(unsafe { std::mem::zeroed() })];
+        match self.wait_into(&mut wc, timeout)? {
+            1 => {
+                let [wc] = wc;
+                Ok(wc)
+            }
+            _ => Err(Error::CompletionTimeout {
+                wanted: 1,
+                got: 0,
+                after: timeout,
+            }),
+        }
+    }
+
+    /// Fills `wcs` with completions, polling never more than the room left, until it is full
+    /// or `timeout` passes; returns how many came.
+    fn wait_into(&self, wcs: &mut [WorkCompletion], timeout: Duration) -> Result<usize> {
+        let deadline = Instant::now() + timeout;
+        let n = wcs.len();
+        let mut got = self.poll_into(wcs)?;
+        while got < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.inner.channel.is_some() {
+                // Arm, then poll again before sleeping: a completion that came before arming
+                // raises no event.
+                self.req_notify(false)?;
+                let more = self.poll_into(&mut wcs[got..])?;
+                if more > 0 {
+                    got += more;
+                    continue;
+                }
+                if left.is_zero() {
+                    break;
+                }
+                self.get_event(Some(left))?;
+            } else if left.is_zero() {
+                break;
+            } else {
+                std::hint::spin_loop();
+            }
+            got += self.poll_into(&mut wcs[got..])?;
+        }
+        Ok(got)
     }
 
     /// Busy-polls until at least one completion arrives or `timeout` passes.

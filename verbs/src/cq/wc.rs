@@ -103,9 +103,52 @@ bitflags! {
     }
 }
 
-/// A failed work request, as a value: status, vendor error, and which request.
+impl WcStatus {
+    /// What the status means, in words (as `ibv_wc_status_str`), with the likely cause where
+    /// there is a usual one.
+    pub fn describe(self) -> &'static str {
+        use WcStatus::*;
+        match self {
+            LocLenErr => "local length error: a receive buffer is smaller than the message, or a send is longer than the port allows",
+            LocQpOpErr => "local QP operation error: the request does not fit the QP (e.g. more SGEs or inline data than it was created for)",
+            LocEecOpErr => "local EE context operation error",
+            LocProtErr => "local protection error: an SGE's lkey, address or rights do not match a region of this QP's PD",
+            WrFlushErr => "flushed: the QP was in the error state (after an earlier failure or a disconnect), the request was not executed",
+            MwBindErr => "memory window bind error",
+            BadRespErr => "bad response from the peer",
+            LocAccessErr => "local access error: the region lacks the rights the operation needs (e.g. LOCAL_WRITE for a READ target)",
+            RemInvReqErr => "remote invalid request: the peer's QP cannot take this operation (opcode not allowed, message too long for its receive)",
+            RemAccessErr => "remote access error: the peer refused the rkey, the address range or the rights (REMOTE_WRITE/READ/ATOMIC) of its region",
+            RemOpErr => "remote operation error: the peer could not complete the operation",
+            RetryExcErr => "transport retry counter exceeded: the peer is gone or unreachable (no ACK within the retries)",
+            RnrRetryExcErr => "RNR retry counter exceeded: the peer had no receive posted for too long",
+            LocRddViolErr => "local RDD violation",
+            RemInvRdReqErr => "remote invalid RD request",
+            RemAbortErr => "remote aborted",
+            InvEecnErr => "invalid EE context number",
+            InvEecStateErr => "invalid EE context state",
+            FatalErr => "fatal error of the device",
+            RespTimeoutErr => "response timeout",
+            GeneralErr => "general error",
+            TmErr => "tag matching error",
+            TmRndvIncomplete => "tag matching rendezvous incomplete",
+        }
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// A failed work request, as a value: status, vendor error, and which request. Its message
+/// says what the status means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("work request {wr_id:#x} on QP {qp_num} failed: {status:?} (code {code}, vendor error {vendor_err:#x})")]
+#[error(
+    "work request {wr_id:#x} on QP {qp_num} failed: {} (status {code}, vendor error {vendor_err:#x})",
+    .status.map_or("unknown status", WcStatus::describe)
+)]
 pub struct WcError {
     /// The status; `None` for a code newer than this crate (see `code`).
     pub status: Option<WcStatus>,
@@ -279,5 +322,35 @@ mod tests {
         assert_eq!((err.vendor_err, err.wr_id), (0x99, 42));
         assert_eq!(wc(10, 0, 0).opcode(), None);
         assert_eq!(wc(77, 0, 0).status().unwrap_err().status, None);
+    }
+
+    #[test]
+    fn failures_print_their_status_in_words() {
+        let text = wc(10, 0, 0).status().unwrap_err().to_string();
+        assert!(
+            text.contains("remote access error") && text.contains("rkey"),
+            "{text}"
+        );
+        assert!(
+            text.contains("0x2a") && text.contains("status 10"),
+            "{text}"
+        );
+        let retry = wc(12, 0, 0).status().unwrap_err().to_string();
+        assert!(retry.contains("retry counter exceeded: the peer is gone or unreachable"));
+        assert!(wc(77, 0, 0)
+            .status()
+            .unwrap_err()
+            .to_string()
+            .contains("unknown status"));
+        // Every status has words of its own.
+        let all: Vec<&str> = (1..=23u32)
+            .filter_map(|c| WcStatus::try_from(c).ok())
+            .map(WcStatus::describe)
+            .collect();
+        assert_eq!(all.len(), 23);
+        let mut unique = all.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len());
     }
 }

@@ -79,10 +79,25 @@ impl Drop for MrInner {
     }
 }
 
+/// Refuses the flag combinations `ibv_reg_mr` answers with a bare EINVAL.
+fn check_access(access: AccessFlags) -> Result<()> {
+    if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(Error::InvalidAccess {
+            access,
+            problem: "remote write and remote atomic access require LOCAL_WRITE as well \
+                      (the verbs refuse them without it): add AccessFlags::LOCAL_WRITE",
+        });
+    }
+    Ok(())
+}
+
 impl MrInner {
     /// # Safety
     /// `addr..addr+len` must be memory that stays allocated while the registration lives.
     unsafe fn register(pd: &Pd, addr: *mut u8, len: usize, access: AccessFlags) -> Result<Self> {
+        check_access(access)?;
         // SAFETY: forwarded caller contract; the PD is alive.
         let raw = unsafe { sys::ibv_reg_mr(pd.as_raw(), addr.cast(), len, access.bits() as i32) };
         let raw = sys::errno::check_ptr(raw).map_err(|source| Error::RegMr { len, source })?;
@@ -307,5 +322,33 @@ impl std::fmt::Debug for RawMr {
             .field("len", &self.len())
             .field("lkey", &self.lkey())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_write_or_atomic_without_local_write_is_refused() {
+        for bad in [
+            AccessFlags::REMOTE_WRITE,
+            AccessFlags::REMOTE_ATOMIC,
+            AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
+        ] {
+            let e = check_access(bad).unwrap_err();
+            assert!(matches!(e, Error::InvalidAccess { access, .. } if access == bad));
+            assert!(
+                e.to_string().contains("add AccessFlags::LOCAL_WRITE"),
+                "{e}"
+            );
+        }
+        for good in [
+            AccessFlags::empty(),
+            AccessFlags::REMOTE_READ,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+        ] {
+            assert!(check_access(good).is_ok(), "{good:?}");
+        }
     }
 }

@@ -19,8 +19,8 @@ use verbs_sys as sys;
 pub use attr::{AhAttr, GlobalRoute, QpAttr, QpAttrMask};
 pub use init::{QpCap, QpEndpoint, QpInitAttr};
 pub use post::{
-    PostError, QpEx, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest, SendWr,
-    UdDest, WrOp,
+    Outstanding, PostError, QpEx, Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest,
+    SendWr, UdDest, WrOp,
 };
 pub use query::QpQuery;
 pub use state::{check_transition, transition, QpState, QpType};
@@ -310,6 +310,16 @@ impl Qp {
             }
         })?;
         let mut raw = attr.raw_copy();
+        if attr.mask().contains(QpAttrMask::AV) && raw.ah_attr.is_global != 0 {
+            let ctx = crate::Context {
+                inner: self.inner._pd.ctx.clone(),
+            };
+            ctx.check_sgid_index(
+                self.qp_num(),
+                raw.ah_attr.port_num,
+                raw.ah_attr.grh.sgid_index,
+            )?;
+        }
         // Into or out of Reset: no owned post may slip in between the device's transition and
         // the flag's (a post made in Reset would outlive the reset on some providers).
         let tables = (to == QpState::Reset || from == QpState::Reset || *state == QpState::Reset)

@@ -50,3 +50,36 @@ fn gid_table_has_the_roce_v2_ipv4_mapped_gid() {
     // The same entry shows up in the table.
     assert!(table.contains(&e));
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn opens_the_device_that_serves_an_address() {
+    let dev = testkit::device();
+    let addr = IpAddr::V4(dev.addr);
+    let (ctx, me) = Context::open_by_addr(addr).unwrap();
+    assert_eq!(ctx.name(), dev.name);
+    assert_eq!((me.device.as_str(), me.addr), (dev.name.as_str(), addr));
+    assert_eq!((me.gid.port, me.gid.index), (PORT, dev.gid_index));
+    assert_eq!(me.gid.gid_type, Some(GidType::RoceV2));
+    assert_eq!(verbs::device_for_addr(addr).unwrap(), me);
+    // The peer's device serves the peer's address (another device in the two-host guest).
+    let peer = testkit::peer().device;
+    let theirs = verbs::device_for_addr(IpAddr::V4(peer.addr)).unwrap();
+    assert_eq!(theirs.device, peer.name);
+    assert_eq!(theirs.gid.index, peer.gid_index);
+    let all = verbs::rdma_addresses().unwrap();
+    assert!(all.contains(&me) && all.contains(&theirs), "{all:?}");
+
+    // An address no device serves: the error lists those that are served.
+    let nowhere: IpAddr = "203.0.113.9".parse().unwrap();
+    let e = Context::open_by_addr(nowhere).unwrap_err();
+    assert!(
+        matches!(e, verbs::Error::NoDeviceForAddr { addr, .. } if addr == nowhere),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains(&dev.addr.to_string()) && text.contains(&dev.name),
+        "{text}"
+    );
+}

@@ -142,8 +142,21 @@ fn clear_errors_for_bad_names_ports_and_gid_indices() {
     );
 
     let ctx = open();
+    let ports = ctx.query_device().unwrap().phys_port_cnt();
     let e = ctx.query_port(PORT + 40).unwrap_err();
-    assert!(matches!(e, Error::QueryPort { port: 41, .. }), "{e:?}");
+    assert!(
+        matches!(&e, Error::NoSuchPort { port: 41, ports: n, device } if *n == ports && *device == ctx.name()),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("has no port 41") && text.contains(&format!("1..={ports}")),
+        "{text}"
+    );
+    assert!(matches!(
+        ctx.query_port(0).unwrap_err(),
+        Error::NoSuchPort { port: 0, .. }
+    ));
 
     let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
     let e = ctx.query_gid(PORT, len + 5).unwrap_err();
@@ -190,4 +203,120 @@ fn clear_errors_for_bad_names_ports_and_gid_indices() {
             .unwrap();
     let (c, _) = write_expecting(&p, target.remote(0..64).unwrap());
     assert_eq!(c.status, Ok(()));
+}
+
+/// A source GID index past the table, or at an empty entry, is named as such instead of the
+/// bare EINVAL of `ibv_modify_qp`; a QP with a good index still connects afterwards.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn bad_source_gid_index_is_named_at_rtr() {
+    let ctx = open();
+    let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
+    let table = ctx.gid_table().unwrap();
+    let (_, gid) = crate::support::gid(&ctx);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    let qp = pd
+        .create_qp(&verbs::QpInitAttr::new(QpType::Rc, &cq, &cq))
+        .unwrap();
+    qp.to_init(PORT, AccessFlags::empty()).unwrap();
+    let me = verbs::QpEndpoint {
+        qp_num: qp.qp_num(),
+        psn: 0,
+        lid: 0,
+        gid,
+    };
+    // Past the end of the table, when the table is shorter than 256 entries (rxe: 1024, so
+    // there the first unused entry stands in).
+    let bad = match u8::try_from(len) {
+        Ok(past) => past,
+        Err(_) => (0..=u8::MAX)
+            .find(|i| {
+                !table
+                    .iter()
+                    .any(|e| e.port == PORT && e.index == u32::from(*i))
+            })
+            .expect("an unused GID entry below 256"),
+    };
+    let e = qp
+        .to_rtr(&me, PORT, Some(bad), verbs::Mtu::Mtu1024)
+        .unwrap_err();
+    match &e {
+        Error::InvalidGidIndex {
+            qp_num,
+            port,
+            index,
+            problem,
+        } => {
+            assert_eq!((*qp_num, *port, *index), (qp.qp_num(), PORT, bad));
+            let expected = if u32::from(bad) >= len {
+                "past the end of the table"
+            } else {
+                "empty entry"
+            };
+            assert!(problem.contains(expected), "{problem}");
+        }
+        other => panic!("expected InvalidGidIndex, got {other:?}"),
+    }
+    assert!(e.to_string().contains("roce_v2_gid"), "{e}");
+    // Refused before the kernel: the QP is still in Init and a good index works.
+    assert_eq!(qp.query_state().unwrap(), QpState::Init);
+    let (good, _) = crate::support::gid(&ctx);
+    qp.to_rtr(&me, PORT, Some(good), verbs::Mtu::Mtu1024)
+        .unwrap();
+    // Address handles are checked the same way.
+    let e = pd
+        .create_ah(&verbs::AhAttr::roce(PORT, gid, bad))
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidGidIndex { index, .. } if index == bad),
+        "{e:?}"
+    );
+}
+
+/// Remote write without local write: a typed error naming the missing flag, not EINVAL.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn remote_write_without_local_write_is_refused_with_the_fix() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    for access in [
+        AccessFlags::REMOTE_WRITE,
+        AccessFlags::REMOTE_ATOMIC | AccessFlags::REMOTE_READ,
+    ] {
+        let e = pd.reg_mr(4096, access).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidAccess { access: a, .. } if a == access),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("LOCAL_WRITE"), "{e}");
+    }
+    // With it, the same registration works; remote read alone needs no local write.
+    pd.reg_mr(4096, AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    pd.reg_mr(4096, AccessFlags::REMOTE_READ).unwrap();
+}
+
+/// A work-completion error and the errors of failed calls carry their cause in words.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn failed_completions_and_calls_say_why() {
+    let p = Pair::rc();
+    let target =
+        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
+            .unwrap();
+    let mut remote = target.remote(0..64).unwrap();
+    remote.rkey ^= 0x5a5a_0000;
+    let (c, _) = write_expecting(&p, remote);
+    let text = c.status.unwrap_err().to_string();
+    assert!(
+        text.contains("remote access error") && text.contains("rkey"),
+        "{text}"
+    );
+    // The errno of a failed call is part of the message, not only its source.
+    let e = open().query_gid(PORT, 100_000).unwrap_err();
+    let source = std::error::Error::source(&e)
+        .expect("has a source")
+        .to_string();
+    assert!(e.to_string().ends_with(&source), "{e} / {source}");
 }

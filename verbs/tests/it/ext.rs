@@ -88,7 +88,7 @@ fn extended_cq_batches_complete_and_reclaim() {
         );
         assert_eq!(c.qp_num, a.qp_num());
         assert_eq!(back.len(), 1);
-        assert!(back[0].take::<MemoryRegion>().is_some());
+        assert!(back[0].take::<MemoryRegion>().is_ok());
     }
     let recvs = drain_ex(&mut cq_b, &b, 3);
     for (((c, mut back), id), (data, imm)) in recvs.into_iter().zip(&rx).zip(&sent) {

@@ -43,7 +43,7 @@ fn send_and_send_with_imm() {
             (sid, Ok(()), Some(WcOpcode::Send))
         );
         assert_eq!(sbufs.len(), 1);
-        assert!(sbufs[0].take::<MemoryRegion>().is_some());
+        assert!(sbufs[0].take::<MemoryRegion>().is_ok());
 
         let (rc, mut rbufs) = one(&p.cq_b, &p.b);
         assert_eq!(
@@ -533,8 +533,8 @@ fn reclaim_into_one_list_for_every_buffer_kind() {
     assert_eq!(back.iter().map(|r| r.wr_id).collect::<Vec<_>>(), ids);
     assert_eq!(back.iter().map(|r| r.tag).collect::<Vec<_>>(), [0, 1, 2]);
     for r in &mut back {
-        assert!(r.take::<MemoryRegion>().is_none());
-        assert!(r.take::<Arc<MemoryRegion>>().is_some());
+        assert!(r.take::<MemoryRegion>().is_err());
+        assert!(r.take::<Arc<MemoryRegion>>().is_ok());
         assert!(r.is_empty());
     }
     assert_eq!(Arc::strong_count(&shared), 1);
@@ -545,8 +545,8 @@ fn reclaim_into_one_list_for_every_buffer_kind() {
         assert_eq!(p.b.reclaim_into(wc, &mut back), 1);
         assert_eq!(back[0].wr_id, wc.wr_id());
         let mr = match back[0].take::<MemoryRegion>() {
-            Some(mr) => mr,
-            None => *back[0].take::<Box<MemoryRegion>>().unwrap(),
+            Ok(mr) => mr,
+            Err(_) => *back[0].take::<Box<MemoryRegion>>().unwrap(),
         };
         assert_eq!(&mr.as_slice()[..data.len()], &data[..]);
         got.push(mr);

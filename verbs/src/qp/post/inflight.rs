@@ -27,6 +27,30 @@ impl Entry {
     }
 }
 
+/// An owned request still in flight: posted, its completion not yet reclaimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outstanding {
+    /// Its id (as returned by the post call).
+    pub wr_id: u64,
+    /// The tag given to the request (0 if none).
+    pub tag: u64,
+    /// A receive (else a send-queue request).
+    pub recv: bool,
+    /// How many buffers it holds.
+    pub buffers: usize,
+}
+
+impl std::fmt::Display for Outstanding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let queue = if self.recv { "recv" } else { "send" };
+        write!(f, "{queue} {:#x}", self.wr_id)?;
+        if self.tag != 0 {
+            write!(f, " (tag {})", self.tag)?;
+        }
+        Ok(())
+    }
+}
+
 /// Requests in flight on one queue, in id (= post) order.
 #[derive(Default)]
 pub(crate) struct InFlight {
@@ -79,6 +103,15 @@ impl InFlight {
         self.complete_into(id, in_order, &mut out);
         out
     }
+    /// The requests in the table, oldest first.
+    pub(crate) fn requests(&self, recv: bool) -> impl Iterator<Item = Outstanding> + '_ {
+        self.ring.iter().map(move |e| Outstanding {
+            wr_id: e.id,
+            tag: e.tag,
+            recv,
+            buffers: e.bufs.len(),
+        })
+    }
     pub(crate) fn take_all(&mut self) -> Vec<Reclaimed> {
         std::mem::take(&mut self.ring)
             .into_iter()
@@ -119,6 +152,17 @@ mod tests {
         assert_eq!(ids(&out), [3, 5, 8]);
         assert_eq!(out[2].tag, 80);
         assert_eq!(t.len(), 1);
+        let left: Vec<_> = t.requests(false).collect();
+        assert_eq!(
+            left,
+            [Outstanding {
+                wr_id: 9,
+                tag: 90,
+                recv: false,
+                buffers: 1
+            }]
+        );
+        assert_eq!(left[0].to_string(), "send 0x9 (tag 90)");
         // Unknown or already completed ids take nothing.
         assert_eq!(t.complete_into(5, true, &mut out), 0);
         assert_eq!(t.complete_into(100, true, &mut out), 0);
@@ -133,7 +177,7 @@ mod tests {
         assert!(t.complete(2, false).is_empty());
         let mut rest = t.take_all();
         assert_eq!(ids(&rest), [4]);
-        assert_eq!(rest[0].take::<u64>(), Some(4));
+        assert_eq!(rest[0].take::<u64>().unwrap(), 4);
         assert_eq!(t.len(), 0);
     }
 

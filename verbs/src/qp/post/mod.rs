@@ -28,6 +28,7 @@ use crate::ah::Ah;
 use crate::mr::{LocalSlice, RemoteSlice};
 use crate::Error;
 
+pub use inflight::Outstanding;
 pub(crate) use inflight::{owned_kind, InFlight};
 pub(crate) use recv::{in_reset_error, post_recv_one, post_recv_owned, post_recv_raw};
 pub use request::{PostError, Reclaimed, RecvRequest, SendRequest};

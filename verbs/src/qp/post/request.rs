@@ -16,7 +16,8 @@ use crate::{Error, Result};
 pub(crate) enum Owner {
     Region(MemoryRegion),
     Shared(Arc<MemoryRegion>),
-    Other(Box<dyn Any + Send>),
+    /// Any other buffer, with its type's name (for the error of a take of the wrong type).
+    Other(Box<dyn Any + Send>, &'static str),
 }
 
 /// `v` as a `B`, when `T` is `B` (decided at compile time; no allocation, no unsafe).
@@ -44,7 +45,7 @@ impl Owner {
             return Owner::Shared(a);
         }
         match slot {
-            Some(b) => Owner::Other(Box::new(b)),
+            Some(b) => Owner::Other(Box::new(b), std::any::type_name::<B>()),
             None => unreachable!("only a region is taken out of the slot"),
         }
     }
@@ -52,21 +53,28 @@ impl Owner {
         match self {
             Owner::Region(r) => (r as &dyn Any).is::<B>(),
             Owner::Shared(a) => (a as &dyn Any).is::<B>(),
-            Owner::Other(b) => (**b).is::<B>(),
+            Owner::Other(b, _) => (**b).is::<B>(),
+        }
+    }
+    fn type_name(&self) -> &'static str {
+        match self {
+            Owner::Region(_) => std::any::type_name::<MemoryRegion>(),
+            Owner::Shared(_) => std::any::type_name::<Arc<MemoryRegion>>(),
+            Owner::Other(_, name) => name,
         }
     }
     fn downcast<B: 'static>(self) -> Option<B> {
         match self {
             Owner::Region(r) => cast(r),
             Owner::Shared(a) => cast(a),
-            Owner::Other(b) => b.downcast::<B>().ok().map(|b| *b),
+            Owner::Other(b, _) => b.downcast::<B>().ok().map(|b| *b),
         }
     }
     fn into_any(self) -> Box<dyn Any + Send> {
         match self {
             Owner::Region(r) => Box::new(r),
             Owner::Shared(a) => Box::new(a),
-            Owner::Other(b) => b,
+            Owner::Other(b, _) => b,
         }
     }
 }
@@ -334,10 +342,25 @@ impl Reclaimed {
     pub fn is_empty(&self) -> bool {
         self.bufs.len() == 0
     }
-    /// Takes the first buffer of type `B` (in SGE order).
-    pub fn take<B: 'static>(&mut self) -> Option<B> {
-        let i = self.bufs.as_slice().iter().position(Owner::is::<B>)?;
-        self.bufs.remove(i).downcast::<B>()
+    /// Takes the first buffer of type `B` (in SGE order). No buffer of that type (another
+    /// type was posted, or it was taken already) is [`Error::WrongBufferType`], naming the
+    /// type asked for and the types the request holds.
+    pub fn take<B: 'static>(&mut self) -> Result<B> {
+        let found = self
+            .bufs
+            .as_slice()
+            .iter()
+            .position(Owner::is::<B>)
+            .and_then(|i| self.bufs.remove(i).downcast::<B>());
+        found.ok_or_else(|| Error::WrongBufferType {
+            wr_id: self.wr_id,
+            expected: std::any::type_name::<B>(),
+            held: self.type_names(),
+        })
+    }
+    /// The type names of the buffers still held, in SGE order.
+    pub fn type_names(&self) -> Vec<&'static str> {
+        self.bufs.as_slice().iter().map(Owner::type_name).collect()
     }
     /// All buffers, type-erased, in SGE order.
     pub fn into_inner(self) -> Vec<Box<dyn Any + Send>> {
@@ -406,9 +429,24 @@ mod tests {
             bufs,
         };
         assert_eq!(r.len(), 3);
-        assert_eq!(r.take::<u32>(), None);
-        assert_eq!(r.take::<u64>(), Some(7));
-        assert_eq!(r.take::<String>().as_deref(), Some("b"));
+        assert_eq!(r.type_names(), ["u64", "alloc::string::String", "u64"]);
+        match r.take::<u32>() {
+            Err(Error::WrongBufferType {
+                wr_id: 1,
+                expected: "u32",
+                held,
+            }) => assert_eq!(held, ["u64", "alloc::string::String", "u64"]),
+            other => panic!("expected WrongBufferType, got {other:?}"),
+        }
+        // A failed take keeps every buffer.
+        assert_eq!(r.len(), 3);
+        assert_eq!(r.take::<u64>().unwrap(), 7);
+        assert_eq!(r.take::<String>().unwrap(), "b");
+        let msg = r.take::<String>().unwrap_err().to_string();
+        assert!(
+            msg.contains("alloc::string::String") && msg.contains("holds [u64]"),
+            "{msg}"
+        );
         let rest = r.into_inner();
         assert_eq!(rest.len(), 1);
         assert_eq!(rest[0].downcast_ref::<u64>(), Some(&9));
@@ -418,6 +456,6 @@ mod tests {
     fn cast_only_between_equal_types() {
         assert_eq!(cast::<u64, u64>(5), Some(5));
         assert_eq!(cast::<u64, u32>(5), None);
-        assert!(matches!(Owner::new(1u8), Owner::Other(_)));
+        assert!(matches!(Owner::new(1u8), Owner::Other(_, "u8")));
     }
 }

@@ -6,8 +6,8 @@ use verbs_sys as sys;
 
 use super::{in_reset_error, owned_kind, post_chain};
 use super::{
-    invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, PostError,
-    Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
+    invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, Outstanding,
+    PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
 };
 use crate::ah::Ah;
 use crate::cq::PolledWc;
@@ -431,6 +431,15 @@ impl Qp {
     /// Number of owned requests in flight on the send and receive queues.
     pub fn in_flight(&self) -> (usize, usize) {
         (self.inner.sq.lock().len(), self.inner.rq.lock().len())
+    }
+
+    /// The owned requests still in flight, sends then receives, each oldest first: what a
+    /// drain is waiting for. A request whose completion was polled but not passed to
+    /// [`reclaim`](Self::reclaim) stays here.
+    pub fn outstanding(&self) -> Vec<Outstanding> {
+        let mut out: Vec<Outstanding> = self.inner.sq.lock().requests(false).collect();
+        out.extend(self.inner.rq.lock().requests(true));
+        out
     }
 
     /// After [`reset`](Self::reset), takes back the buffers of every owned request (the reset
