@@ -3,6 +3,7 @@
 mod any;
 mod channel;
 mod ex;
+mod ex_wc;
 mod vector;
 mod wc;
 
@@ -17,7 +18,8 @@ use verbs_sys as sys;
 
 pub use any::{AsCq, PolledWc};
 pub use channel::CompletionChannel;
-pub use ex::{CqEx, CqExAttr, ExPoll, ExWc};
+pub use ex::{CqEx, CqExAttr, ExPoll};
+pub use ex_wc::ExWc;
 pub use wc::{Completion, WcError, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 use crate::context::{Context, ContextInner};
