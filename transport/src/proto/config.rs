@@ -52,7 +52,7 @@ impl Default for Config {
             max_reads_in_flight: 4,
             max_message: 1 << 30,
             keepalive_interval: Duration::from_secs(1),
-            keepalive_timeout: Duration::from_secs(5),
+            keepalive_timeout: Duration::from_secs(10),
         }
     }
 }

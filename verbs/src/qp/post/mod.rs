@@ -13,6 +13,7 @@
 
 mod inflight;
 mod inline;
+mod inline_any;
 mod recv;
 mod request;
 mod send;

@@ -5,6 +5,7 @@ use std::fmt;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
+use super::inline_any::InlineAny;
 use super::small::Small;
 use super::{SendFlags, WrOp};
 use crate::ah::Ah;
@@ -12,10 +13,13 @@ use crate::mr::{LocalSlice, MemoryRegion, RegisteredBuf, RegisteredBufMut, Remot
 use crate::{Error, Result};
 
 /// A buffer owned by a request until its completion is reclaimed. The library's own region
-/// types are stored in place, so posting them allocates nothing; other buffer types are boxed.
+/// types and other small handles (up to 64 bytes, such as a pool's buffers) are stored in place,
+/// so posting them allocates nothing; larger buffer types are boxed.
 pub(crate) enum Owner {
     Region(MemoryRegion),
     Shared(Arc<MemoryRegion>),
+    /// A small buffer of another type, in place.
+    Inline(InlineAny),
     /// Any other buffer, with its type's name (for the error of a take of the wrong type).
     Other(Box<dyn Any + Send>, &'static str),
 }
@@ -44,8 +48,9 @@ impl Owner {
         {
             return Owner::Shared(a);
         }
-        match slot {
-            Some(b) => Owner::Other(Box::new(b), std::any::type_name::<B>()),
+        match slot.map(InlineAny::new) {
+            Some(Ok(inline)) => Owner::Inline(inline),
+            Some(Err(b)) => Owner::Other(Box::new(b), std::any::type_name::<B>()),
             None => unreachable!("only a region is taken out of the slot"),
         }
     }
@@ -53,6 +58,7 @@ impl Owner {
         match self {
             Owner::Region(r) => (r as &dyn Any).is::<B>(),
             Owner::Shared(a) => (a as &dyn Any).is::<B>(),
+            Owner::Inline(v) => v.is::<B>(),
             Owner::Other(b, _) => (**b).is::<B>(),
         }
     }
@@ -60,6 +66,7 @@ impl Owner {
         match self {
             Owner::Region(_) => std::any::type_name::<MemoryRegion>(),
             Owner::Shared(_) => std::any::type_name::<Arc<MemoryRegion>>(),
+            Owner::Inline(v) => v.type_name(),
             Owner::Other(_, name) => name,
         }
     }
@@ -67,6 +74,7 @@ impl Owner {
         match self {
             Owner::Region(r) => cast(r),
             Owner::Shared(a) => cast(a),
+            Owner::Inline(v) => v.take::<B>().ok(),
             Owner::Other(b, _) => b.downcast::<B>().ok().map(|b| *b),
         }
     }
@@ -74,6 +82,7 @@ impl Owner {
         match self {
             Owner::Region(r) => Box::new(r),
             Owner::Shared(a) => Box::new(a),
+            Owner::Inline(v) => v.into_box(),
             Owner::Other(b, _) => b,
         }
     }
@@ -456,6 +465,7 @@ mod tests {
     fn cast_only_between_equal_types() {
         assert_eq!(cast::<u64, u64>(5), Some(5));
         assert_eq!(cast::<u64, u32>(5), None);
-        assert!(matches!(Owner::new(1u8), Owner::Other(_, "u8")));
+        assert!(matches!(Owner::new(1u8), Owner::Inline(ref v) if v.type_name() == "u8"));
+        assert!(matches!(Owner::new([0u8; 100]), Owner::Other(_, _)));
     }
 }
