@@ -123,7 +123,7 @@ pub enum Error {
     /// [`reject_reason`]: crate::reject_reason
     #[error(
         "connection rejected: {} (reject reason {status})",
-        crate::reject_reason(*.status).unwrap_or("reason unknown to the IB CM")
+        reject_words(*.status)
     )]
     Rejected {
         /// Reject reason.
@@ -185,6 +185,15 @@ impl Error {
     }
 }
 
+/// A reject status in words: an IB CM reason, or (iWARP) a negative errno.
+fn reject_words(status: i32) -> String {
+    match crate::reject_reason(status) {
+        Some(words) => words.to_owned(),
+        None if status < 0 => status_words(status).trim_start_matches(": ").to_owned(),
+        None => "a reason the IB CM does not define".to_owned(),
+    }
+}
+
 /// A negative-errno event status in words (", Connection timed out").
 fn status_words(status: i32) -> String {
     match status.checked_neg() {
@@ -206,4 +215,35 @@ fn list_requests(reqs: &[verbs::Outstanding]) -> String {
         s.push_str(&format!(", and {} more", reqs.len() - SHOWN));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_and_unreachable_peers_are_described_in_words() {
+        let rejected = |status| Error::Rejected {
+            status,
+            private_data: crate::PrivateData::default(),
+        };
+        let text = rejected(8).to_string();
+        assert_eq!(
+            text,
+            "connection rejected: invalid service ID: nothing listens on that port (start the server, or check the address and port) (reject reason 8)"
+        );
+        assert!(rejected(28).to_string().contains("consumer reject"));
+        assert!(rejected(-libc::ECONNREFUSED)
+            .to_string()
+            .contains("Connection refused"));
+        assert!(rejected(99).to_string().contains("does not define"));
+        let unreachable = Error::Unreachable {
+            event: crate::EventKind::Unreachable,
+            status: -libc::ETIMEDOUT,
+        };
+        assert!(
+            unreachable.to_string().contains("timed out"),
+            "{unreachable}"
+        );
+    }
 }
