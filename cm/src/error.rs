@@ -79,6 +79,23 @@ pub enum Error {
     /// The id has no device yet (bind to an RDMA address or resolve one first).
     #[error("the CM id is not bound to an RDMA device yet")]
     NoDevice,
+    /// Address resolution without a source address failed because the route to `dst` leaves
+    /// through a netdev without an RDMA device (`ENODEV`).
+    #[error(
+        "no RDMA device on the route to {dst}{} ({source}): connect from an RDMA address with Connector::src; RDMA addresses on this host: {served}",
+        .src.map(|a| format!(" (it leaves from {a})")).unwrap_or_default()
+    )]
+    NoRdmaRoute {
+        /// The destination.
+        dst: std::net::SocketAddr,
+        /// The source address the kernel's route picks, if it could be found.
+        src: Option<std::net::IpAddr>,
+        /// What librdmacm reported.
+        #[source]
+        source: io::Error,
+        /// The addresses that are served, with device, port and GID index.
+        served: String,
+    },
     /// The shared PD given in [`ConnOptions::pd`](crate::ConnOptions::pd) belongs to another
     /// device than the one the CM id is bound to (by its local address).
     #[error(
