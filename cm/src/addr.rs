@@ -21,18 +21,51 @@ pub(crate) fn diagnose_local(local: IpAddr, err: Error) -> Error {
         Error::Bind { source, .. } | Error::ResolveAddr { source, .. } => Error::NotRdmaAddress {
             addr: local,
             source,
-            served: if served.is_empty() {
-                "none".to_owned()
-            } else {
-                served
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            },
+            served: list(&served),
         },
         other => other,
     }
+}
+
+/// `err` (a failed resolution of `dst` without a source address) as [`Error::NoRdmaRoute`]
+/// when it is ENODEV: the route leaves through a netdev no RDMA device serves.
+pub(crate) fn diagnose_route(dst: SocketAddr, err: Error) -> Error {
+    match err {
+        Error::ResolveAddr { source, .. } if source.raw_os_error() == Some(libc::ENODEV) => {
+            Error::NoRdmaRoute {
+                dst,
+                src: route_source(dst),
+                source,
+                served: verbs::rdma_addresses()
+                    .map(|s| list(&s))
+                    .unwrap_or_else(|e| e.to_string()),
+            }
+        }
+        other => other,
+    }
+}
+
+/// The source address the kernel's routing picks for `dst` (a connected UDP socket's local
+/// address: nothing is sent).
+fn route_source(dst: SocketAddr) -> Option<IpAddr> {
+    let any: SocketAddr = match dst {
+        SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+        SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let sock = std::net::UdpSocket::bind(any).ok()?;
+    sock.connect((dst.ip(), dst.port().max(1))).ok()?;
+    Some(sock.local_addr().ok()?.ip())
+}
+
+fn list(served: &[verbs::RdmaAddr]) -> String {
+    if served.is_empty() {
+        return "none".to_owned();
+    }
+    served
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `addr` as a `sockaddr_storage` (IPv4 or IPv6, network byte order).

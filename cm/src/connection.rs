@@ -56,6 +56,10 @@ impl std::fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("id", &self.id)
             .field("qp", &self.qp)
+            .field(
+                "private_data",
+                &crate::PrivateData::new(self.peer_private_data.clone()),
+            )
             .field("disconnected", &self.disconnected.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }

@@ -101,7 +101,7 @@ impl Connector {
                 Err(Attempt::Retry(err) | Attempt::Fail(err)) => {
                     return Err(match self.src {
                         Some(src) => crate::addr::diagnose_local(src.ip(), err),
-                        None => err,
+                        None => crate::addr::diagnose_route(self.dst, err),
                     })
                 }
             }

@@ -79,6 +79,23 @@ pub enum Error {
     /// The id has no device yet (bind to an RDMA address or resolve one first).
     #[error("the CM id is not bound to an RDMA device yet")]
     NoDevice,
+    /// Address resolution without a source address failed because the route to `dst` leaves
+    /// through a netdev without an RDMA device (`ENODEV`).
+    #[error(
+        "no RDMA device on the route to {dst}{} ({source}): connect from an RDMA address with Connector::src; RDMA addresses on this host: {served}",
+        .src.map(|a| format!(" (it leaves from {a})")).unwrap_or_default()
+    )]
+    NoRdmaRoute {
+        /// The destination.
+        dst: std::net::SocketAddr,
+        /// The source address the kernel's route picks, if it could be found.
+        src: Option<std::net::IpAddr>,
+        /// What librdmacm reported.
+        #[source]
+        source: io::Error,
+        /// The addresses that are served, with device, port and GID index.
+        served: String,
+    },
     /// The shared PD given in [`ConnOptions::pd`](crate::ConnOptions::pd) belongs to another
     /// device than the one the CM id is bound to (by its local address).
     #[error(
@@ -123,7 +140,7 @@ pub enum Error {
     /// [`reject_reason`]: crate::reject_reason
     #[error(
         "connection rejected: {} (reject reason {status})",
-        crate::reject_reason(*.status).unwrap_or("reason unknown to the IB CM")
+        reject_words(*.status)
     )]
     Rejected {
         /// Reject reason.
@@ -196,6 +213,15 @@ impl Error {
     }
 }
 
+/// A reject status in words: an IB CM reason, or (iWARP) a negative errno.
+fn reject_words(status: i32) -> String {
+    match crate::reject_reason(status) {
+        Some(words) => words.to_owned(),
+        None if status < 0 => status_words(status).trim_start_matches(": ").to_owned(),
+        None => "a reason the IB CM does not define".to_owned(),
+    }
+}
+
 /// A negative-errno event status in words (", Connection timed out").
 fn status_words(status: i32) -> String {
     match status.checked_neg() {
@@ -217,4 +243,35 @@ fn list_requests(reqs: &[verbs::Outstanding]) -> String {
         s.push_str(&format!(", and {} more", reqs.len() - SHOWN));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_and_unreachable_peers_are_described_in_words() {
+        let rejected = |status| Error::Rejected {
+            status,
+            private_data: crate::PrivateData::default(),
+        };
+        let text = rejected(8).to_string();
+        assert_eq!(
+            text,
+            "connection rejected: invalid service ID: nothing listens on that port (start the server, or check the address and port) (reject reason 8)"
+        );
+        assert!(rejected(28).to_string().contains("consumer reject"));
+        assert!(rejected(-libc::ECONNREFUSED)
+            .to_string()
+            .contains("Connection refused"));
+        assert!(rejected(99).to_string().contains("does not define"));
+        let unreachable = Error::Unreachable {
+            event: crate::EventKind::Unreachable,
+            status: -libc::ETIMEDOUT,
+        };
+        assert!(
+            unreachable.to_string().contains("timed out"),
+            "{unreachable}"
+        );
+    }
 }

@@ -63,7 +63,7 @@ impl Listener {
             match ev.kind() {
                 Ok(EventKind::ConnectRequest) => {
                     let Some(id) = ev.id().cloned() else { continue };
-                    let private_data = ev.private_data().to_vec();
+                    let private_data = crate::PrivateData::new(ev.private_data().to_vec());
                     let peer_param = ev.param();
                     // Acknowledge before migrating: rdma_migrate_id waits for it.
                     drop(ev);
@@ -111,7 +111,7 @@ pub struct ConnectRequest {
     cq: Cq,
     pd: Pd,
     id: CmId,
-    private_data: Vec<u8>,
+    private_data: crate::PrivateData,
     peer_param: PeerParam,
     param: ConnParam,
 }
@@ -186,7 +186,14 @@ impl ConnectRequest {
             peer_param,
             ..
         } = self;
-        Ok(Connection::new(id, pd, cq, qp, private_data, peer_param))
+        Ok(Connection::new(
+            id,
+            pd,
+            cq,
+            qp,
+            private_data.into_vec(),
+            peer_param,
+        ))
     }
 
     /// Rejects with `private_data` (at most 148 bytes) for the peer.

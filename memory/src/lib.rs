@@ -24,12 +24,13 @@
 //! use std::time::Duration;
 //! use memory::{Buffer, Pool, PoolAccess, PoolConfig};
 //! use verbs::{
-//!     AccessFlags, CompletionBuf, Context, Mtu, QpEndpoint, QpInitAttr, QpType, RecvRequest,
+//!     AccessFlags, CompletionBuf, Context, QpEndpoint, QpInitAttr, QpType, RecvRequest,
 //!     SendRequest,
 //! };
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let ctx = Context::open("rxe0")?;
+//! // The device that serves this host's RDMA address, and the GID (port, index) for it.
+//! let (ctx, me) = Context::open_by_addr("10.77.0.1".parse()?)?;
 //! let pd = ctx.alloc_pd()?;
 //! let config = PoolConfig::new()
 //!     .class_sizes([64, 4096, 1 << 20])
@@ -44,12 +45,12 @@
 //! # let _ = remote;
 //!
 //! // An RC queue pair connected to itself (see the verbs crate for real peers).
-//! let gid = ctx.query_gid(1, 1)?;
+//! let (port, mtu) = (me.gid.port, ctx.query_port(me.gid.port)?.active_mtu());
 //! let cq = ctx.create_cq(16, None)?;
 //! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;
-//! let me = QpEndpoint { qp_num: qp.qp_num(), psn: 0, lid: 0, gid: gid.gid };
-//! qp.to_init(1, AccessFlags::empty())?;
-//! qp.to_rtr(&me, 1, Some(gid.index as u8), Mtu::Mtu1024)?;
+//! let this_qp = QpEndpoint { qp_num: qp.qp_num(), psn: 0, lid: 0, gid: me.gid.gid };
+//! qp.to_init(port, AccessFlags::empty())?;
+//! qp.to_rtr(&this_qp, port, Some(me.gid.index), mtu)?;
 //! qp.to_rts(0)?;
 //!
 //! // Buffers move into the requests: nothing can touch or free them while the NIC uses them.
@@ -57,22 +58,19 @@
 //! let len = buf.len();
 //! qp.post_send(SendRequest::send(buf, ..len)?)?;
 //!
-//! let mut completions = CompletionBuf::new(8);
+//! // Two completions: the send's and the receive's (fewer only if 5 s pass).
+//! let mut completions = CompletionBuf::new(2);
 //! let mut received = None;
-//! while received.is_none() {
-//!     for wc in &cq.poll_timeout(&mut completions, Duration::from_secs(5))? {
-//!         wc.status()?;
-//!         // The send's buffer comes back too; dropping it returns it to the pool.
-//!         for mut back in qp.reclaim(wc) {
-//!             if wc.opcode() == Some(verbs::WcOpcode::Recv) {
-//!                 let mut rx: Buffer = back.take().expect("the receive buffer");
-//!                 rx.set_len(wc.byte_len() as usize)?;
-//!                 received = Some(rx);
-//!             }
-//!         }
+//! for wc in &cq.wait_n(&mut completions, 2, Duration::from_secs(5))? {
+//!     wc.status()?;
+//!     // The send's buffer comes back too; dropping it returns it to the pool.
+//!     let mut rx: Buffer = qp.reclaim(wc)[0].take()?;
+//!     if wc.opcode() == Some(verbs::WcOpcode::Recv) {
+//!         rx.set_len(wc.byte_len() as usize)?;
+//!         received = Some(rx);
 //!     }
 //! }
-//! assert_eq!(&received.unwrap()[..], &[7; 100]);
+//! assert_eq!(&received.ok_or("no receive within 5 s")?[..], &[7; 100]);
 //! # Ok(())
 //! # }
 //! ```

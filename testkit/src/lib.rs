@@ -32,7 +32,7 @@ pub struct TestDevice {
     /// Device name (`ibv_get_device_name`), e.g. `rxe0`.
     pub name: String,
     /// GID index of the device's RoCE v2 IPv4-mapped GID.
-    pub gid_index: u32,
+    pub gid_index: u8,
     /// IPv4 address of the netdev under the device.
     pub addr: Ipv4Addr,
 }

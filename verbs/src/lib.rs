@@ -8,11 +8,13 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use verbs::{AccessFlags, CompletionBuf, Context, Mtu, QpEndpoint, QpInitAttr, QpType, SendRequest};
+//! use verbs::{AccessFlags, Context, MemoryRegion, QpEndpoint, QpInitAttr, QpType, SendRequest};
 //!
-//! # fn main() -> verbs::Result<()> {
-//! let ctx = Context::open("rxe0")?;
-//! let gid = ctx.query_gid(1, 1)?; // the RoCE v2 GID (see Context::roce_v2_gid)
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The device that serves this host's RDMA address, and the GID (port, index) for it.
+//! let (ctx, me) = Context::open_by_addr("10.77.0.1".parse()?)?;
+//! let port = me.gid.port;
+//! let mtu = ctx.query_port(port)?.active_mtu();
 //! let pd = ctx.alloc_pd()?;
 //! let cq = ctx.create_cq(16, None)?;
 //! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;
@@ -22,19 +24,17 @@
 //! let mut source = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE)?;
 //! source.as_mut_slice()[..5].copy_from_slice(b"hello");
 //!
-//! let me = QpEndpoint { qp_num: qp.qp_num(), psn: 0, lid: 0, gid: gid.gid };
-//! qp.to_init(1, AccessFlags::REMOTE_WRITE)?;
-//! qp.to_rtr(&me, 1, Some(gid.index as u8), Mtu::Mtu1024)?;
+//! let this_qp = QpEndpoint { qp_num: qp.qp_num(), psn: 0, lid: 0, gid: me.gid.gid };
+//! qp.to_init(port, AccessFlags::REMOTE_WRITE)?;
+//! qp.to_rtr(&this_qp, port, Some(me.gid.index), mtu)?;
 //! qp.to_rts(0)?;
 //!
 //! // Safe: `source` is moved into the request and comes back with its completion.
 //! let wr_id = qp.post_send(SendRequest::rdma_write(source, 0..5, target.remote(0..5)?)?)?;
-//! let mut buf = CompletionBuf::new(8);
-//! let done = cq.poll_timeout(&mut buf, Duration::from_secs(5))?;
-//! let wc = &done[0];
+//! let wc = cq.wait_one(Duration::from_secs(5))?; // exactly one: none is left unseen
 //! assert_eq!(wc.wr_id(), wr_id);
-//! wc.status()?;
-//! let source: verbs::MemoryRegion = qp.reclaim(wc)[0].take().unwrap();
+//! wc.status()?; // a failure says why, e.g. "remote access error: ..."
+//! let source: MemoryRegion = qp.reclaim(&wc)[0].take()?;
 //!
 //! let mut out = [0u8; 5];
 //! target.read(0, &mut out)?;

@@ -231,11 +231,11 @@ fn run(args: &Args) -> Result<(), BoxError> {
     }
 
     let port = ctx.query_port(args.ib_port)?;
-    if port.link_layer() != Some(LinkLayer::Ethernet) && port.lid() == 0 {
+    if port.link_layer() != LinkLayer::Ethernet && port.lid() == 0 {
         return Err("Couldn't get local LID".into());
     }
     let gid = match args.gid_idx {
-        Some(i) => ctx.query_gid(args.ib_port, u32::from(i))?.gid,
+        Some(i) => ctx.query_gid(args.ib_port, i)?.gid,
         None => verbs::Gid::ZERO,
     };
     let me = Dest {

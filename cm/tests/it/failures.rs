@@ -295,3 +295,33 @@ fn a_source_address_without_rdma_device_is_named() {
     eprintln!("non-RDMA bind: {r:?}");
     check(r.unwrap_err());
 }
+
+/// Without a source address, a route through a netdev without RDMA device: the error says
+/// so, names the source address the route picks, and lists the RDMA addresses.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_route_without_rdma_device_is_named() {
+    let _dev = PlainNetdev::add("nordma0", "10.77.9.1/24");
+    let dst = SocketAddr::new("10.77.9.2".parse().unwrap(), port(12));
+    let e = Connector::new(dst).timeout(SHORT).connect().unwrap_err();
+    match &e {
+        Error::NoRdmaRoute {
+            dst: d,
+            src,
+            served,
+            ..
+        } => {
+            assert_eq!(*d, dst);
+            assert_eq!(*src, Some("10.77.9.1".parse().unwrap()));
+            assert!(served.contains(&local_ip().to_string()), "{served}");
+        }
+        other => panic!("expected NoRdmaRoute, got {other:?}"),
+    }
+    let text = e.to_string();
+    assert!(
+        text.contains("no RDMA device on the route to 10.77.9.2")
+            && text.contains("it leaves from 10.77.9.1")
+            && text.contains("Connector::src"),
+        "{text}"
+    );
+}

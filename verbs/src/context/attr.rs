@@ -3,24 +3,28 @@ use verbs_sys as sys;
 
 /// Path MTU (`enum ibv_mtu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u32)]
 pub enum Mtu {
     /// 256 bytes.
-    Mtu256 = 1,
+    Mtu256,
     /// 512 bytes.
-    Mtu512 = 2,
+    Mtu512,
     /// 1024 bytes.
-    Mtu1024 = 3,
+    Mtu1024,
     /// 2048 bytes.
-    Mtu2048 = 4,
+    Mtu2048,
     /// 4096 bytes.
-    Mtu4096 = 5,
+    Mtu4096,
+    /// A value this crate does not know (as a device reported it; passed on as is).
+    Unknown(u32),
 }
 
 impl Mtu {
-    /// The MTU in bytes.
+    /// The MTU in bytes (0 for an unknown value).
     pub fn bytes(self) -> u32 {
-        128 << (self as u32)
+        match self {
+            Mtu::Unknown(_) => 0,
+            m => 128 << u32::from(m),
+        }
     }
 
     /// The MTU of exactly `bytes` bytes (256, 512, 1024, 2048 or 4096).
@@ -28,6 +32,19 @@ impl Mtu {
         Self::try_from(bytes.checked_ilog2()?.checked_sub(7)?)
             .ok()
             .filter(|m| m.bytes() == bytes)
+    }
+}
+
+impl From<Mtu> for u32 {
+    fn from(m: Mtu) -> u32 {
+        match m {
+            Mtu::Mtu256 => 1,
+            Mtu::Mtu512 => 2,
+            Mtu::Mtu1024 => 3,
+            Mtu::Mtu2048 => 4,
+            Mtu::Mtu4096 => 5,
+            Mtu::Unknown(v) => v,
+        }
     }
 }
 
@@ -60,6 +77,8 @@ pub enum PortState {
     Active,
     /// Active, deferring.
     ActiveDefer,
+    /// A state this crate does not know.
+    Unknown(u32),
 }
 
 impl TryFrom<u32> for PortState {
@@ -87,6 +106,8 @@ pub enum LinkLayer {
     InfiniBand,
     /// Ethernet (RoCE, rxe): addressed by GID, LID is 0.
     Ethernet,
+    /// A link layer this crate does not know.
+    Unknown(u8),
 }
 
 impl TryFrom<u8> for LinkLayer {
@@ -285,16 +306,17 @@ pub struct PortAttr(pub(crate) sys::ibv_port_attr);
 
 impl PortAttr {
     /// Logical state.
-    pub fn state(&self) -> Option<PortState> {
-        PortState::try_from(self.0.state).ok()
+    pub fn state(&self) -> PortState {
+        PortState::try_from(self.0.state).unwrap_or(PortState::Unknown(self.0.state))
     }
     /// Largest MTU the port supports.
-    pub fn max_mtu(&self) -> Option<Mtu> {
-        Mtu::try_from(self.0.max_mtu).ok()
+    pub fn max_mtu(&self) -> Mtu {
+        Mtu::try_from(self.0.max_mtu).unwrap_or(Mtu::Unknown(self.0.max_mtu))
     }
-    /// MTU in use (1024 on a 1500-byte Ethernet netdev).
-    pub fn active_mtu(&self) -> Option<Mtu> {
-        Mtu::try_from(self.0.active_mtu).ok()
+    /// MTU in use (1024 on a 1500-byte Ethernet netdev): the path MTU to give
+    /// [`Qp::to_rtr`](crate::Qp::to_rtr) for a peer with the same.
+    pub fn active_mtu(&self) -> Mtu {
+        Mtu::try_from(self.0.active_mtu).unwrap_or(Mtu::Unknown(self.0.active_mtu))
     }
     /// Length of the GID table.
     pub fn gid_tbl_len(&self) -> u32 {
@@ -305,8 +327,8 @@ impl PortAttr {
         self.0.lid
     }
     /// Link layer.
-    pub fn link_layer(&self) -> Option<LinkLayer> {
-        LinkLayer::try_from(self.0.link_layer).ok()
+    pub fn link_layer(&self) -> LinkLayer {
+        LinkLayer::try_from(self.0.link_layer).unwrap_or(LinkLayer::Unknown(self.0.link_layer))
     }
     /// Largest message, bytes.
     pub fn max_msg_sz(&self) -> u32 {
@@ -345,7 +367,7 @@ mod tests {
             Mtu::Mtu4096,
         ] {
             assert_eq!(Mtu::from_bytes(m.bytes()), Some(m));
-            assert_eq!(Mtu::try_from(m as u32), Ok(m));
+            assert_eq!(Mtu::try_from(u32::from(m)), Ok(m));
         }
         assert_eq!(Mtu::Mtu1024.bytes(), 1024);
         assert_eq!(Mtu::from_bytes(1000), None);
@@ -353,6 +375,10 @@ mod tests {
         assert_eq!(Mtu::from_bytes(8192), None);
         assert_eq!(Mtu::try_from(0), Err(0));
         assert_eq!(Mtu::try_from(6), Err(6));
+        assert_eq!(
+            (u32::from(Mtu::Unknown(9)), Mtu::Unknown(9).bytes()),
+            (9, 0)
+        );
     }
 
     #[test]

@@ -107,8 +107,9 @@ impl TryFrom<u32> for GidType {
 pub struct GidEntry {
     /// The GID.
     pub gid: Gid,
-    /// Its index in the port's table.
-    pub index: u32,
+    /// Its index in the port's table: what queue pairs and address handles take as source GID
+    /// index (8 bits, as in `ibv_global_route`).
+    pub index: u8,
     /// The port.
     pub port: u8,
     /// Its type; `None` for a type newer than this crate.
@@ -118,14 +119,16 @@ pub struct GidEntry {
 }
 
 impl GidEntry {
-    pub(crate) fn from_sys(e: &sys::ibv_gid_entry) -> Self {
-        GidEntry {
+    /// The entry, or `None` for an index past 255, which no queue pair or address handle can
+    /// use as its source GID.
+    pub(crate) fn from_sys(e: &sys::ibv_gid_entry) -> Option<Self> {
+        Some(GidEntry {
             gid: Gid::from_sys(&e.gid),
-            index: e.gid_index,
+            index: u8::try_from(e.gid_index).ok()?,
             port: e.port_num as u8,
             gid_type: GidType::try_from(e.gid_type).ok(),
             ndev_ifindex: e.ndev_ifindex,
-        }
+        })
     }
 
     /// Whether this is the RoCE v2 GID of `addr`.
@@ -146,7 +149,7 @@ pub fn select_roce_v2(entries: &[GidEntry], port: u8, addr: IpAddr) -> Option<Gi
 mod tests {
     use super::*;
 
-    fn entry(index: u32, gid: Gid, t: GidType) -> GidEntry {
+    fn entry(index: u8, gid: Gid, t: GidType) -> GidEntry {
         GidEntry {
             gid,
             index,

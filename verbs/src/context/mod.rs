@@ -216,7 +216,7 @@ impl Context {
                 "is past the end of the table of {len} entries (0..={})",
                 len.saturating_sub(1)
             )
-        } else if let Err(e) = self.query_gid(port, u32::from(index)) {
+        } else if let Err(e) = self.query_gid(port, index) {
             match e {
                 Error::QueryGid { source, .. } => format!("is an empty entry ({source})"),
                 other => return Err(other),
@@ -235,22 +235,35 @@ impl Context {
     /// One GID table entry with its type. An index past the table gives EINVAL, an empty
     /// entry ENODATA (both as [`Error::QueryGid`]).
     #[doc(alias = "ibv_query_gid_ex")]
-    pub fn query_gid(&self, port: u8, index: u32) -> Result<GidEntry> {
+    pub fn query_gid(&self, port: u8, index: u8) -> Result<GidEntry> {
         let mut e = MaybeUninit::<sys::ibv_gid_entry>::zeroed();
         // SAFETY: open context, valid out-pointer.
         let r = unsafe {
-            sys::ibv_query_gid_ex(self.as_raw(), u32::from(port), index, e.as_mut_ptr(), 0)
+            sys::ibv_query_gid_ex(
+                self.as_raw(),
+                u32::from(port),
+                u32::from(index),
+                e.as_mut_ptr(),
+                0,
+            )
         };
         sys::errno::check_ret(r).map_err(|source| Error::QueryGid {
             port,
-            index,
+            index: u32::from(index),
             source,
         })?;
         // SAFETY: zeroed then filled; plain data.
-        Ok(GidEntry::from_sys(unsafe { &e.assume_init() }))
+        let entry = unsafe { e.assume_init() };
+        // The index is the u8 asked for, so the entry converts.
+        GidEntry::from_sys(&entry).ok_or(Error::QueryGid {
+            port,
+            index: u32::from(index),
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        })
     }
 
-    /// All valid GID entries of all ports, with their types.
+    /// All valid GID entries of all ports, with their types (entries past index 255, which no
+    /// queue pair or address handle can use as source GID, are left out).
     #[doc(alias = "ibv_query_gid_table")]
     pub fn gid_table(&self) -> Result<Vec<GidEntry>> {
         let dev = self.query_device()?;
@@ -269,7 +282,7 @@ impl Context {
         })?;
         // SAFETY: the call initialised the first `n` (≤ capacity) entries.
         unsafe { entries.set_len(n as usize) };
-        Ok(entries.iter().map(GidEntry::from_sys).collect())
+        Ok(entries.iter().filter_map(GidEntry::from_sys).collect())
     }
 
     /// The RoCE v2 GID of `port` for `addr` (IPv4-mapped for an IPv4 address): the GID to use

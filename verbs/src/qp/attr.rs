@@ -233,7 +233,7 @@ impl QpAttr {
 
     /// Path MTU (`path_mtu`).
     pub fn path_mtu(mut self, m: Mtu) -> Self {
-        self.raw.path_mtu = m as u32;
+        self.raw.path_mtu = u32::from(m);
         self.mask |= QpAttrMask::PATH_MTU;
         self
     }

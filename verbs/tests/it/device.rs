@@ -1,7 +1,7 @@
 //! Devices, context queries, the GID table.
 use std::net::IpAddr;
 
-use verbs::{AtomicCap, Context, GidType, LinkLayer, NodeType, PortState};
+use verbs::{AtomicCap, Context, GidType, LinkLayer, Mtu, NodeType, PortState};
 
 use crate::support::{open, PORT};
 
@@ -27,10 +27,14 @@ fn lists_and_opens_the_test_device() {
     assert_eq!(ex.orig().node_guid(), attr.node_guid());
     assert_eq!(ex.orig().max_qp_wr(), attr.max_qp_wr());
     let port = ctx.query_port(PORT).unwrap();
-    assert_eq!(port.state(), Some(PortState::Active));
-    assert_eq!(port.link_layer(), Some(LinkLayer::Ethernet));
+    assert_eq!(port.state(), PortState::Active);
+    assert_eq!(port.link_layer(), LinkLayer::Ethernet);
     assert!(port.gid_tbl_len() > 0);
-    assert!(port.active_mtu().is_some());
+    assert!(matches!(
+        port.active_mtu(),
+        Mtu::Mtu256 | Mtu::Mtu512 | Mtu::Mtu1024 | Mtu::Mtu2048 | Mtu::Mtu4096
+    ));
+    assert!(port.max_mtu() >= port.active_mtu());
     let _ = Context::open_first().unwrap();
 }
 
@@ -82,4 +86,47 @@ fn opens_the_device_that_serves_an_address() {
         text.contains(&dev.addr.to_string()) && text.contains(&dev.name),
         "{text}"
     );
+}
+
+/// The crate's quick start, on the test device's address: no device name, no GID index, no
+/// casts; the port's attributes are values.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn the_quick_start_runs_as_written() {
+    use std::time::Duration;
+    use verbs::{AccessFlags, MemoryRegion, QpEndpoint, QpInitAttr, QpType, SendRequest};
+
+    let (ctx, me) = Context::open_by_addr(IpAddr::V4(testkit::device().addr)).unwrap();
+    let port = me.gid.port;
+    let mtu = ctx.query_port(port).unwrap().active_mtu();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+        .unwrap();
+    let target = pd
+        .reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    let mut source = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    source.as_mut_slice()[..5].copy_from_slice(b"hello");
+    let this_qp = QpEndpoint {
+        qp_num: qp.qp_num(),
+        psn: 0,
+        lid: 0,
+        gid: me.gid.gid,
+    };
+    qp.to_init(port, AccessFlags::REMOTE_WRITE).unwrap();
+    qp.to_rtr(&this_qp, port, Some(me.gid.index), mtu).unwrap();
+    qp.to_rts(0).unwrap();
+    let wr_id = qp
+        .post_send(SendRequest::rdma_write(source, 0..5, target.remote(0..5).unwrap()).unwrap())
+        .unwrap();
+    let wc = cq.wait_one(Duration::from_secs(5)).unwrap();
+    assert_eq!(wc.wr_id(), wr_id);
+    wc.status().unwrap();
+    let source: MemoryRegion = qp.reclaim(&wc)[0].take().unwrap();
+    assert_eq!(&source.as_slice()[..5], b"hello");
+    let mut out = [0u8; 5];
+    target.read(0, &mut out).unwrap();
+    assert_eq!(&out, b"hello");
 }

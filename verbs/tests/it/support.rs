@@ -21,7 +21,7 @@ pub fn open() -> Context {
 pub fn gid(ctx: &Context) -> (u8, Gid) {
     let idx = testkit::device().gid_index;
     let e = ctx.query_gid(PORT, idx).expect("query the test GID");
-    (idx as u8, e.gid)
+    (idx, e.gid)
 }
 
 /// Two RC (or UC) QPs on one device connected to each other, each with its own CQ.
