@@ -209,10 +209,10 @@ impl Shared {
     }
 
     /// Runs the protocol timers of every connection and tears down those that ended.
-    fn tick(&self, now: Instant) {
-        let conns: Vec<Arc<ConnShared>> = self.conns.read().values().cloned().collect();
-        let mut gone = Vec::new();
-        for conn in conns {
+    /// Allocates nothing unless a connection goes (`gone` is the caller's reused list).
+    fn tick(&self, now: Instant, gone: &mut Vec<u32>) {
+        gone.clear();
+        for conn in self.conns.read().values() {
             let mut st = conn.state.lock();
             if let Some(p) = st.proto.as_mut() {
                 if p.poll_timeout().is_some_and(|t| t <= now) {
@@ -235,7 +235,7 @@ impl Shared {
         }
         if !gone.is_empty() {
             let mut map = self.conns.write();
-            for qpn in gone {
+            for qpn in gone.drain(..) {
                 map.remove(&qpn);
             }
         }
@@ -357,6 +357,7 @@ impl Drop for Engine {
 
 fn progress_loop(shared: &Shared) {
     let mut last_tick = Instant::now();
+    let mut gone = Vec::with_capacity(16);
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::Relaxed) {
         let n = shared.progress();
@@ -364,7 +365,7 @@ fn progress_loop(shared: &Shared) {
         // Protocol timers are seconds apart (keepalive, call deadlines): a tick every few
         // milliseconds serves them all without looking at every connection on every spin.
         if now.duration_since(last_tick) >= TICK {
-            shared.tick(now);
+            shared.tick(now, &mut gone);
             last_tick = now;
         }
         if n > 0 {

@@ -110,7 +110,9 @@ mod tests {
     #[test]
     fn values_are_dropped_once_and_taken_by_type() {
         let drops = Arc::new(AtomicUsize::new(0));
-        let v = InlineAny::new(Counted(drops.clone(), [7; 40])).ok().unwrap();
+        let v = InlineAny::new(Counted(drops.clone(), [7; 40]))
+            .ok()
+            .unwrap();
         assert!(v.is::<Counted>());
         let v = v.take::<u8>().err().unwrap();
         assert_eq!(drops.load(Ordering::SeqCst), 0);
@@ -118,9 +120,16 @@ mod tests {
         assert_eq!(c.1, [7; 40]);
         drop(c);
         assert_eq!(drops.load(Ordering::SeqCst), 1);
-        drop(InlineAny::new(Counted(drops.clone(), [0; 40])).ok().unwrap());
+        drop(
+            InlineAny::new(Counted(drops.clone(), [0; 40]))
+                .ok()
+                .unwrap(),
+        );
         assert_eq!(drops.load(Ordering::SeqCst), 2);
-        let b = InlineAny::new(Counted(drops.clone(), [1; 40])).ok().unwrap().into_box();
+        let b = InlineAny::new(Counted(drops.clone(), [1; 40]))
+            .ok()
+            .unwrap()
+            .into_box();
         assert_eq!(drops.load(Ordering::SeqCst), 2);
         drop(b);
         assert_eq!(drops.load(Ordering::SeqCst), 3);

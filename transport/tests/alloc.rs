@@ -1,0 +1,93 @@
+//! Sending and receiving small messages in steady state allocates nothing on the heap: a
+//! counting global allocator (this test binary's own, hence a binary of its own) watches every
+//! thread, the endpoints' progress threads included, while messages flow between the hosts.
+//! Device tier (`#[ignore]`, run by `cargo xtask test`).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use transport::{Endpoint, EndpointConfig};
+
+/// Counts allocations (not frees) while `COUNTING` is set.
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator, which upholds the
+// GlobalAlloc contract; counting touches only atomics and never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded with the caller's layout.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout (every allocation is
+        // forwarded there).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded unchanged; `ptr` came from `System`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn small_messages_in_steady_state_allocate_nothing() {
+    let cfg = || EndpointConfig {
+        pool_bytes: 32 << 20,
+        max_connections: 2,
+        ..EndpointConfig::default()
+    };
+    let server = Endpoint::with_config(IpAddr::V4(testkit::peer().device.addr), cfg()).unwrap();
+    let listener = server.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = Endpoint::with_config(IpAddr::V4(testkit::device().addr), cfg()).unwrap();
+    let accept = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let c = client.connect(addr).unwrap();
+    let s = accept.join().unwrap();
+
+    // Echo in the same thread (no thread spawn inside the measured window): the client sends,
+    // the server receives and answers, the client receives.
+    let mut payload = [0u8; 64];
+    let mut round = |i: u64| {
+        payload[..8].copy_from_slice(&i.to_le_bytes());
+        c.send(&payload).unwrap();
+        let m = s.recv(TIMEOUT).unwrap();
+        s.send(&m.bytes()).unwrap();
+        drop(m);
+        let back = c.recv(TIMEOUT).unwrap();
+        assert_eq!(back.bytes()[..8], i.to_le_bytes());
+    };
+    // Warm up: pool chunks, caches and queues reach their working size.
+    for i in 0..3000 {
+        round(i);
+    }
+    ALLOCATIONS.store(0, Ordering::Relaxed);
+    COUNTING.store(true, Ordering::Relaxed);
+    let n = 2000u64;
+    for i in 0..n {
+        round(i);
+    }
+    COUNTING.store(false, Ordering::Relaxed);
+    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+    eprintln!("{allocations} heap allocations in {n} round trips");
+    assert_eq!(
+        allocations, 0,
+        "{allocations} heap allocations in {n} round trips"
+    );
+}
