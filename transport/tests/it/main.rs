@@ -20,6 +20,7 @@ mod failures;
 mod many;
 mod messages;
 mod one_sided;
+mod polling;
 mod support;
 
 use std::time::Duration;
