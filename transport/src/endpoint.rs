@@ -32,10 +32,17 @@ impl Endpoint {
 
     /// An endpoint on the device of `local_ip` with `config`.
     pub fn with_config(local_ip: IpAddr, config: EndpointConfig) -> Result<Endpoint> {
-        let shared = Shared::new(local_ip, config)?;
-        Ok(Endpoint {
-            engine: Engine::start(shared)?,
-        })
+        Self::builder(local_ip).config(config).build()
+    }
+
+    /// A builder, to give the endpoint your own protection domain or data pool.
+    pub fn builder(local_ip: IpAddr) -> EndpointBuilder {
+        EndpointBuilder {
+            local_ip,
+            config: EndpointConfig::default(),
+            pd: None,
+            pool: None,
+        }
     }
 
     fn shared(&self) -> &Arc<Shared> {
@@ -202,6 +209,48 @@ impl Endpoint {
         }
         id.migrate(&self.shared().cm_channel)?;
         Ok(())
+    }
+}
+
+/// Builds an [`Endpoint`] with resources of your own.
+#[derive(Debug)]
+pub struct EndpointBuilder {
+    local_ip: IpAddr,
+    config: EndpointConfig,
+    pd: Option<verbs::Pd>,
+    pool: Option<memory::Pool>,
+}
+
+impl EndpointBuilder {
+    /// The configuration (default: [`EndpointConfig::default`]).
+    pub fn config(mut self, config: EndpointConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Use this protection domain (on the device of the local address, e.g. from
+    /// `verbs::Context::open_by_addr`), so memory you register on it can be used with the
+    /// endpoint's peers. Another device's PD is [`Error::Config`].
+    pub fn pd(mut self, pd: &verbs::Pd) -> Self {
+        self.pd = Some(pd.clone());
+        self
+    }
+
+    /// Use this pool for the data path (copies of sends, rendezvous chunks, READ
+    /// destinations). It must be registered on the endpoint's PD (`Pool::on_pd` with the PD
+    /// given to [`pd`](Self::pd)) with `LOCAL_WRITE | REMOTE_READ` access; other access is
+    /// [`Error::Config`]. Receive buffers keep a pool of their own.
+    pub fn pool(mut self, pool: memory::Pool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Opens the device and starts the endpoint.
+    pub fn build(self) -> Result<Endpoint> {
+        let shared = Shared::new(self.local_ip, self.config, self.pd, self.pool)?;
+        Ok(Endpoint {
+            engine: Engine::start(shared)?,
+        })
     }
 }
 

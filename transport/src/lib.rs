@@ -65,7 +65,7 @@ mod region;
 
 pub use config::{EndpointConfig, Polling};
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};
-pub use endpoint::Endpoint;
+pub use endpoint::{Endpoint, EndpointBuilder};
 pub use error::{Error, Result};
 pub use listener::Listener;
 pub use message::{Message, MessageBuf, Request};

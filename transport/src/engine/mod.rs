@@ -61,8 +61,14 @@ struct Progress {
 }
 
 impl Shared {
-    /// Opens the device serving `local_ip` and creates the shared resources.
-    pub(crate) fn new(local_ip: IpAddr, cfg: EndpointConfig) -> Result<Arc<Shared>> {
+    /// Opens the device serving `local_ip` and creates the shared resources, on `pd` and with
+    /// `pool` for data when given.
+    pub(crate) fn new(
+        local_ip: IpAddr,
+        cfg: EndpointConfig,
+        pd: Option<Pd>,
+        pool: Option<Pool>,
+    ) -> Result<Arc<Shared>> {
         cfg.validate()?;
         let anchor = cm::CmId::with_own_channel(cm::PortSpace::Tcp)?;
         anchor
@@ -90,16 +96,41 @@ impl Shared {
                 cfg.srq_depth()
             )));
         }
-        let pd = ctx.alloc_pd()?;
+        let pd = match pd {
+            Some(pd) => {
+                let theirs = pd.context().name().to_string();
+                if theirs != ctx.name() {
+                    return Err(Error::Config(format!(
+                        "the protection domain is on device {theirs}, but {local_ip} is served \
+                         by {}: allocate it on the device of that address \
+                         (verbs::Context::open_by_addr)",
+                        ctx.name()
+                    )));
+                }
+                pd
+            }
+            None => ctx.alloc_pd()?,
+        };
+        // The CQ and SRQ go on the PD's context: queue pairs need all three on one.
+        let ctx = pd.context();
         let channel = ctx.create_comp_channel()?;
         let cq = ctx.create_cq(cq_depth, Some(channel))?;
         let srq = pd.create_srq(srq_depth, 1)?;
-        let pool = Pool::on_pd(
-            &pd,
-            PoolConfig::new()
-                .cap_bytes(cfg.pool_bytes)
-                .access(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ),
-        )?;
+        let needed = PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ;
+        let pool = match pool {
+            Some(pool) if !pool.access().contains(needed) => {
+                return Err(Error::Config(format!(
+                    "the pool's access is {:?}; the transport needs LOCAL_WRITE | REMOTE_READ \
+                     (peers read rendezvous chunks from it)",
+                    pool.access()
+                )))
+            }
+            Some(pool) => pool,
+            None => Pool::on_pd(
+                &pd,
+                PoolConfig::new().cap_bytes(cfg.pool_bytes).access(needed),
+            )?,
+        };
         let frame = cfg.proto.frame_size as usize;
         let frame_class = frame.next_multiple_of(64);
         let recv_pool = Pool::on_pd(

@@ -21,6 +21,7 @@ mod many;
 mod messages;
 mod one_sided;
 mod polling;
+mod resources;
 mod support;
 
 use std::time::Duration;
