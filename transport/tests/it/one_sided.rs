@@ -55,3 +55,31 @@ fn out_of_range_and_disallowed_access_is_refused_locally() {
 fn server_endpoint(conn: &transport::Conn) -> transport::Endpoint {
     conn.endpoint()
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn access_after_revoke_fails_and_the_owner_keeps_serving() {
+    let (server, client) = pair();
+    let ep = server_endpoint(&server);
+    let mut region = ep.expose(4096, Access::ReadWrite).unwrap();
+    region.write(0, b"secret").unwrap();
+    let token = region.token();
+    let mut buf = [0u8; 6];
+    client.read(&token, 0, &mut buf, TIMEOUT).unwrap();
+    assert_eq!(&buf, b"secret");
+    region.revoke();
+    // The key is gone: the device refuses the access (RC then ends the connection).
+    let r = client.write(&token, 0, b"xx", TIMEOUT);
+    assert!(
+        matches!(r, Err(Error::Completion { .. } | Error::Closed { .. })),
+        "{r:?}"
+    );
+    // The owner's endpoint serves a new connection.
+    let listener = ep.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let t = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let again = client.endpoint().connect(addr).unwrap();
+    let s2 = t.join().unwrap();
+    again.send(b"next").unwrap();
+    assert_eq!(&s2.recv(TIMEOUT).unwrap().bytes()[..], b"next");
+}
