@@ -261,8 +261,11 @@ pub fn run(p: &Params) -> Result<(), Error> {
     } else {
         bw::run(p, &mut s)?
     };
-    let mine0 = s.mine[0];
-    s.comm.close(&mine0)?;
+    // perftest's write latency test ends without a closing handshake.
+    if test != Test::WriteLat {
+        let mine0 = s.mine[0];
+        s.comm.close(&mine0)?;
+    }
     if !quiet {
         println!("{}", report::RESULT_LINE);
     }
