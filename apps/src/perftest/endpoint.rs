@@ -199,10 +199,13 @@ impl Endpoint {
                 AccessFlags::REMOTE_ATOMIC,
             ),
         };
+        // perftest's bandwidth clients walk their target address over the peer's cycle
+        // buffer (a page) for messages up to half a page: keep a page beyond the largest
+        // message.
         let target_len = if verb == Verb::Send {
             4096
         } else {
-            p.max_size.max(64) as usize
+            p.max_size.max(4096) as usize + 4096
         };
         let target = pd
             .reg_mr(target_len, target_access)
@@ -420,7 +423,9 @@ fn explain(status: Option<WcStatus>) -> &'static str {
         }
         Some(WcStatus::RnrRetryExcErr) => "the peer posted no receive: does it run the same test?",
         Some(WcStatus::RemOpErr) | Some(WcStatus::RemInvRdReqErr) => {
-            "the peer could not perform the operation: does it run the same test?"
+            "the peer could not take the request (a message larger than its receive buffer, \
+             or an operation it does not run): do both sides run the same test with the same \
+             -s / -a?"
         }
         Some(WcStatus::WrFlushErr) => "the queue pair went to the error state (an earlier failure)",
         _ => "a work request failed",
