@@ -131,8 +131,8 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             return;
         }
         if section == "perftest" {
-            if line.starts_with("@@case ") {
-                println!("  {}", &line[7..]);
+            if let Some(case) = line.strip_prefix("@@case ") {
+                println!("  {case}");
             } else if line.starts_with("@@rc ") && line != "@@rc 0" {
                 println!("  ({line})");
             }
@@ -179,6 +179,8 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 }
             },
             Kind::Perftest => {
+                // Every client's output, for a look at a case that failed.
+                std::fs::write(out_dir.join("perftest.log"), lines.join("\n") + "\n")?;
                 let rows = perftest_bench::parse(&lines);
                 let r = perftest_bench::report(&device, &rows);
                 if let Err(e) = perftest_bench::charts(&rows, &out_dir) {

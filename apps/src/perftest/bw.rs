@@ -11,7 +11,7 @@ use super::endpoint::{remote_slice, Poller};
 use super::exchange::BwReport;
 use super::options::{Output, Params};
 use super::report::{self, BwStats};
-use super::{Error, Session, Test, Verb};
+use super::{Error, Session, Verb};
 
 /// Memory for posted receives (send-bw server) or READ destinations, per QP.
 const BUF_BUDGET: u64 = 128 << 20;
@@ -306,9 +306,4 @@ fn client(
         }
     }
     Ok((posted_at, completed_at))
-}
-
-/// Whether `test` runs on the client only.
-pub fn client_only(test: Test) -> bool {
-    matches!(test, Test::WriteBw | Test::ReadBw)
 }

@@ -133,9 +133,9 @@ fn pair(
 fn each_tool_against_itself() {
     for (i, (ours, _, server_rows)) in TOOLS.iter().enumerate() {
         let extra: &[&str] = if is_lat(ours) {
-            &["-n", "60", "-s", "64"]
+            &["-n", "20", "-s", "64"]
         } else {
-            &["-n", "60", "-s", "4096"]
+            &["-n", "20", "-s", "4096"]
         };
         let extra = if ours.ends_with("atomic-lat") {
             &extra[..2]
@@ -150,7 +150,7 @@ fn each_tool_against_itself() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn our_clients_with_perftest_servers() {
     for (i, (ours, theirs, server_rows)) in TOOLS.iter().enumerate() {
-        pair(theirs, ours, 18_710 + i as u16, &["-n", "60"], *server_rows);
+        pair(theirs, ours, 18_710 + i as u16, &["-n", "20"], *server_rows);
     }
 }
 
@@ -159,9 +159,9 @@ fn our_clients_with_perftest_servers() {
 fn perftest_clients_with_our_servers() {
     for (i, (ours, theirs, server_rows)) in TOOLS.iter().enumerate() {
         let extra: &[&str] = if ours.ends_with("atomic-lat") {
-            &["-n", "60"]
+            &["-n", "20"]
         } else {
-            &["-n", "60", "-s", "1024"]
+            &["-n", "20", "-s", "1024"]
         };
         pair(ours, theirs, 18_720 + i as u16, extra, *server_rows);
     }
@@ -175,16 +175,13 @@ fn size_sweep_against_perftest_both_ways() {
     assert_eq!(rows(&c).iter().map(|r| r[0]).collect::<Vec<_>>(), sizes);
     let (_, c) = pair(TOOLS[5].0, "ib_write_bw", 18_731, &["-a", "-n", "5"], false);
     assert_eq!(rows(&c).len(), 23, "{c}");
-    let (s, c) = pair(TOOLS[1].0, TOOLS[1].0, 18_732, &["-a", "-n", "5"], true);
-    assert_eq!(rows(&c).iter().map(|r| r[0]).collect::<Vec<_>>(), sizes);
-    assert_eq!(rows(&s).len(), 23);
 }
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn json_matches_the_table() {
-    for (prog, port) in [(TOOLS[5].0, 18_740), (TOOLS[0].0, 18_741)] {
-        let (_, c) = pair(prog, prog, port, &["-n", "50", "--json"], true);
+    for (prog, port, server_rows) in [(TOOLS[5].0, 18_740, false), (TOOLS[0].0, 18_741, true)] {
+        let (_, c) = pair(prog, prog, port, &["-n", "20", "--json"], server_rows);
         let json_line = c.lines().find(|l| l.starts_with('{')).expect("a JSON line");
         let v: Value = serde_json::from_str(json_line).unwrap();
         assert_eq!(v["role"], "client");
