@@ -1,5 +1,7 @@
 //! Reusable pieces of the reference programs.
 #![forbid(unsafe_code)]
 
+pub mod devinfo;
+pub mod perftest;
 pub mod pingpong;
 pub mod rping;

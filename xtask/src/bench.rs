@@ -1,31 +1,54 @@
 //! `cargo xtask bench [NAME...]`: benchmarks on a real RDMA device, from the same ladder as the
 //! device tests (a device that exists -> rxe on this host -> the qemu guest, one boot for all).
-//! Each benchmark prints its own table, with the C baseline measured in the same run, and writes
-//! JSON to `target/bench/<name>.json`.
+//! Each benchmark measures ours and a C baseline in the same run, prints the comparison table
+//! and writes `target/bench/<name>.json` in the shared comparison shape (see `compare`);
+//! `target/bench/report.md` covers every benchmark of the run, with their charts.
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use serde_json::{Map, Value};
+
+use crate::compare::{Better, Comparison, Report};
 use crate::test::{acquire, stream, Target};
 use crate::util::{self, Error, Result};
-use crate::{apt, guest};
+use crate::{apt, guest, perftest_bench};
 
-/// A benchmark: a cargo bench target (`harness = false`) that takes `--bench` like libtest.
+/// How a benchmark runs.
+enum Kind {
+    /// A cargo bench target (`harness = false`) that takes `--bench` and writes raw JSON to the
+    /// path in `json_env`, converted here to the comparison shape.
+    Cargo {
+        package: &'static str,
+        target: &'static str,
+        json_env: &'static str,
+    },
+    /// Our perftest tools against perftest (release builds of `apps`).
+    Perftest,
+}
+
 struct Bench {
     name: &'static str,
-    package: &'static str,
-    target: &'static str,
-    /// Environment variable through which the benchmark takes its JSON output path.
-    json_env: &'static str,
+    kind: Kind,
     about: &'static str,
 }
 
-const BENCHES: &[Bench] = &[Bench {
-    name: "memory",
-    package: "memory",
-    target: "registration",
-    json_env: "MEMORY_BENCH_JSON",
-    about: "pool alloc+free vs ibv_reg_mr+ibv_dereg_mr, 64 B / 4 KiB / 1 MiB, 1 and 2 threads",
-}];
+const BENCHES: &[Bench] = &[
+    Bench {
+        name: "memory",
+        kind: Kind::Cargo {
+            package: "memory",
+            target: "registration",
+            json_env: "MEMORY_BENCH_JSON",
+        },
+        about: "pool alloc+free vs ibv_reg_mr+ibv_dereg_mr, 64 B / 4 KiB / 1 MiB, 1 and 2 threads",
+    },
+    Bench {
+        name: "perftest",
+        kind: Kind::Perftest,
+        about:
+            "our send/write/read/atomic latency and bandwidth tools vs perftest's ib_*, two hosts",
+    },
+];
 
 fn usage() -> String {
     let mut s = String::from("usage: cargo xtask bench [NAME...]   (all when none is named)\n");
@@ -52,74 +75,236 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         chosen = BENCHES.iter().collect();
     }
     apt::ensure(apt::BASE)?;
-
-    // Build every chosen benchmark on the host first; the device runs only what was built.
-    let mut runs: Vec<(&Bench, util::Executable)> = Vec::new();
-    for b in &chosen {
-        let mut cmd = util::cargo();
-        cmd.args(["bench", "-p", b.package, "--bench", b.target, "--no-run"]);
-        let what = format!("cargo bench -p {} --bench {} --no-run", b.package, b.target);
-        let exe = util::built_executables(cmd, &what, |msg| {
-            msg["target"]["name"] == b.target
-                && msg["target"]["kind"]
-                    .as_array()
-                    .is_some_and(|k| k.iter().any(|k| k == "bench"))
-        })?
-        .into_iter()
-        .next()
-        .ok_or_else(|| Error::new(format!("`{what}` built no executable")))?;
-        runs.push((b, exe));
-    }
     let out_dir = util::target_dir().join("bench");
     std::fs::create_dir_all(&out_dir)?;
-    let json = |b: &Bench| out_dir.join(format!("{}.json", b.name));
+    let raw = |b: &Bench| out_dir.join(format!("{}.raw.json", b.name));
 
-    let mut all_ok = true;
-    let device_line = match acquire()? {
-        Target::Host(dev, origin) => {
-            for (b, e) in &runs {
-                eprintln!("xtask: bench {} on {}", b.name, dev.name);
-                let mut cmd = Command::new(&e.exe);
-                cmd.arg("--bench")
-                    .current_dir(&e.dir)
-                    .env("RDMA_TEST_DEVICE", &dev.name)
-                    .env("RDMA_TEST_GID_INDEX", dev.gid_index.to_string())
-                    .env("RDMA_TEST_ADDR", dev.addr.to_string())
-                    .env(b.json_env, json(b));
-                all_ok &= stream(cmd, &mut |line| println!("{line}"))?;
-            }
-            format!("device: {} ({origin})", dev.name)
-        }
-        Target::Guest => {
-            let mut script = String::from("fail=0\n");
-            for (b, e) in &runs {
+    // Build every chosen benchmark on the host first; the device runs only what was built.
+    let mut script = String::from("fail=0\n");
+    for b in &chosen {
+        script.push_str(&format!("echo '@@bench {}'\n", b.name));
+        match &b.kind {
+            Kind::Cargo {
+                package,
+                target,
+                json_env,
+            } => {
+                let mut cmd = util::cargo();
+                cmd.args(["bench", "-p", package, "--bench", target, "--no-run"]);
+                let what = format!("cargo bench -p {package} --bench {target} --no-run");
+                let exe = util::built_executables(cmd, &what, |msg| {
+                    msg["target"]["name"] == *target
+                        && msg["target"]["kind"]
+                            .as_array()
+                            .is_some_and(|k| k.iter().any(|k| k == "bench"))
+                })?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::new(format!("`{what}` built no executable")))?;
                 script.push_str(&format!(
-                    "echo 'xtask: bench {name}'\n(cd {dir} && {env}={json} exec {exe} --bench) || fail=1\n",
-                    name = b.name,
-                    dir = util::shell_quote(&e.dir.to_string_lossy()),
-                    env = b.json_env,
-                    json = util::shell_quote(&json(b).to_string_lossy()),
-                    exe = util::shell_quote(&e.exe.to_string_lossy()),
+                    "(cd {dir} && {json_env}={json} exec {exe} --bench) || fail=1\n",
+                    dir = util::shell_quote(&e_dir(&exe)),
+                    json = util::shell_quote(&raw(b).to_string_lossy()),
+                    exe = util::shell_quote(&exe.exe.to_string_lossy()),
                 ));
             }
-            script.push_str("exit $fail\n");
-            let outcome = guest::run(&mut guest::Options {
-                two_hosts: true,
-                timeout: Duration::from_secs(1800),
-                script,
-                on_line: &mut |line: &str| println!("{line}"),
-            })?;
-            all_ok &= outcome.status.success();
-            format!("device: {}", outcome.device())
+            Kind::Perftest => {
+                let mut cmd = util::cargo();
+                cmd.args(["build", "--release", "-p", "apps", "--bins"]);
+                util::status(cmd, "cargo build --release -p apps --bins")?;
+                let bins = util::target_dir().join("release");
+                script.push_str(&perftest_bench::script(&perftest_bench::cases(), &bins));
+            }
+        }
+    }
+    script.push_str("echo '@@bench end'\nexit $fail\n");
+
+    // Run: lines of the perftest section are kept for parsing (its case markers are shown).
+    let mut lines: Vec<String> = Vec::new();
+    let mut section = String::new();
+    let mut on_line = |line: &str| {
+        if let Some(name) = line.strip_prefix("@@bench ") {
+            section = name.to_string();
+            if name != "end" {
+                println!("xtask: bench {name}");
+            }
+            return;
+        }
+        if section == "perftest" {
+            if let Some(case) = line.strip_prefix("@@case ") {
+                println!("  {case}");
+            } else if line.starts_with("@@rc ") && line != "@@rc 0" {
+                println!("  ({line})");
+            }
+            lines.push(line.to_string());
+        } else {
+            println!("{line}");
         }
     };
-    println!("{device_line}");
-    for (b, _) in &runs {
-        println!("bench {}: JSON in {}", b.name, json(b).display());
+    let (ok, device) = match acquire()? {
+        Target::Host(dev, origin) => {
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c")
+                .arg(&script)
+                .current_dir(util::workspace_root())
+                .env("RDMA_TEST_DEVICE", &dev.name)
+                .env("RDMA_TEST_GID_INDEX", dev.gid_index.to_string())
+                .env("RDMA_TEST_ADDR", dev.addr.to_string());
+            let ok = stream(cmd, &mut on_line)?;
+            (ok, format!("{} ({origin})", dev.name))
+        }
+        Target::Guest => {
+            let outcome = guest::run(&mut guest::Options {
+                two_hosts: true,
+                timeout: Duration::from_secs(3600),
+                script,
+                on_line: &mut on_line,
+            })?;
+            (outcome.status.success(), outcome.device())
+        }
+    };
+    println!("device: {device}");
+
+    let mut md = String::from("# Benchmark report\n\nMeasured in one run on the same device; under emulation compare the ratios, not the absolute values.\n\n");
+    let mut all_ok = ok;
+    for b in &chosen {
+        let path = out_dir.join(format!("{}.json", b.name));
+        let report = match &b.kind {
+            Kind::Cargo { .. } => match memory_report(&raw(b), &device) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("xtask: bench {}: {e}", b.name);
+                    all_ok = false;
+                    continue;
+                }
+            },
+            Kind::Perftest => {
+                // Every client's output, for a look at a case that failed.
+                std::fs::write(out_dir.join("perftest.log"), lines.join("\n") + "\n")?;
+                let rows = perftest_bench::parse(&lines);
+                let r = perftest_bench::report(&device, &rows);
+                if let Err(e) = perftest_bench::charts(&rows, &out_dir) {
+                    eprintln!("xtask: bench perftest: {e}");
+                    all_ok = false;
+                }
+                let expected = perftest_bench::cases().len() * 2;
+                if rows.len() < expected {
+                    eprintln!(
+                        "xtask: bench perftest: {} of {expected} runs gave a result (see above)",
+                        rows.len()
+                    );
+                    all_ok = false;
+                }
+                r
+            }
+        };
+        report.write(&path)?;
+        println!("\nbench {}:\n{}", b.name, report.table());
+        println!("bench {}: JSON in {}", b.name, path.display());
+        let charts: &[(&str, &str)] = match b.kind {
+            Kind::Perftest => &[
+                ("latency (typical)", "perftest-latency.svg"),
+                ("latency (99.9th percentile)", "perftest-latency-p99.svg"),
+                ("bandwidth", "perftest-bw.svg"),
+            ],
+            Kind::Cargo { .. } => &[],
+        };
+        md.push_str(&report.markdown(charts));
     }
+    let md_path = out_dir.join("report.md");
+    std::fs::write(&md_path, md)?;
+    println!("report: {}", md_path.display());
     if all_ok {
         Ok(ExitCode::SUCCESS)
     } else {
         Err(Error::new("a benchmark failed (see above)"))
+    }
+}
+
+fn e_dir(e: &util::Executable) -> String {
+    e.dir.to_string_lossy().into_owned()
+}
+
+/// The memory bench's own JSON, in the comparison shape: pool (ours) against
+/// `ibv_reg_mr` + `ibv_dereg_mr` (baseline), ns per operation per thread; its other fields kept.
+fn memory_report(raw: &std::path::Path, device: &str) -> Result<Report> {
+    let text = std::fs::read_to_string(raw).map_err(|e| {
+        Error::new(format!(
+            "no results from the memory bench ({}): {e}",
+            raw.display()
+        ))
+    })?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: {e}", raw.display())))?;
+    let mut extra = Map::new();
+    if let Value::Object(m) = &v {
+        for (k, val) in m {
+            if !matches!(k.as_str(), "results" | "device") {
+                extra.insert(k.clone(), val.clone());
+            }
+        }
+    }
+    let comparisons = v["results"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    let mut e = Map::new();
+                    for k in ["size", "threads", "pool_ops", "reg_mr_ops"] {
+                        e.insert(k.into(), r[k].clone());
+                    }
+                    Comparison {
+                        case: format!(
+                            "{} B x{} thread(s)",
+                            r["size"].as_u64().unwrap_or(0),
+                            r["threads"].as_u64().unwrap_or(0)
+                        ),
+                        metric: "alloc+free".into(),
+                        unit: "ns/op/thread".into(),
+                        ours: r["pool_ns_per_op"].as_f64().unwrap_or(f64::NAN),
+                        baseline: r["reg_mr_ns_per_op"].as_f64().unwrap_or(f64::NAN),
+                        baseline_name: "ibv_reg_mr+ibv_dereg_mr".into(),
+                        better: Better::Lower,
+                        goal: 1.0,
+                        extra: e,
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Report {
+        bench: "memory".into(),
+        device: v["device"].as_str().unwrap_or(device).to_string(),
+        comparisons,
+        extra,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn memory_results_move_to_the_comparison_shape_keeping_their_fields() {
+        let dir = std::env::temp_dir().join(format!("xtask-mem-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let raw = dir.join("memory.raw.json");
+        let doc = json!({"benchmark": "memory/registration", "device": "rxe0", "samples": 5,
+            "results": [{"size": 64, "threads": 1, "pool_ns_per_op": 50.0, "pool_ops": 10,
+                          "reg_mr_ns_per_op": 5000.0, "reg_mr_ops": 3, "ratio": 100.0}]});
+        std::fs::write(&raw, doc.to_string()).unwrap();
+        let r = memory_report(&raw, "x").unwrap();
+        let v = r.to_json();
+        assert_eq!(v["bench"], "memory");
+        assert_eq!(v["device"], "rxe0");
+        assert_eq!(v["samples"], 5);
+        let c = &v["comparisons"][0];
+        assert_eq!(c["ours"], 50.0);
+        assert_eq!(c["baseline"], 5000.0);
+        assert_eq!(c["ratio"], 0.01);
+        assert_eq!(c["better"], "lower");
+        assert_eq!(c["pool_ops"], 10);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

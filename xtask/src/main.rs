@@ -4,8 +4,11 @@
 
 mod apt;
 mod bench;
+mod chart;
+mod compare;
 mod demo;
 mod guest;
+mod perftest_bench;
 mod rxe;
 mod test;
 mod util;

@@ -1,4 +1,5 @@
 //! Interop of `rc-pingpong` with rdma-core's `ibv_rc_pingpong`, in both roles (device tier).
+mod perftest;
 mod rping;
 
 use std::process::{Command, Output};

@@ -1,0 +1,18 @@
+//! `devinfo`: RDMA devices, ports and GIDs as our verbs layer sees them (like `ibv_devinfo`).
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let args = apps::devinfo::Args::parse();
+    match apps::devinfo::render(&args) {
+        Ok(text) => {
+            print!("{text}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("devinfo: error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

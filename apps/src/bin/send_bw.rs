@@ -1,0 +1,6 @@
+//! `send-bw`: perftest's `ib_send_bw` on our verbs layer, compatible with it in either role.
+#![forbid(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    apps::perftest::main(apps::perftest::Test::SendBw)
+}

@@ -1,0 +1,441 @@
+//! One side's verbs resources: device, port and GID checks, the CQ, the RC queue pairs and the
+//! buffer the peer may access, connected as perftest connects them (`ctx_connect`); and the
+//! completion poller every test loop uses.
+use std::time::{Duration, Instant};
+
+use verbs::{
+    AccessFlags, AhAttr, CompletionBuf, Context, Cq, Gid, GidType, GlobalRoute, LinkLayer,
+    MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpInitAttr, QpState, QpType, Reclaimed,
+    RemoteSlice, WcOpcode, WcStatus,
+};
+
+use super::exchange::Dest;
+use super::options::Params;
+use super::{Error, Verb};
+
+/// The opened device and port.
+#[derive(Debug)]
+pub struct Device {
+    /// The context.
+    pub ctx: Context,
+    /// The port used.
+    pub port: u8,
+    /// GID index in use (`None` on InfiniBand without `-x`).
+    pub gid_index: Option<u32>,
+    /// Its GID (zero without one).
+    pub gid: Gid,
+    /// The port's active MTU.
+    pub active_mtu: Mtu,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// The device's `max_qp_rd_atom`.
+    pub max_rd_atom: u32,
+}
+
+impl Device {
+    /// Opens `-d` (or the first device), checks `-i` and `-x` against what exists.
+    pub fn open(p: &Params) -> Result<Device, Error> {
+        let a = &p.args;
+        let ctx = match &a.ib_dev {
+            Some(name) => Context::open(name).map_err(|e| match e {
+                verbs::Error::NoSuchDevice { name, found } => Error::Usage(format!(
+                    "no RDMA device named {name:?} (found: {found}); pick one with -d"
+                )),
+                e => Error::Verbs("open the device", e),
+            })?,
+            None => {
+                Context::open_first().map_err(|e| Error::Verbs("open the first RDMA device", e))?
+            }
+        };
+        let dev = ctx
+            .query_device()
+            .map_err(|e| Error::Verbs("query the device", e))?;
+        if a.ib_port > dev.phys_port_cnt() {
+            return Err(Error::Usage(format!(
+                "{} has {} port(s): use -i 1..={}",
+                ctx.name(),
+                dev.phys_port_cnt(),
+                dev.phys_port_cnt()
+            )));
+        }
+        let port = ctx
+            .query_port(a.ib_port)
+            .map_err(|e| Error::Verbs("query the port", e))?;
+        if port.state() != PortState::Active {
+            return Err(Error::Usage(format!(
+                "port {} of {} is not active ({:?}): bring its link up",
+                a.ib_port,
+                ctx.name(),
+                port.state()
+            )));
+        }
+        let ethernet = port.link_layer() == LinkLayer::Ethernet;
+        let gid_index = match a.gid_index {
+            Some(i) => {
+                if i >= port.gid_tbl_len() {
+                    return Err(Error::Usage(format!(
+                        "GID index {i} is out of range: port {} of {} has {} GID entries \
+                         (use -x 0..={})",
+                        a.ib_port,
+                        ctx.name(),
+                        port.gid_tbl_len(),
+                        port.gid_tbl_len().saturating_sub(1)
+                    )));
+                }
+                Some(i)
+            }
+            None if ethernet => Some(best_gid(&ctx, a.ib_port)?),
+            None => None,
+        };
+        let gid = match gid_index {
+            Some(i) => {
+                let index = u8::try_from(i).map_err(|_| {
+                    Error::Usage(format!(
+                        "GID index {i} is out of range: at most 255 (use -x)"
+                    ))
+                })?;
+                let e = ctx.query_gid(a.ib_port, index).map_err(|_| {
+                    Error::Usage(format!(
+                        "GID index {i} of port {} of {} is empty: pick a filled entry with -x \
+                         (see `devinfo -v`)",
+                        a.ib_port,
+                        ctx.name()
+                    ))
+                })?;
+                if e.gid.is_zero() {
+                    return Err(Error::Usage(format!(
+                        "GID index {i} of {} is empty: pick another with -x",
+                        ctx.name()
+                    )));
+                }
+                e.gid
+            }
+            None => Gid::ZERO,
+        };
+        Ok(Device {
+            port: a.ib_port,
+            gid_index,
+            gid,
+            active_mtu: match port.active_mtu() {
+                Mtu::Unknown(_) => Mtu::Mtu1024,
+                m => m,
+            },
+            lid: port.lid(),
+            max_rd_atom: dev.max_qp_rd_atom(),
+            ctx,
+        })
+    }
+}
+
+/// perftest's `get_best_gid_index`, simplified: the first RoCE v2 IPv4-mapped GID of the
+/// port, else its first RoCE v2 GID, else its first non-empty one.
+fn best_gid(ctx: &Context, port: u8) -> Result<u32, Error> {
+    let table = ctx
+        .gid_table()
+        .map_err(|e| Error::Verbs("read the GID table", e))?;
+    let mine: Vec<_> = table
+        .iter()
+        .filter(|e| e.port == port && !e.gid.is_zero())
+        .collect();
+    let v2 = |e: &&&verbs::GidEntry| e.gid_type == Some(GidType::RoceV2);
+    mine.iter()
+        .filter(v2)
+        .find(|e| e.gid.to_ipv4_mapped().is_some())
+        .or_else(|| mine.iter().find(v2))
+        .or_else(|| mine.first())
+        .map(|e| u32::from(e.index))
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "port {port} of {} has no GID: give its netdev an IP address, or pick -x",
+                ctx.name()
+            ))
+        })
+}
+
+/// The resources of one test run.
+#[derive(Debug)]
+pub struct Endpoint {
+    /// Protection domain.
+    pub pd: Pd,
+    /// One CQ for sends and receives of every QP.
+    pub cq: Cq,
+    /// The queue pairs.
+    pub qps: Vec<Qp>,
+    /// The buffer the peer writes, reads or targets with atomics.
+    pub target: MemoryRegion,
+    /// Largest inline message the QPs accept.
+    pub max_inline: u32,
+    /// Outstanding reads/atomics this side accepts.
+    pub out_reads: u32,
+}
+
+impl Endpoint {
+    /// Creates the CQ, `p.qps` RC queue pairs in Init, and the target buffer.
+    pub fn create(dev: &Device, p: &Params) -> Result<Endpoint, Error> {
+        let verb = p.test.verb();
+        let ctx = &dev.ctx;
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| Error::Verbs("allocate a PD", e))?;
+        let channel = if p.args.events {
+            Some(
+                ctx.create_comp_channel()
+                    .map_err(|e| Error::Verbs("create a completion channel", e))?,
+            )
+        } else {
+            None
+        };
+        let cqe = (p.tx_depth + p.rx_depth + 8) * p.qps;
+        let cq = ctx
+            .create_cq(cqe, channel)
+            .map_err(|e| Error::Verbs("create the CQ", e))?;
+        let (target_access, qp_access) = match verb {
+            Verb::Send => (
+                AccessFlags::LOCAL_WRITE,
+                AccessFlags::REMOTE_WRITE | AccessFlags::LOCAL_WRITE,
+            ),
+            Verb::Write => (
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                AccessFlags::REMOTE_WRITE,
+            ),
+            Verb::Read => (
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+                AccessFlags::REMOTE_READ,
+            ),
+            Verb::Atomic => (
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_ATOMIC,
+                AccessFlags::REMOTE_ATOMIC,
+            ),
+        };
+        // perftest's bandwidth clients walk their target address over the peer's cycle
+        // buffer (a page) for messages up to half a page: keep a page beyond the largest
+        // message.
+        let target_len = if verb == Verb::Send {
+            4096
+        } else {
+            p.max_size.max(4096) as usize + 4096
+        };
+        let target = pd
+            .reg_mr(target_len, target_access)
+            .map_err(|e| Error::Verbs("register the buffer the peer accesses (lower -s?)", e))?;
+        let mut qps = Vec::new();
+        for _ in 0..p.qps {
+            let init = QpInitAttr::new(QpType::Rc, &cq, &cq)
+                .max_send_wr(p.tx_depth + 1)
+                .max_recv_wr(p.rx_depth)
+                .max_send_sge(1)
+                .max_recv_sge(1)
+                .max_inline_data(p.inline_size);
+            let qp = pd.create_qp(&init).map_err(|e| {
+                Error::Verbs(
+                    "create the QP (the device may not take this -t, -r or -I)",
+                    e,
+                )
+            })?;
+            qp.to_init(dev.port, qp_access)
+                .map_err(|e| Error::Verbs("move the QP to Init", e))?;
+            qps.push(qp);
+        }
+        let max_inline = qps
+            .first()
+            .map(|q| q.cap().max_inline_data.min(p.inline_size))
+            .unwrap_or(0);
+        let out_reads = match verb {
+            Verb::Read | Verb::Atomic => p.outs.unwrap_or(dev.max_rd_atom).min(dev.max_rd_atom),
+            _ => 1,
+        }
+        .max(1);
+        Ok(Endpoint {
+            pd,
+            cq,
+            qps,
+            target,
+            max_inline,
+            out_reads,
+        })
+    }
+
+    /// This side's address message for QP `i` (`set_up_connection`).
+    pub fn dest(&self, dev: &Device, i: usize, psn: u32) -> Dest {
+        Dest {
+            lid: dev.lid,
+            out_reads: self.out_reads,
+            qpn: self.qps[i].qp_num(),
+            psn,
+            rkey: self.target.rkey(),
+            vaddr: self.target.addr(),
+            gid: dev.gid,
+            srqn: 0,
+        }
+    }
+
+    /// `ctx_connect`: QP `i` to RTR and RTS toward `remote`.
+    pub fn connect(
+        &self,
+        dev: &Device,
+        p: &Params,
+        i: usize,
+        mine: &Dest,
+        remote: &Dest,
+        mtu: Mtu,
+    ) -> Result<(), Error> {
+        let grh = dev.gid_index.map(|idx| {
+            let mut g = GlobalRoute::new(remote.gid, idx as u8);
+            g.hop_limit = 0xff;
+            g
+        });
+        let av = AhAttr {
+            dlid: remote.lid,
+            sl: p.args.sl,
+            src_path_bits: 0,
+            static_rate: 0,
+            port_num: dev.port,
+            grh,
+        };
+        let qp = &self.qps[i];
+        qp.modify(
+            &QpAttr::new()
+                .qp_state(QpState::Rtr)
+                .path_mtu(mtu)
+                .dest_qp_num(remote.qpn)
+                .rq_psn(remote.psn)
+                .max_dest_rd_atomic(mine.out_reads.min(255) as u8)
+                .min_rnr_timer(12)
+                .ah_attr(av),
+        )
+        .map_err(|e| Error::Verbs("move the QP to RTR", e))?;
+        qp.modify(
+            &QpAttr::new()
+                .qp_state(QpState::Rts)
+                .timeout(p.args.qp_timeout)
+                .retry_cnt(7)
+                .rnr_retry(7)
+                .sq_psn(mine.psn)
+                .max_rd_atomic(remote.out_reads.clamp(1, 255) as u8),
+        )
+        .map_err(|e| Error::Verbs("move the QP to RTS", e))
+    }
+}
+
+/// The peer's buffer as an RDMA target of `len` bytes.
+pub fn remote_slice(d: &Dest, len: u64) -> RemoteSlice {
+    RemoteSlice {
+        addr: d.vaddr,
+        len: len as u32,
+        rkey: d.rkey,
+    }
+}
+
+/// A successful completion, with the buffers of the requests it finished.
+#[derive(Debug)]
+pub struct Done {
+    /// Whether it is a receive.
+    pub recv: bool,
+    /// Index of the QP.
+    pub qp: usize,
+    /// Buffers handed back (one `Reclaimed` per finished request).
+    pub bufs: Vec<Reclaimed>,
+}
+
+/// Polls the CQ (busy or by events), bounding the time without progress.
+#[derive(Debug)]
+pub struct Poller {
+    buf: CompletionBuf,
+    events: bool,
+    timeout: Duration,
+}
+
+impl Poller {
+    /// A poller taking up to `batch` completions at a time.
+    pub fn new(batch: usize, events: bool, timeout: Duration) -> Poller {
+        Poller {
+            buf: CompletionBuf::new(batch.max(1)),
+            events,
+            timeout,
+        }
+    }
+
+    /// Waits for at least one completion and appends them to `out`; a failed completion
+    /// becomes an error naming its likely cause.
+    pub fn wait(&mut self, ep: &Endpoint, out: &mut Vec<Done>) -> Result<(), Error> {
+        self.collect(ep, out, true)
+    }
+
+    /// Takes the completions already there, without waiting.
+    pub fn poll_now(&mut self, ep: &Endpoint, out: &mut Vec<Done>) -> Result<(), Error> {
+        self.collect(ep, out, false)
+    }
+
+    fn collect(&mut self, ep: &Endpoint, out: &mut Vec<Done>, block: bool) -> Result<(), Error> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let polled = if self.events && block {
+                ep.cq
+                    .wait_and_poll(&mut self.buf, Some(self.timeout))
+                    .map_err(|e| Error::Verbs("wait for completions", e))?
+            } else {
+                ep.cq
+                    .poll(&mut self.buf)
+                    .map_err(|e| Error::Verbs("poll the CQ", e))?
+            };
+            let mut got = false;
+            for wc in &polled {
+                got = true;
+                let qp = ep
+                    .qps
+                    .iter()
+                    .position(|q| q.qp_num() == wc.qp_num())
+                    .unwrap_or(0);
+                let bufs = ep.qps[qp].reclaim(wc);
+                if let Err(e) = wc.status() {
+                    return Err(Error::Completion(explain(e.status), e.to_string()));
+                }
+                let recv = matches!(
+                    wc.opcode(),
+                    Some(WcOpcode::Recv) | Some(WcOpcode::RecvRdmaWithImm)
+                );
+                out.push(Done { recv, qp, bufs });
+            }
+            if got || !block {
+                return Ok(());
+            }
+            spins = spins.wrapping_add(1);
+            if (self.events || spins % 1024 == 0) && start.elapsed() >= self.timeout {
+                return Err(Error::Peer(format!(
+                    "no completion for {} s: the peer stopped (did it exit?) or runs a \
+                     different test or parameters",
+                    self.timeout.as_secs()
+                )));
+            }
+        }
+    }
+}
+
+/// The likely cause of a failed completion, in the user's terms.
+fn explain(status: Option<WcStatus>) -> &'static str {
+    match status {
+        Some(WcStatus::RemAccessErr) => {
+            "the peer refused access to its buffer: do both sides run the same test with the \
+             same -s / -a?"
+        }
+        Some(WcStatus::RemInvReqErr) => {
+            "the peer refused the request (message larger than its receive buffer, or an \
+             operation it did not allow): do both sides run the same test with the same -s / -a?"
+        }
+        Some(WcStatus::LocLenErr) => {
+            "a message larger than our receive buffer arrived: do both sides use the same -s / -a?"
+        }
+        Some(WcStatus::RetryExcErr) => {
+            "the peer stopped answering (transport retries exhausted): did it exit or fail?"
+        }
+        Some(WcStatus::RnrRetryExcErr) => "the peer posted no receive: does it run the same test?",
+        Some(WcStatus::RemOpErr) | Some(WcStatus::RemInvRdReqErr) => {
+            "the peer could not take the request (a message larger than its receive buffer, \
+             or an operation it does not run): do both sides run the same test with the same \
+             -s / -a?"
+        }
+        Some(WcStatus::WrFlushErr) => "the queue pair went to the error state (an earlier failure)",
+        _ => "a work request failed",
+    }
+}

@@ -1,0 +1,446 @@
+//! Command-line options of the perftest-compatible tools: perftest's letters, long names,
+//! meanings and defaults (perftest 4.5-0.17, protocol version 6.06), resolved per test.
+use clap::{Parser, ValueEnum};
+
+use super::{Error, Test, Verb};
+
+/// perftest's `MAX_SIZE`: the largest message of a test, and the top of the `-a` sweep.
+pub const MAX_SIZE: u64 = 1 << 23;
+/// perftest's `MIN_ITER` / `MAX_ITER`.
+pub const ITERS: std::ops::RangeInclusive<u64> = 5..=100_000_000;
+/// perftest's `MAX_TX` / `MAX_RX` and `MAX_QP_NUM`.
+const MAX_DEPTH: u32 = 16_384;
+const MAX_TX: u32 = 15_000;
+const MAX_QPS: u32 = 16_384;
+
+/// What `--output` prints instead of the table (`--output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Only the average bandwidth.
+    Bandwidth,
+    /// Only the message rate.
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// Only the average latency.
+    Latency,
+}
+
+/// Atomic operation of `atomic-lat` (`-A`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AtomicType {
+    /// Compare and swap.
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+    /// Fetch and add.
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+}
+
+/// The options, as perftest spells them. Fields left `None` take the test's default.
+#[derive(Parser, Debug, Clone)]
+#[command(disable_version_flag = true)]
+pub struct Args {
+    /// Listen on / connect to this TCP port.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// Use this RDMA device (default: the first found).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Use this port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: u8,
+    /// GID index (default: the port's best RoCE v2 GID on Ethernet, none on InfiniBand).
+    #[arg(short = 'x', long = "gid-index", value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub gid_index: Option<u32>,
+    /// Message size in bytes (default: 2 for latency, 65536 for bandwidth, 8 for atomics).
+    #[arg(short = 's', long = "size")]
+    pub size: Option<u64>,
+    /// Number of exchanges (at least 5; default 1000, 5000 for write bandwidth).
+    #[arg(short = 'n', long = "iters")]
+    pub iters: Option<u64>,
+    /// Run sizes from 2 to 2^23 bytes.
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+    /// Run for this many seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration")]
+    pub duration: Option<u64>,
+    /// Size of the send queue (default: 1 for latency, 128 for bandwidth).
+    #[arg(short = 't', long = "tx-depth")]
+    pub tx_depth: Option<u32>,
+    /// Receive queue depth (default: 512 for send tests, 1 otherwise).
+    #[arg(short = 'r', long = "rx-depth")]
+    pub rx_depth: Option<u32>,
+    /// Number of queue pairs.
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: u32,
+    /// Path MTU (256..4096; default: the port's active MTU).
+    #[arg(short = 'm', long = "mtu")]
+    pub mtu: Option<u32>,
+    /// Measure bidirectional bandwidth.
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+    /// Sleep on completion events instead of polling.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+    /// Post lists of this many requests.
+    #[arg(short = 'l', long = "post_list", default_value_t = 1)]
+    pub post_list: u32,
+    /// Largest message sent inline (default: 236 for send, 220 for write, 0 otherwise).
+    #[arg(short = 'I', long = "inline_size")]
+    pub inline_size: Option<u32>,
+    /// Connect the queue pairs with rdma_cm.
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
+    /// Do not fail on a CPU frequency that varies (this implementation uses the monotonic
+    /// clock, so it never does).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+    /// Report bandwidth in Gb/s instead of MB/s.
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+    /// Print only this number.
+    #[arg(long = "output", value_enum)]
+    pub output: Option<Output>,
+    /// Completion moderation: signal one send in this many (default 100).
+    #[arg(short = 'Q', long = "cq-mod")]
+    pub cq_mod: Option<u32>,
+    /// QP timeout exponent (4.096 us * 2^N).
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
+    pub qp_timeout: u8,
+    /// Service level.
+    #[arg(short = 'S', long = "sl", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
+    pub sl: u8,
+    /// Atomic operation (atomic-lat).
+    #[arg(
+        short = 'A',
+        long = "atomic_type",
+        value_enum,
+        default_value = "FETCH_AND_ADD"
+    )]
+    pub atomic_type: AtomicType,
+    /// Outstanding RDMA reads/atomics (default: the device's maximum).
+    #[arg(short = 'o', long = "outs")]
+    pub outs: Option<u32>,
+    /// Connection type; only RC.
+    #[arg(short = 'c', long = "connection", default_value = "RC")]
+    pub connection: String,
+    /// Also print the results as one JSON line (perftest's `--out_json` fields).
+    #[arg(long = "json")]
+    pub json: bool,
+    /// Write the JSON results to this file.
+    #[arg(long = "out_json_file")]
+    pub out_json_file: Option<std::path::PathBuf>,
+    /// Give up after this many seconds without progress (connecting, exchanging, completing).
+    #[arg(long = "timeout", default_value_t = 60)]
+    pub timeout: u64,
+    /// Server to connect to; without it, wait for a client.
+    pub servername: Option<String>,
+}
+
+/// The options resolved for one test: defaults applied, limits checked.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// The test.
+    pub test: Test,
+    /// Sizes to run, in order.
+    pub sizes: Vec<u64>,
+    /// Largest of `sizes`: the buffers' size.
+    pub max_size: u64,
+    /// Iterations per size (in duration mode: the limit of timestamps kept).
+    pub iters: u64,
+    /// Duration mode: seconds.
+    pub duration: Option<u64>,
+    /// Send queue depth.
+    pub tx_depth: u32,
+    /// Receive queue depth.
+    pub rx_depth: u32,
+    /// Completion moderation.
+    pub cq_mod: u32,
+    /// Post list length.
+    pub post_list: u32,
+    /// Inline threshold.
+    pub inline_size: u32,
+    /// Outstanding reads/atomics asked for (`None`: the device's maximum).
+    pub outs: Option<u32>,
+    /// Queue pairs.
+    pub qps: u32,
+    /// Everything else, as given.
+    pub args: Args,
+}
+
+impl Params {
+    /// Applies `test`'s defaults to `args` and checks the limits perftest checks.
+    pub fn resolve(test: Test, args: Args) -> Result<Params, Error> {
+        let bad = |m: String| Err(Error::Usage(m));
+        if !args.connection.eq_ignore_ascii_case("RC") {
+            return bad(format!(
+                "connection type {:?} is not supported: these tools run RC only (-c RC)",
+                args.connection
+            ));
+        }
+        if args.rdma_cm {
+            return bad(
+                "rdma_cm connection (-R) is not supported by this implementation yet; \
+                 drop -R on both sides to use the TCP exchange"
+                    .into(),
+            );
+        }
+        if args.bidirectional {
+            return bad(
+                "bidirectional mode (-b) is not supported by this implementation yet; \
+                 drop -b on both sides"
+                    .into(),
+            );
+        }
+        let lat = test.is_latency();
+        let verb = test.verb();
+        if verb == Verb::Atomic && args.size.is_some_and(|s| s != 8) {
+            return bad("atomic operations are 8 bytes: drop -s or use -s 8".into());
+        }
+        let size = args.size.unwrap_or(match (verb, lat) {
+            (Verb::Atomic, _) => 8,
+            (_, true) => 2,
+            (_, false) => 65_536,
+        });
+        if size == 0 || size > MAX_SIZE {
+            return bad(format!(
+                "message size {size} is out of range: use -s 1..={MAX_SIZE}"
+            ));
+        }
+        if args.all && verb == Verb::Atomic {
+            return bad("the size sweep (-a) does not apply to atomics (always 8 bytes)".into());
+        }
+        let iters = args
+            .iters
+            .unwrap_or(if test == Test::WriteBw { 5000 } else { 1000 });
+        if !ITERS.contains(&iters) {
+            return bad(format!(
+                "{iters} iterations is out of range: use -n {}..={}",
+                ITERS.start(),
+                ITERS.end()
+            ));
+        }
+        if let Some(d) = args.duration {
+            if d == 0 {
+                return bad("the duration (-D) must be at least 1 second".into());
+            }
+            if args.all {
+                return bad("-D and -a do not go together: pick one".into());
+            }
+            if !matches!(
+                test,
+                Test::WriteBw | Test::ReadBw | Test::ReadLat | Test::AtomicLat
+            ) {
+                return bad(format!(
+                    "duration mode (-D) is supported by write-bw, read-bw, read-lat and \
+                     atomic-lat; use -n with {}",
+                    test.name()
+                ));
+            }
+        }
+        let tx_depth = args.tx_depth.unwrap_or(if lat { 1 } else { 128 });
+        if tx_depth == 0 || tx_depth > MAX_TX {
+            return bad(format!(
+                "tx depth {tx_depth} is out of range: use -t 1..={MAX_TX}"
+            ));
+        }
+        let rx_depth = args
+            .rx_depth
+            .unwrap_or(if verb == Verb::Send { 512 } else { 1 });
+        if rx_depth == 0 || rx_depth > MAX_DEPTH {
+            return bad(format!(
+                "rx depth {rx_depth} is out of range: use -r 1..={MAX_DEPTH}"
+            ));
+        }
+        if args.qps == 0 || args.qps > MAX_QPS {
+            return bad(format!(
+                "{} QPs is out of range: use -q 1..={MAX_QPS}",
+                args.qps
+            ));
+        }
+        if lat && args.qps != 1 {
+            return bad("latency tests run one QP: drop -q".into());
+        }
+        if args.post_list == 0 || args.post_list > tx_depth {
+            return bad(format!(
+                "post list {} must be 1..=tx depth ({tx_depth})",
+                args.post_list
+            ));
+        }
+        // perftest: lat tests signal every send they wait for; bw tests moderate, never past
+        // the send queue depth.
+        let cq_mod = if lat {
+            1
+        } else {
+            args.cq_mod.unwrap_or(100).clamp(1, 1024).min(tx_depth)
+        };
+        if let Some(m) = args.mtu {
+            if verbs::Mtu::from_bytes(m).is_none() {
+                return bad(format!("MTU {m} is not one of 256, 512, 1024, 2048, 4096"));
+            }
+        }
+        let inline_size = args.inline_size.unwrap_or(match verb {
+            Verb::Send => 236,
+            Verb::Write => 220,
+            _ => 0,
+        });
+        if inline_size > 912 {
+            return bad(format!(
+                "inline size {inline_size} is over perftest's limit of 912"
+            ));
+        }
+        let sizes: Vec<u64> = if args.all {
+            (1..24).map(|i| 1u64 << i).collect()
+        } else {
+            vec![size]
+        };
+        let max_size = *sizes.iter().max().unwrap_or(&size);
+        Ok(Params {
+            test,
+            sizes,
+            max_size,
+            iters,
+            duration: args.duration,
+            tx_depth,
+            rx_depth: rx_depth.min(u32::try_from(iters).unwrap_or(u32::MAX)),
+            cq_mod,
+            post_list: args.post_list,
+            inline_size: if verb == Verb::Read || verb == Verb::Atomic {
+                0
+            } else {
+                inline_size
+            },
+            outs: args.outs,
+            qps: args.qps,
+            args,
+        })
+    }
+
+    /// Whether this side is the server.
+    pub fn is_server(&self) -> bool {
+        self.args.servername.is_none()
+    }
+
+    /// The no-progress bound.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.args.timeout.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(test: Test, args: &[&str]) -> Result<Params, Error> {
+        let argv = std::iter::once(test.name()).chain(args.iter().copied());
+        Params::resolve(
+            test,
+            Args::try_parse_from(argv).map_err(|e| Error::Usage(e.to_string()))?,
+        )
+    }
+
+    #[test]
+    fn defaults_match_perftest() {
+        let p = parse(Test::SendLat, &[]).unwrap();
+        assert_eq!(p.args.port, 18515);
+        assert_eq!(p.args.ib_port, 1);
+        assert_eq!(p.args.gid_index, None);
+        assert_eq!(p.sizes, [2]);
+        assert_eq!(p.iters, 1000);
+        assert_eq!(p.tx_depth, 1);
+        assert_eq!(p.rx_depth, 512);
+        assert_eq!(p.inline_size, 236);
+        assert_eq!(p.args.qp_timeout, 14);
+        assert!(p.is_server());
+
+        let p = parse(Test::WriteBw, &["10.0.0.1"]).unwrap();
+        assert_eq!(p.sizes, [65_536]);
+        assert_eq!(p.iters, 5000);
+        assert_eq!(p.tx_depth, 128);
+        assert_eq!(p.cq_mod, 100);
+        assert_eq!(p.rx_depth, 1);
+        assert_eq!(p.inline_size, 220);
+        assert!(!p.is_server());
+
+        let p = parse(Test::SendBw, &[]).unwrap();
+        assert_eq!((p.iters, p.rx_depth, p.sizes[0]), (1000, 512, 65_536));
+        let p = parse(Test::ReadBw, &[]).unwrap();
+        assert_eq!((p.iters, p.inline_size), (1000, 0));
+        let p = parse(Test::AtomicLat, &[]).unwrap();
+        assert_eq!(p.sizes, [8]);
+        assert_eq!(p.args.atomic_type, AtomicType::FetchAndAdd);
+        let p = parse(Test::ReadLat, &[]).unwrap();
+        assert_eq!((p.sizes[0], p.tx_depth, p.rx_depth), (2, 1, 1));
+    }
+
+    #[test]
+    fn perftest_letters_and_long_names() {
+        let p = parse(
+            Test::WriteBw,
+            &[
+                "-d",
+                "rxe0",
+                "-i",
+                "1",
+                "-x",
+                "3",
+                "-p",
+                "19000",
+                "-s",
+                "4096",
+                "-n",
+                "200",
+                "-t",
+                "64",
+                "-q",
+                "2",
+                "-m",
+                "1024",
+                "-e",
+                "-l",
+                "4",
+                "-I",
+                "64",
+                "-F",
+                "--report_gbits",
+                "-Q",
+                "8",
+                "--output",
+                "bandwidth",
+                "server",
+            ],
+        )
+        .unwrap();
+        assert_eq!(p.args.ib_dev.as_deref(), Some("rxe0"));
+        assert_eq!(p.args.gid_index, Some(3));
+        assert_eq!(p.args.port, 19000);
+        assert_eq!((p.sizes[0], p.iters, p.tx_depth, p.qps), (4096, 200, 64, 2));
+        assert_eq!((p.cq_mod, p.post_list, p.inline_size), (8, 4, 64));
+        assert!(p.args.events && p.args.report_gbits && p.args.cpu_freq);
+        assert_eq!(p.args.output, Some(Output::Bandwidth));
+        assert_eq!(p.args.servername.as_deref(), Some("server"));
+
+        let p = parse(Test::SendLat, &["--size=64", "--iters=300", "--all"]).unwrap();
+        assert_eq!(p.sizes.len(), 23);
+        assert_eq!((p.sizes[0], p.max_size), (2, 1 << 23));
+        let p = parse(Test::ReadBw, &["-D", "3"]).unwrap();
+        assert_eq!(p.duration, Some(3));
+        let p = parse(Test::AtomicLat, &["-A", "CMP_AND_SWAP"]).unwrap();
+        assert_eq!(p.args.atomic_type, AtomicType::CmpAndSwap);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_fix() {
+        let msg = |t, a: &[&str]| parse(t, a).unwrap_err().to_string();
+        assert!(msg(Test::SendLat, &["-s", "9000000"]).contains("-s 1..=8388608"));
+        assert!(msg(Test::SendLat, &["-n", "2"]).contains("-n 5..="));
+        assert!(msg(Test::WriteBw, &["-m", "1500"]).contains("256, 512"));
+        assert!(msg(Test::AtomicLat, &["-s", "16"]).contains("8 bytes"));
+        assert!(msg(Test::SendLat, &["-D", "2"]).contains("use -n"));
+        assert!(msg(Test::SendBw, &["-R"]).contains("-R"));
+        assert!(msg(Test::SendBw, &["-b"]).contains("-b"));
+        assert!(msg(Test::SendBw, &["-c", "UD"]).contains("RC"));
+        assert!(msg(Test::WriteLat, &["-q", "2"]).contains("one QP"));
+        assert!(parse(Test::SendLat, &["-x", "65"]).is_err());
+    }
+}

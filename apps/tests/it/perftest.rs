@@ -1,0 +1,308 @@
+//! The perftest-compatible tools against themselves and against perftest's `ib_*` programs in
+//! both roles (server on the peer host), the size sweep, `--json` against the table, and bad
+//! input: one-line causes, non-zero exits, no hang (device tier).
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use testkit::{assert_success, ChildGuard};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// (our binary, perftest's, whether the server prints results too)
+const TOOLS: [(&str, &str, bool); 7] = [
+    (env!("CARGO_BIN_EXE_send-lat"), "ib_send_lat", true),
+    (env!("CARGO_BIN_EXE_write-lat"), "ib_write_lat", true),
+    (env!("CARGO_BIN_EXE_read-lat"), "ib_read_lat", false),
+    (env!("CARGO_BIN_EXE_atomic-lat"), "ib_atomic_lat", false),
+    (env!("CARGO_BIN_EXE_send-bw"), "ib_send_bw", true),
+    (env!("CARGO_BIN_EXE_write-bw"), "ib_write_bw", false),
+    (env!("CARGO_BIN_EXE_read-bw"), "ib_read_bw", false),
+];
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn all(out: &Output) -> String {
+    format!("{}{}", text(out), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The result rows of perftest's table: lines starting with a size, split in columns.
+fn rows(out: &str) -> Vec<Vec<f64>> {
+    out.lines()
+        .filter(|l| l.starts_with(' ') && l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .filter(|r: &Vec<f64>| r.len() == 5 || r.len() == 9)
+        .collect()
+}
+
+fn is_lat(prog: &str) -> bool {
+    prog.contains("lat")
+}
+
+fn server(prog: &str, port: u16, extra: &[&str]) -> ChildGuard {
+    let peer = testkit::peer();
+    let mut c = peer.command(prog);
+    c.args([
+        "-d",
+        &peer.device.name,
+        "-x",
+        &peer.device.gid_index.to_string(),
+    ]);
+    c.args(["-p", &port.to_string()]).args(extra);
+    let mut g = ChildGuard::spawn(c).expect("start server");
+    super::wait_listening(port, &mut g);
+    g
+}
+
+fn client(prog: &str, port: u16, extra: &[&str]) -> Command {
+    let dev = testkit::device();
+    let mut c = Command::new(prog);
+    c.args(["-d", &dev.name, "-x", &dev.gid_index.to_string()]);
+    c.args(["-p", &port.to_string()]).args(extra);
+    c.arg(testkit::peer().device.addr.to_string());
+    c
+}
+
+/// Runs a pair; both must succeed; checks the rows each side prints. Returns (server, client)
+/// stdout.
+fn pair(
+    s_prog: &str,
+    c_prog: &str,
+    port: u16,
+    extra: &[&str],
+    server_rows: bool,
+) -> (String, String) {
+    let s = server(s_prog, port, extra);
+    let c = ChildGuard::spawn(client(c_prog, port, extra))
+        .expect("start client")
+        .wait_output(TIMEOUT);
+    let s = s.wait_output(TIMEOUT);
+    assert_success(&format!("{c_prog} (client) with {s_prog}"), &c);
+    assert_success(&format!("{s_prog} (server) with {c_prog}"), &s);
+    let (st, ct) = (text(&s), text(&c));
+    println!("--- {s_prog} server ---\n{st}\n--- {c_prog} client ---\n{ct}");
+    let want_iters: f64 = extra
+        .iter()
+        .position(|a| *a == "-n")
+        .map(|i| extra[i + 1].parse().unwrap())
+        .unwrap();
+    // perftest's own numbers are not ours to check (under emulation its clock calibration
+    // can print inf): only that it printed its rows.
+    let check = |who: &str, prog: &str, t: &str| {
+        let r = rows(t);
+        assert!(!r.is_empty(), "{who}: no result row in\n{t}");
+        for row in &r {
+            assert_eq!(row[1], want_iters, "{who}: iterations in {row:?}");
+            if prog.starts_with("ib_") {
+                continue;
+            }
+            assert!(
+                row.iter().all(|v| v.is_finite() && *v >= 0.0),
+                "{who}: {row:?}"
+            );
+            if is_lat(c_prog) {
+                // min <= typical <= p99.9, all positive
+                assert!(
+                    row[2] > 0.0 && row[2] <= row[4] && row[4] <= row[8],
+                    "{who}: {row:?}"
+                );
+            } else if who == "client" {
+                assert!(
+                    row[3] > 0.0 && row[4] > 0.0,
+                    "{who}: no bandwidth in {row:?}"
+                );
+            }
+        }
+        r
+    };
+    check("client", c_prog, &ct);
+    if server_rows && !s_prog.starts_with("ib_") {
+        check("server", s_prog, &st);
+    }
+    (st, ct)
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn each_tool_against_itself() {
+    for (i, (ours, _, server_rows)) in TOOLS.iter().enumerate() {
+        let extra: &[&str] = if is_lat(ours) {
+            &["-n", "20", "-s", "64"]
+        } else {
+            &["-n", "20", "-s", "4096"]
+        };
+        let extra = if ours.ends_with("atomic-lat") {
+            &extra[..2]
+        } else {
+            extra
+        };
+        pair(ours, ours, 18_700 + i as u16, extra, *server_rows);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn our_clients_with_perftest_servers() {
+    for (i, (ours, theirs, server_rows)) in TOOLS.iter().enumerate() {
+        pair(theirs, ours, 18_710 + i as u16, &["-n", "20"], *server_rows);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn perftest_clients_with_our_servers() {
+    for (i, (ours, theirs, server_rows)) in TOOLS.iter().enumerate() {
+        let extra: &[&str] = if ours.ends_with("atomic-lat") {
+            &["-n", "20"]
+        } else {
+            &["-n", "20", "-s", "1024"]
+        };
+        pair(ours, theirs, 18_720 + i as u16, extra, *server_rows);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn size_sweep_against_perftest_both_ways() {
+    let sizes: Vec<f64> = (1..24).map(|i| f64::from(1u32 << i)).collect();
+    let (_, c) = pair("ib_send_lat", TOOLS[0].0, 18_730, &["-a", "-n", "5"], true);
+    assert_eq!(rows(&c).iter().map(|r| r[0]).collect::<Vec<_>>(), sizes);
+    let (_, c) = pair(TOOLS[5].0, "ib_write_bw", 18_731, &["-a", "-n", "5"], false);
+    assert_eq!(rows(&c).len(), 23, "{c}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn json_matches_the_table() {
+    for (prog, port, server_rows) in [(TOOLS[5].0, 18_740, false), (TOOLS[0].0, 18_741, true)] {
+        let (_, c) = pair(prog, prog, port, &["-n", "20", "--json"], server_rows);
+        let json_line = c.lines().find(|l| l.starts_with('{')).expect("a JSON line");
+        let v: Value = serde_json::from_str(json_line).unwrap();
+        assert_eq!(v["role"], "client");
+        assert_eq!(v["device"], testkit::device().name);
+        let results = v["results"].as_array().unwrap();
+        let table = rows(&c);
+        assert_eq!(results.len(), table.len());
+        let keys: &[&str] = if is_lat(prog) {
+            &[
+                "MsgSize",
+                "n_iterations",
+                "t_min",
+                "t_max",
+                "t_typical",
+                "t_avg",
+                "t_stdev",
+                "percentile_99",
+                "percentile_99.9",
+            ]
+        } else {
+            &[
+                "MsgSize",
+                "n_iterations",
+                "BW_peak",
+                "BW_average",
+                "MsgRate",
+            ]
+        };
+        for (r, row) in results.iter().zip(&table) {
+            for (k, cell) in keys.iter().zip(row) {
+                let j = r[*k]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("{k} missing in {r}"));
+                assert!((j - cell).abs() < 1e-9, "{k}: JSON {j} vs table {cell}");
+            }
+        }
+    }
+}
+
+/// Asserts a failed run with a one-line cause containing `needle`.
+fn fails_with(out: &Output, needle: &str) {
+    assert!(!out.status.success(), "expected failure:\n{}", all(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line expected:\n{err}");
+    assert!(
+        lines[0].contains(needle),
+        "{needle:?} not in {:?}",
+        lines[0]
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn bad_device_gid_and_size_are_refused_at_once() {
+    let dev = testkit::device();
+    let run = |args: &[&str]| {
+        let mut c = Command::new(TOOLS[0].0);
+        c.args(args);
+        testkit::run_with_timeout(c, Duration::from_secs(20))
+    };
+    fails_with(
+        &run(&["-d", "no-such-dev"]),
+        "no RDMA device named \"no-such-dev\"",
+    );
+    fails_with(&run(&["-d", &dev.name, "-x", "64"]), "GID index 64");
+    fails_with(&run(&["-d", &dev.name, "-s", "9000000"]), "-s 1..=8388608");
+    fails_with(&run(&["-d", &dev.name, "-i", "2"]), "use -i 1..=1");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn missing_server_and_dead_client_end_with_a_cause() {
+    // No server: the client gives up after its --timeout.
+    let t0 = Instant::now();
+    let mut c = client(TOOLS[0].0, 18_750, &["--timeout", "2"]);
+    c.args(["-n", "5"]);
+    let out = testkit::run_with_timeout(c, Duration::from_secs(30));
+    fails_with(&out, "start the server first");
+    assert!(t0.elapsed() < Duration::from_secs(20));
+
+    // A client that connects and dies mid-run: the server reports it within its --timeout.
+    let s = server(TOOLS[0].0, 18_751, &["-n", "100000000", "--timeout", "5"]);
+    let mut c = ChildGuard::spawn(client("ib_send_lat", 18_751, &["-n", "100000000"]))
+        .expect("start client");
+    std::thread::sleep(Duration::from_secs(3));
+    c.kill();
+    let out = s.wait_output(Duration::from_secs(40));
+    fails_with(&out, "the peer");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn perftest_peer_with_other_parameters_is_reported() {
+    // Our 4 KiB sends into perftest's 2-byte receives.
+    let s = server("ib_send_lat", 18_760, &["-n", "50"]);
+    let c = ChildGuard::spawn(client(
+        TOOLS[0].0,
+        18_760,
+        &["-n", "50", "-s", "4096", "--timeout", "10"],
+    ))
+    .expect("start client")
+    .wait_output(TIMEOUT);
+    drop(s);
+    fails_with(&c, "same -s");
+
+    // A different test on the other side (write bandwidth against a read server).
+    let s = server("ib_read_bw", 18_761, &["-n", "50"]);
+    let c = ChildGuard::spawn(client(TOOLS[5].0, 18_761, &["-n", "50", "--timeout", "10"]))
+        .expect("start client")
+        .wait_output(TIMEOUT);
+    drop(s);
+    assert!(
+        !c.status.success(),
+        "write against a read server succeeded:\n{}",
+        all(&c)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&c.stderr).lines().count(),
+        1,
+        "{}",
+        all(&c)
+    );
+}

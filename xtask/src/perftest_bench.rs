@@ -1,0 +1,312 @@
+//! `cargo xtask bench perftest`: each of our perftest-compatible tools and its perftest
+//! counterpart back to back on the same device pair (server on the peer, client here), at
+//! 2 B..64 KiB (latency) and 2 B..1 MiB (bandwidth); the comparison JSON, charts and table.
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{json, Map};
+
+use crate::chart::{self, Series};
+use crate::compare::{Better, Comparison, Report};
+use crate::util::Result;
+
+const LAT_TESTS: [&str; 4] = ["send_lat", "write_lat", "read_lat", "atomic_lat"];
+const BW_TESTS: [&str; 3] = ["send_bw", "write_bw", "read_bw"];
+const LAT_SIZES: [u64; 5] = [2, 64, 1024, 4096, 65_536];
+const BW_SIZES: [u64; 6] = [2, 64, 1024, 16_384, 65_536, 1 << 20];
+
+/// One measurement to take, for both implementations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Case {
+    /// perftest's test name without `ib_`, e.g. `send_lat`.
+    pub test: &'static str,
+    /// Message size.
+    pub size: u64,
+    /// Iterations.
+    pub iters: u64,
+    /// Send queue depth, when not the tools' default (the same for both).
+    pub tx_depth: Option<u32>,
+}
+
+impl Case {
+    fn is_lat(&self) -> bool {
+        self.test.ends_with("_lat")
+    }
+    fn label(&self) -> String {
+        format!("{} {}B", self.test, self.size)
+    }
+}
+
+/// Every case of the benchmark.
+pub fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for test in LAT_TESTS {
+        let sizes: &[u64] = if test == "atomic_lat" {
+            &[8]
+        } else {
+            &LAT_SIZES
+        };
+        for &size in sizes {
+            v.push(Case {
+                test,
+                size,
+                iters: 1000,
+                tx_depth: None,
+            });
+        }
+    }
+    for test in BW_TESTS {
+        for size in BW_SIZES {
+            v.push(Case {
+                test,
+                size,
+                iters: ((16u64 << 20) / size).clamp(50, 5000),
+                // 128 READs of 1 MiB in flight stall emulated rxe for minutes (perftest's
+                // too); both sides get the same shallower queue.
+                tx_depth: (test == "read_bw" && size >= 1 << 20).then_some(16),
+            });
+        }
+    }
+    v
+}
+
+/// The shell script that runs every case, ours then perftest's, marking each client's output
+/// with `@@case <test> <size> <ours|perftest>` and `@@rc <status>`.
+pub fn script(cases: &[Case], ours_dir: &Path) -> String {
+    let mut s = String::from(
+        r#"PD=${RDMA_TEST_PEER_DEVICE:-$RDMA_TEST_DEVICE}
+PG=${RDMA_TEST_PEER_GID_INDEX:-$RDMA_TEST_GID_INDEX}
+PA=${RDMA_TEST_PEER_ADDR:-$RDMA_TEST_ADDR}
+PORT=19200
+pt_case() {
+  label=$1; srv=$2; cli=$3; shift 3
+  PORT=$((PORT+1)); hex=$(printf '%04X' $PORT)
+  timeout 300 $srv -d $PD -x $PG -p $PORT "$@" >/dev/null 2>&1 &
+  sp=$!
+  i=0
+  while ! grep -q ":$hex 00000000:0000 0A" /proc/net/tcp 2>/dev/null; do
+    i=$((i+1)); [ $i -gt 600 ] && break; sleep 0.05
+  done
+  echo "@@case $label"
+  timeout 300 $cli -d $RDMA_TEST_DEVICE -x $RDMA_TEST_GID_INDEX -p $PORT "$@" $PA 2>&1
+  echo "@@rc $?"
+  wait $sp
+}
+"#,
+    );
+    for c in cases {
+        let ours = ours_dir
+            .join(c.test.replace('_', "-"))
+            .to_string_lossy()
+            .into_owned();
+        let theirs = format!("ib_{}", c.test);
+        let mut args = format!("-F -n {}", c.iters);
+        if c.test != "atomic_lat" {
+            args.push_str(&format!(" -s {}", c.size));
+        }
+        if let Some(t) = c.tx_depth {
+            args.push_str(&format!(" -t {t}"));
+        }
+        for (who, prog) in [("ours", &ours), ("perftest", &theirs)] {
+            s.push_str(&format!(
+                "pt_case '{} {} {who}' {prog} {prog} {args}\n",
+                c.test, c.size
+            ));
+        }
+    }
+    s
+}
+
+/// A client's result row: the numbers of perftest's table line.
+pub type Row = Vec<f64>;
+
+/// Parses the script's output: (test, size, ours?) -> result row (last row of the case).
+pub fn parse(lines: &[String]) -> BTreeMap<(String, u64, bool), Row> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<(String, u64, bool)> = None;
+    for l in lines {
+        if let Some(rest) = l.strip_prefix("@@case ") {
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            current = match f.as_slice() {
+                [t, s, who] => s
+                    .parse()
+                    .ok()
+                    .map(|s| ((*t).to_string(), s, *who == "ours")),
+                _ => None,
+            };
+            continue;
+        }
+        if l.starts_with("@@rc ") {
+            current = None;
+            continue;
+        }
+        let Some(key) = &current else { continue };
+        if l.starts_with(' ') && l.trim_start().starts_with(|c: char| c.is_ascii_digit()) {
+            let row: Row = l
+                .split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            if row.len() == 5 || row.len() == 9 {
+                out.insert(key.clone(), row);
+            }
+        }
+    }
+    out
+}
+
+/// The comparisons: typical latency (lower is better), average bandwidth and, at 2 B, the
+/// message rate (higher is better); goal 1.00x perftest.
+pub fn report(device: &str, rows: &BTreeMap<(String, u64, bool), Row>) -> Report {
+    let mut comparisons = Vec::new();
+    for c in cases() {
+        let key = |ours| (c.test.to_string(), c.size, ours);
+        let (Some(o), Some(b)) = (rows.get(&key(true)), rows.get(&key(false))) else {
+            continue;
+        };
+        let mut extra = Map::new();
+        extra.insert("size".into(), json!(c.size));
+        extra.insert("iterations".into(), json!(c.iters));
+        if let Some(t) = c.tx_depth {
+            extra.insert("tx_depth".into(), json!(t));
+        }
+        let base = format!("ib_{}", c.test);
+        let mut push = |metric: &str, unit: &str, ours: f64, baseline: f64, better| {
+            comparisons.push(Comparison {
+                case: c.label(),
+                metric: metric.into(),
+                unit: unit.into(),
+                ours,
+                baseline,
+                baseline_name: base.clone(),
+                better,
+                goal: 1.0,
+                extra: extra.clone(),
+            })
+        };
+        if c.is_lat() && o.len() == 9 && b.len() == 9 {
+            push("t_typical", "usec", o[4], b[4], Better::Lower);
+        } else if !c.is_lat() && o.len() == 5 && b.len() == 5 {
+            // At 2 B the bandwidth rounds to 0.01 MB/s: the message rate says it.
+            if c.size == 2 {
+                push("msg_rate", "Mpps", o[4], b[4], Better::Higher);
+            } else {
+                push("bw_avg", "MB/sec", o[3], b[3], Better::Higher);
+            }
+        }
+    }
+    let mut extra = Map::new();
+    extra.insert(
+        "note".into(),
+        json!("ours and perftest measured back to back in one run; compare ratios"),
+    );
+    Report {
+        bench: "perftest".into(),
+        device: device.into(),
+        comparisons,
+        extra,
+    }
+}
+
+/// Writes `perftest-latency.svg` (typical latency), `perftest-latency-p99.svg` (99.9th
+/// percentile) and `perftest-bw.svg` (average bandwidth) into `dir`: per test, ours solid and
+/// perftest dashed in the same colour.
+pub fn charts(rows: &BTreeMap<(String, u64, bool), Row>, dir: &Path) -> Result<()> {
+    let series = |tests: &[&str], col: usize| -> Vec<Series> {
+        let mut v = Vec::new();
+        for (i, t) in tests.iter().enumerate() {
+            for ours in [true, false] {
+                let points: Vec<(u64, f64)> = rows
+                    .iter()
+                    .filter(|((tt, _, o), r)| tt == t && *o == ours && r.len() > col)
+                    .map(|((_, s, _), r)| (*s, r[col]))
+                    .collect();
+                if points.is_empty() {
+                    continue;
+                }
+                v.push(Series {
+                    name: format!("{} {t}", if ours { "ours" } else { "perftest" }),
+                    points,
+                    color: i,
+                    dashed: !ours,
+                });
+            }
+        }
+        v
+    };
+    chart::draw(
+        &dir.join("perftest-latency.svg"),
+        "Latency (t_typical), ours vs perftest",
+        "t_typical [usec]",
+        &series(&LAT_TESTS, 4),
+        true,
+    )?;
+    chart::draw(
+        &dir.join("perftest-latency-p99.svg"),
+        "Latency tail (99.9th percentile), ours vs perftest",
+        "99.9% [usec]",
+        &series(&LAT_TESTS, 8),
+        true,
+    )?;
+    chart::draw(
+        &dir.join("perftest-bw.svg"),
+        "Bandwidth vs message size, ours vs perftest",
+        "BW average [MB/sec]",
+        &series(&BW_TESTS, 3),
+        true,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cases_cover_the_sizes_and_the_script_runs_both_sides() {
+        let c = cases();
+        assert!(c.iter().any(|c| c.test == "send_lat" && c.size == 65_536));
+        assert!(c.iter().any(|c| c.test == "read_bw" && c.size == 1 << 20));
+        let s = script(&c[..1], Path::new("/x"));
+        assert!(s.contains("pt_case 'send_lat 2 ours' /x/send-lat /x/send-lat -F -n 1000 -s 2"));
+        assert!(s.contains("pt_case 'send_lat 2 perftest' ib_send_lat ib_send_lat"));
+    }
+
+    #[test]
+    fn parses_rows_and_compares() {
+        let out: Vec<String> = [
+            "@@case send_lat 2 ours",
+            " #bytes #iterations    t_min[usec] ...",
+            " 2       1000          5.00   9.00   6.00   6.50   0.50   8.00   9.00",
+            "@@rc 0",
+            "@@case send_lat 2 perftest",
+            " 2       1000          5.00   9.00   5.00   6.50   0.50   8.00   9.00",
+            "@@rc 0",
+            "@@case send_bw 2 ours",
+            " 2          5000             1.00               0.50   \t\t   0.250000",
+            "@@rc 0",
+            "@@case send_bw 2 perftest",
+            " 2          5000             1.00               1.00   \t\t   0.500000",
+            "@@rc 0",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let rows = parse(&out);
+        assert_eq!(rows.len(), 4);
+        let r = report("rxe0", &rows);
+        assert_eq!(r.comparisons.len(), 2);
+        let lat = &r.comparisons[0];
+        assert_eq!(
+            (lat.case.as_str(), lat.ours, lat.baseline),
+            ("send_lat 2B", 6.0, 5.0)
+        );
+        assert!(!lat.met());
+        assert_eq!(r.comparisons[1].metric, "msg_rate");
+        assert!((r.comparisons[1].ratio() - 0.5).abs() < 1e-12);
+        assert!(script(&cases(), Path::new("/x")).contains("read-bw -F -n 50 -s 1048576 -t 16"));
+        let dir = std::env::temp_dir().join(format!("xtask-pt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        charts(&rows, &dir).unwrap();
+        assert!(dir.join("perftest-bw.svg").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
