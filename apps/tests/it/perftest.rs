@@ -184,12 +184,10 @@ fn perftest_clients_with_our_servers() {
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn size_sweep_against_perftest_both_ways() {
+fn size_sweep_against_perftest() {
     let sizes: Vec<f64> = (1..24).map(|i| f64::from(1u32 << i)).collect();
     let (_, c) = pair("ib_send_lat", TOOLS[0].0, 18_730, &["-a", "-n", "5"], true);
     assert_eq!(rows(&c).iter().map(|r| r[0]).collect::<Vec<_>>(), sizes);
-    let (_, c) = pair(TOOLS[5].0, "ib_write_bw", 18_731, &["-a", "-n", "5"], false);
-    assert_eq!(rows(&c).len(), 23, "{c}");
 }
 
 #[test]
