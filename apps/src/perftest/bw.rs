@@ -11,13 +11,13 @@ use super::endpoint::{remote_slice, Poller};
 use super::exchange::BwReport;
 use super::options::{Output, Params};
 use super::report::{self, BwStats};
-use super::{Error, Session, Verb};
+use super::{Error, TestRun, Verb};
 
 /// Memory for posted receives (send-bw server) or READ destinations, per QP.
 const BUF_BUDGET: u64 = 128 << 20;
 
 /// Runs every size; returns the JSON results.
-pub fn run(p: &Params, s: &mut Session) -> Result<Vec<Value>, Error> {
+pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     let quiet = p.args.output.is_some();
     let verb = p.test.verb();
     let server = p.is_server();
@@ -98,7 +98,7 @@ pub fn run(p: &Params, s: &mut Session) -> Result<Vec<Value>, Error> {
     Ok(results)
 }
 
-fn post_recv(s: &Session, qp: usize, bufs: &mut Vec<MemoryRegion>) -> Result<(), Error> {
+fn post_recv(s: &TestRun, qp: usize, bufs: &mut Vec<MemoryRegion>) -> Result<(), Error> {
     let Some(b) = bufs.pop() else {
         return Ok(());
     };
@@ -112,7 +112,7 @@ fn post_recv(s: &Session, qp: usize, bufs: &mut Vec<MemoryRegion>) -> Result<(),
 /// send-bw server: counts `-n` receives per QP; times from the first to each.
 fn serve_sends(
     p: &Params,
-    s: &mut Session,
+    s: &mut TestRun,
     poller: &mut Poller,
     bufs: &mut Vec<MemoryRegion>,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {
@@ -149,7 +149,7 @@ fn serve_sends(
 /// The sending side of send/write/read bandwidth.
 fn client(
     p: &Params,
-    s: &mut Session,
+    s: &mut TestRun,
     poller: &mut Poller,
     size: u64,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {

@@ -10,14 +10,14 @@ use verbs::{AccessFlags, MemoryRegion, RecvRequest, SendRequest, WrOp};
 use super::endpoint::{remote_slice, Done, Poller};
 use super::options::{AtomicType, Output, Params};
 use super::report::{self, LatDuration, LatStats};
-use super::{Error, Session, Test};
+use super::{Error, Test, TestRun};
 
 /// Receive buffers kept posted by `send-lat` (a ping-pong has one message in flight).
 const LAT_RECVS: usize = 4;
 
 /// Runs every size; returns the JSON results (empty on a server of READ/atomics, which
 /// measures nothing).
-pub fn run(p: &Params, s: &mut Session) -> Result<Vec<Value>, Error> {
+pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     let quiet = p.args.output.is_some();
     let passive = p.is_server() && matches!(p.test, Test::ReadLat | Test::AtomicLat);
     if passive {
@@ -94,7 +94,7 @@ pub fn run(p: &Params, s: &mut Session) -> Result<Vec<Value>, Error> {
     Ok(results)
 }
 
-fn post_recvs(s: &Session, bufs: &mut Vec<MemoryRegion>) -> Result<(), Error> {
+fn post_recvs(s: &TestRun, bufs: &mut Vec<MemoryRegion>) -> Result<(), Error> {
     while let Some(b) = bufs.pop() {
         let req = RecvRequest::new(b, ..).map_err(|e| Error::Verbs("build a receive", e))?;
         if let Err(e) = s.ep.qps[0].post_recv(req) {
@@ -115,7 +115,7 @@ fn take_bufs(done: &mut Done, bufs: &mut Vec<MemoryRegion>) {
 
 fn send_lat(
     p: &Params,
-    s: &mut Session,
+    s: &mut TestRun,
     poller: &mut Poller,
     recv_bufs: &mut Vec<MemoryRegion>,
     size: u64,
@@ -213,7 +213,7 @@ fn send_lat(
 
 fn write_lat(
     p: &Params,
-    s: &mut Session,
+    s: &mut TestRun,
     poller: &mut Poller,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {
@@ -303,7 +303,7 @@ fn write_lat(
 /// READ or atomics: the client alone, one request at a time.
 fn one_sided(
     p: &Params,
-    s: &mut Session,
+    s: &mut TestRun,
     poller: &mut Poller,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {

@@ -160,7 +160,7 @@ pub fn main(test: Test) -> ExitCode {
 /// Everything set up for the measurement: resources, the connection to the peer, both
 /// sides' addresses.
 #[derive(Debug)]
-pub struct Session {
+pub struct TestRun {
     /// Device and port.
     pub dev: Device,
     /// Resources.
@@ -214,7 +214,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let mine: Vec<Dest> = (0..ep.qps.len())
         .map(|i| ep.dest(&dev, i, random_psn(i)))
         .collect();
-    let mut s = Session {
+    let mut s = TestRun {
         dev,
         ep,
         comm,
@@ -288,7 +288,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
     Ok(())
 }
 
-fn print_banner(p: &Params, s: &Session) {
+fn print_banner(p: &Params, s: &TestRun) {
     let line = report::RESULT_LINE;
     println!("{line}");
     println!("                    {}", p.test.title());
