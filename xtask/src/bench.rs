@@ -21,6 +21,8 @@ enum Kind {
         package: &'static str,
         target: &'static str,
         json_env: &'static str,
+        /// Turns the raw JSON into the comparison report.
+        convert: fn(&std::path::Path, &str) -> Result<Report>,
     },
     /// Our perftest tools against perftest (release builds of `apps`).
     Perftest,
@@ -39,6 +41,7 @@ const BENCHES: &[Bench] = &[
             package: "memory",
             target: "registration",
             json_env: "MEMORY_BENCH_JSON",
+            convert: memory_report,
         },
         about: "pool alloc+free vs ibv_reg_mr+ibv_dereg_mr, 64 B / 4 KiB / 1 MiB, 1 and 2 threads",
     },
@@ -88,6 +91,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 package,
                 target,
                 json_env,
+                ..
             } => {
                 let mut cmd = util::cargo();
                 cmd.args(["bench", "-p", package, "--bench", target, "--no-run"]);
@@ -170,7 +174,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     for b in &chosen {
         let path = out_dir.join(format!("{}.json", b.name));
         let report = match &b.kind {
-            Kind::Cargo { .. } => match memory_report(&raw(b), &device) {
+            Kind::Cargo { convert, .. } => match convert(&raw(b), &device) {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("xtask: bench {}: {e}", b.name);
@@ -223,6 +227,60 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
 
 fn e_dir(e: &util::Executable) -> String {
     e.dir.to_string_lossy().into_owned()
+}
+
+/// A bench whose raw JSON is already in the comparison shape (the transport's).
+#[allow(dead_code)]
+fn comparison_report(raw: &std::path::Path, device: &str) -> Result<Report> {
+    let text = std::fs::read_to_string(raw)
+        .map_err(|e| Error::new(format!("no results ({}): {e}", raw.display())))?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: {e}", raw.display())))?;
+    let known = [
+        "case",
+        "metric",
+        "unit",
+        "ours",
+        "baseline",
+        "baseline_name",
+        "ratio",
+        "better",
+        "goal",
+    ];
+    let comparisons = v["comparisons"]
+        .as_array()
+        .ok_or_else(|| Error::new(format!("{}: no comparisons", raw.display())))?
+        .iter()
+        .map(|c| Comparison {
+            case: c["case"].as_str().unwrap_or("?").to_string(),
+            metric: c["metric"].as_str().unwrap_or("?").to_string(),
+            unit: c["unit"].as_str().unwrap_or("").to_string(),
+            ours: c["ours"].as_f64().unwrap_or(f64::NAN),
+            baseline: c["baseline"].as_f64().unwrap_or(f64::NAN),
+            baseline_name: c["baseline_name"].as_str().unwrap_or("").to_string(),
+            better: if c["better"] == "lower" {
+                Better::Lower
+            } else {
+                Better::Higher
+            },
+            goal: c["goal"].as_f64().unwrap_or(1.0),
+            extra: c
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| !known.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+        .collect();
+    Ok(Report {
+        bench: v["bench"].as_str().unwrap_or("?").to_string(),
+        device: v["device"].as_str().unwrap_or(device).to_string(),
+        comparisons,
+        extra: Map::new(),
+    })
 }
 
 /// The memory bench's own JSON, in the comparison shape: pool (ours) against
@@ -284,6 +342,28 @@ fn memory_report(raw: &std::path::Path, device: &str) -> Result<Report> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn comparison_shaped_results_pass_through() {
+        let dir = std::env::temp_dir().join(format!("xtask-cmp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let raw = dir.join("t.raw.json");
+        let doc = json!({"bench": "transport", "device": "rxe0+rxe1", "comparisons": [
+            {"case": "rpc 64B", "metric": "median", "unit": "us", "ours": 30.0, "baseline": 20.0,
+             "baseline_name": "ib_send_lat", "ratio": 1.5, "better": "lower", "goal": 1.1,
+             "polling": "busy"}]});
+        std::fs::write(&raw, doc.to_string()).unwrap();
+        let r = comparison_report(&raw, "x").unwrap();
+        let v = r.to_json();
+        assert_eq!(v["bench"], "transport");
+        assert_eq!(v["device"], "rxe0+rxe1");
+        let c = &v["comparisons"][0];
+        assert_eq!(c["ratio"], 1.5);
+        assert_eq!(c["better"], "lower");
+        assert_eq!(c["polling"], "busy");
+        assert!(!r.comparisons[0].met());
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn memory_results_move_to_the_comparison_shape_keeping_their_fields() {
