@@ -46,6 +46,16 @@ const BENCHES: &[Bench] = &[
         about: "pool alloc+free vs ibv_reg_mr+ibv_dereg_mr, 64 B / 4 KiB / 1 MiB, 1 and 2 threads",
     },
     Bench {
+        name: "transport",
+        kind: Kind::Cargo {
+            package: "transport",
+            target: "transport",
+            json_env: "TRANSPORT_BENCH_JSON",
+            convert: comparison_report,
+        },
+        about: "transport messages, RPC and large transfers vs ib_send_bw/ib_send_lat/ib_read_bw and rstream",
+    },
+    Bench {
         name: "perftest",
         kind: Kind::Perftest,
         about:
@@ -230,7 +240,6 @@ fn e_dir(e: &util::Executable) -> String {
 }
 
 /// A bench whose raw JSON is already in the comparison shape (the transport's).
-#[allow(dead_code)]
 fn comparison_report(raw: &std::path::Path, device: &str) -> Result<Report> {
     let text = std::fs::read_to_string(raw)
         .map_err(|e| Error::new(format!("no results ({}): {e}", raw.display())))?;

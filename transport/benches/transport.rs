@@ -1,0 +1,334 @@
+//! Device benchmark of the transport against C baselines measured in the same run: message
+//! rate, RPC round trip and large-message throughput against perftest, messages of 64 B to
+//! 1 MiB against rdma-core's `rstream` (rsocket), plus the eager/rendezvous crossover.
+//!
+//! Run on two devices (`cargo xtask bench transport`, or by hand in the two-hosts guest:
+//! `cargo bench -p transport --bench transport --no-run`, then `EXE --bench` with
+//! `ulimit -l unlimited`). The server is on the peer's device and address
+//! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints in
+//! this process, the baselines as bounded child processes. Prints a table and writes JSON to
+//! `TRANSPORT_BENCH_JSON`, else `<target dir>/bench/transport.raw.json`. Exits non-zero if a
+//! measurement of ours failed; a failed baseline gets a null baseline and ratio (why on stderr).
+//!
+//! Units: MB/s are 10^6 bytes per second (perftest's MiB/s are converted); round trips are in
+//! microseconds. rstream reports a mean per transfer, so its round trip is a mean; ours is the
+//! median.
+
+#[path = "transport/baseline.rs"]
+mod baseline;
+#[path = "transport/ours.rs"]
+mod ours;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::thread;
+use std::time::Duration;
+
+use transport::Polling;
+
+use baseline::Hosts;
+use ours::{Pair, Res};
+
+/// The whole run is killed after this, whatever hangs.
+const WATCHDOG: Duration = Duration::from_secs(900);
+/// Messages and round trips of the small cases.
+const RATE_N: u64 = 4000;
+const RPC_N: u64 = 1000;
+const LARGE: usize = 4 << 20;
+const LARGE_N: u64 = 12;
+const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
+/// Longer than an endpoint's linger after its last handle, so its threads are gone.
+const SETTLE: Duration = Duration::from_millis(2500);
+const CROSSOVER: [usize; 6] = [2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10];
+
+/// One comparison row of the JSON.
+struct Row {
+    case: String,
+    metric: &'static str,
+    unit: &'static str,
+    ours: f64,
+    baseline: Option<f64>,
+    baseline_name: String,
+    higher: bool,
+    goal: f64,
+}
+
+impl Row {
+    fn ratio(&self) -> Option<f64> {
+        self.baseline.map(|b| self.ours / b)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "case": self.case,
+            "metric": self.metric,
+            "unit": self.unit,
+            "ours": self.ours,
+            "baseline": self.baseline,
+            "baseline_name": self.baseline_name,
+            "ratio": self.ratio(),
+            "better": if self.higher { "higher" } else { "lower" },
+            "goal": self.goal,
+        })
+    }
+}
+
+/// Messages per transfer so that each streaming run moves about `bytes` (at least `min`).
+fn count(bytes: usize, len: usize, min: u64) -> u64 {
+    ((bytes / len) as u64).max(min)
+}
+
+fn baseline(name: &str, r: Result<f64, String>) -> Option<f64> {
+    r.and_then(|v| {
+        if v > 0.0 && v.is_finite() {
+            Ok(v)
+        } else {
+            Err(format!("it reported {v}, not a measurement"))
+        }
+    })
+    .map_err(|e| eprintln!("baseline {name} failed: {e}"))
+    .ok()
+}
+
+fn mode_name(p: Polling) -> &'static str {
+    match p {
+        Polling::Busy => "busy",
+        Polling::Event => "event",
+        Polling::Adaptive { .. } => "adaptive",
+    }
+}
+
+fn run(rows: &mut Vec<Row>) -> Res<String> {
+    let server = testkit::peer().device;
+    let client = testkit::device();
+    let device = format!("{},{}", client.name, server.name);
+    let (sip, cip) = (IpAddr::V4(server.addr), IpAddr::V4(client.addr));
+    let hosts = Hosts { server, client };
+    println!(
+        "transport vs C baselines, client {} -> server {}",
+        hosts.client.name, hosts.server.name
+    );
+
+    // Both polling modes on the small cases; the faster one (by RPC round trip) runs the rest.
+    let modes = [
+        Polling::Busy,
+        Polling::Adaptive {
+            spin: Duration::from_micros(50),
+        },
+    ];
+    let mut per_mode = Vec::new();
+    for mode in modes {
+        let pair = Pair::new(sip, cip, ours::config(mode, None))?;
+        let rate = ours::message_rate(&pair, 64, 500, RATE_N)?;
+        let rtt = ours::rpc_rtt(&pair, 64, 100, RPC_N)?;
+        println!(
+            "polling {:<8}: 64 B rate {rate:>10.0} msg/s, RPC round trip median {rtt:>8.1} us",
+            mode_name(mode)
+        );
+        per_mode.push((mode, rate, rtt));
+        drop(pair);
+        thread::sleep(SETTLE);
+    }
+    let best_rate = per_mode.iter().map(|m| m.1).fold(0.0, f64::max);
+    let (mode, _, best_rtt) = *per_mode
+        .iter()
+        .min_by(|a, b| a.2.total_cmp(&b.2))
+        .expect("two modes");
+    println!("the remaining cases poll {}", mode_name(mode));
+
+    // Ours first, then the baselines with none of our endpoints alive: a lingering endpoint's
+    // progress thread would take CPU from them.
+    let pair = Pair::new(sip, cip, ours::config(mode, None))?;
+    let large = ours::throughput(&pair, LARGE, 2, LARGE_N)?;
+    let mut sized = Vec::new();
+    for size in SIZES {
+        let (n, m) = (stream_count(size), echo_count(size));
+        sized.push((
+            ours::throughput(&pair, size, n / 10 + 1, n)?,
+            ours::echo_rtt(&pair, size, m / 10 + 1, m)?,
+        ));
+    }
+    drop(pair);
+    thread::sleep(SETTLE);
+
+    rows.push(Row {
+        case: "64 B message rate, one direction".into(),
+        metric: "message rate",
+        unit: "messages/s",
+        ours: best_rate,
+        baseline: baseline("ib_send_bw", hosts.send_bw_rate(RATE_N as u32)),
+        baseline_name: "ib_send_bw -s 64 (MsgRate)".into(),
+        higher: true,
+        goal: 0.90,
+    });
+    rows.push(Row {
+        case: "RPC round trip 64 B".into(),
+        metric: "round trip median",
+        unit: "us",
+        ours: best_rtt,
+        baseline: baseline("ib_send_lat", hosts.send_lat_rtt(RPC_N as u32)),
+        baseline_name: "ib_send_lat -s 64 (2 x t_typical)".into(),
+        higher: false,
+        goal: 1.10,
+    });
+    rows.push(Row {
+        case: "large message 4 MiB throughput".into(),
+        metric: "throughput",
+        unit: "MB/s",
+        ours: large,
+        baseline: baseline("ib_read_bw", hosts.read_bw(48)),
+        baseline_name: "ib_read_bw -s 1048576 (BW average)".into(),
+        higher: true,
+        goal: 0.90,
+    });
+    for (i, (size, (bw, rtt))) in SIZES.into_iter().zip(sized).enumerate() {
+        let port = 7471 + 2 * i as u16;
+        let (n, m) = (stream_count(size), echo_count(size));
+        rows.push(Row {
+            case: format!("messages {} throughput", human(size)),
+            metric: "throughput",
+            unit: "MB/s",
+            ours: bw,
+            baseline: baseline("rstream", hosts.rstream_bw(size, n as u32, port)),
+            baseline_name: format!("rstream -S {size} -C {n}"),
+            higher: true,
+            goal: 1.0,
+        });
+        rows.push(Row {
+            case: format!("messages {} round trip", human(size)),
+            metric: "round trip median",
+            unit: "us",
+            ours: rtt,
+            baseline: baseline("rstream", hosts.rstream_rtt(size, m as u32, port + 1)),
+            baseline_name: format!("rstream -S {size} -I {m} (2 x usec/xfer, mean)"),
+            higher: false,
+            goal: 1.0,
+        });
+    }
+
+    crossover(sip, cip, mode)?;
+    Ok(device)
+}
+
+/// Throughput at 2..64 KiB with the default frames (4 KiB eager limit) and with frames large
+/// enough to send every size eagerly.
+fn crossover(sip: IpAddr, cip: IpAddr, mode: Polling) -> Res<()> {
+    let big = *CROSSOVER.last().expect("sizes") as u32 + 16;
+    let default = Pair::new(sip, cip, ours::config(mode, None))?;
+    let mut def = Vec::new();
+    for size in CROSSOVER {
+        let n = count(3 << 20, size, 32);
+        def.push(ours::throughput(&default, size, n / 10, n)?);
+    }
+    drop(default);
+    thread::sleep(SETTLE);
+    let raised = Pair::new(sip, cip, ours::config(mode, Some(big)))?;
+    println!(
+        "\neager/rendezvous crossover, MB/s (default eager limit 4 KiB vs {} KiB):",
+        (big - 16) >> 10
+    );
+    println!(
+        "{:>8} {:>12} {:>12} {:>8}",
+        "size", "4 KiB", "raised", "raised/4K"
+    );
+    for (size, d) in CROSSOVER.into_iter().zip(def) {
+        let n = count(3 << 20, size, 32);
+        let r = ours::throughput(&raised, size, n / 10, n)?;
+        println!("{:>8} {d:>12.2} {r:>12.2} {:>8.2}", human(size), r / d);
+    }
+    Ok(())
+}
+
+/// Messages of a streaming run: about 8 MiB, at least 16, at most 4000.
+fn stream_count(size: usize) -> u64 {
+    count(8 << 20, size, 16).min(4000)
+}
+
+/// Round trips of an echo run: about 4 MiB each way, at least 8, at most 1000.
+fn echo_count(size: usize) -> u64 {
+    count(4 << 20, size, 8).min(1000)
+}
+
+fn human(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
+        s if s >= 1 << 10 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
+fn json_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("TRANSPORT_BENCH_JSON").filter(|p| !p.is_empty()) {
+        return path.into();
+    }
+    // The executable is <target>/<profile>/deps/transport-<hash>.
+    let target = std::env::current_exe().ok().and_then(|exe| {
+        let deps = exe.parent()?;
+        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(PathBuf::from))?
+    });
+    target
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("bench")
+        .join("transport.raw.json")
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "\n{:<36} {:>12} {:>12} {:>7} {:>8}",
+        "case", "ours", "baseline", "ratio", "goal"
+    );
+    for r in rows {
+        let b = r.baseline.map_or("-".into(), |b| format!("{b:.2}"));
+        let ratio = r.ratio().map_or("-".into(), |x| format!("{x:.2}"));
+        let goal = format!("{}{}", if r.higher { ">=" } else { "<=" }, r.goal);
+        println!(
+            "{:<36} {:>12.2} {b:>12} {ratio:>7} {goal:>8}  {} ({})",
+            r.case, r.ours, r.unit, r.baseline_name
+        );
+    }
+}
+
+fn main() -> ExitCode {
+    // `cargo test --benches` runs this without `--bench`: it needs two devices, so only say how.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!(
+            "transport bench: run with `cargo xtask bench transport` (needs two RDMA devices)"
+        );
+        return ExitCode::SUCCESS;
+    }
+    std::thread::spawn(|| {
+        std::thread::sleep(WATCHDOG);
+        eprintln!("transport bench: still running after {WATCHDOG:?}, giving up");
+        std::process::exit(2);
+    });
+    let mut rows = Vec::new();
+    let outcome = run(&mut rows);
+    print_table(&rows);
+    let device = match &outcome {
+        Ok(d) => d.clone(),
+        Err(_) => testkit::device().name,
+    };
+    let json = serde_json::json!({
+        "bench": "transport",
+        "device": device,
+        "comparisons": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    let path = json_path();
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&path, format!("{json:#}\n")));
+    if let Err(e) = written {
+        eprintln!("cannot write {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    println!("JSON: {}", path.display());
+    match outcome {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("transport bench failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! The C baselines (perftest and rdma-core's `rstream`), run as bounded child processes between
+//! the same two devices, and the parsing of their result lines.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The two ends: the server on the peer's device, the client on this host's.
+pub struct Hosts {
+    pub server: testkit::TestDevice,
+    pub client: testkit::TestDevice,
+}
+
+/// A child killed and reaped on drop; its output is read by threads so it never blocks on a
+/// full pipe.
+struct Bounded {
+    child: Child,
+    what: String,
+    out: Option<thread::JoinHandle<String>>,
+    err: Option<thread::JoinHandle<String>>,
+}
+
+fn reader(mut r: impl Read + Send + 'static) -> thread::JoinHandle<String> {
+    thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+impl Bounded {
+    fn spawn(program: &str, args: &[String]) -> Result<Bounded, String> {
+        let what = format!("{program} {}", args.join(" "));
+        let mut child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start `{what}`: {e} (is it installed?)"))?;
+        let out = child.stdout.take().map(reader);
+        let err = child.stderr.take().map(reader);
+        Ok(Bounded {
+            child,
+            what,
+            out,
+            err,
+        })
+    }
+
+    /// Waits until `deadline` for a successful exit; returns stdout, or why not.
+    fn finish(mut self, deadline: Instant) -> Result<String, String> {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return Err(format!("`{}` timed out and was killed", self.what));
+                }
+                Ok(None) => thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("`{}`: wait: {e}", self.what)),
+            }
+        };
+        let out = self.out.take().map(|h| h.join().unwrap_or_default());
+        let err = self.err.take().map(|h| h.join().unwrap_or_default());
+        let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
+        if status.success() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "`{}` failed ({status}): {}{}",
+                self.what,
+                out.lines().last().unwrap_or(""),
+                err.trim()
+            ))
+        }
+    }
+}
+
+impl Drop for Bounded {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a server and, once it listens, a client; both bounded by `timeout`. Returns the
+/// client's stdout.
+fn pair(
+    program: &str,
+    server: Vec<String>,
+    client: Vec<String>,
+    timeout: Duration,
+) -> Result<String, String> {
+    let deadline = Instant::now() + timeout;
+    let srv = Bounded::spawn(program, &server)?;
+    // Neither tool says when it listens; the server is up well within this.
+    thread::sleep(Duration::from_millis(1500));
+    let cli = Bounded::spawn(program, &client)?;
+    let out = cli.finish(deadline);
+    let srv = srv.finish(deadline);
+    let out = out?;
+    srv.map_err(|e| format!("server: {e}"))?;
+    Ok(out)
+}
+
+/// The numbers of the result line under perftest's `#bytes` header.
+fn perftest_row(out: &str) -> Result<Vec<f64>, String> {
+    let mut lines = out.lines();
+    lines
+        .by_ref()
+        .find(|l| l.trim_start().starts_with("#bytes"))
+        .ok_or_else(|| format!("no result header in perftest output: {out:?}"))?;
+    let row = lines
+        .next()
+        .ok_or_else(|| "no result line after the header".to_string())?;
+    row.split_whitespace()
+        .map(|t| t.parse().map_err(|_| format!("result line {row:?}")))
+        .collect()
+}
+
+fn column(row: &[f64], i: usize) -> Result<f64, String> {
+    row.get(i)
+        .copied()
+        .ok_or_else(|| format!("result line has no column {i}: {row:?}"))
+}
+
+impl Hosts {
+    fn perftest(
+        &self,
+        tool: &str,
+        args: &[&str],
+        port: u16,
+        timeout: Duration,
+    ) -> Result<Vec<f64>, String> {
+        let common = |dev: &testkit::TestDevice| {
+            let mut v: Vec<String> = vec![
+                "-d".into(),
+                dev.name.clone(),
+                "-x".into(),
+                dev.gid_index.to_string(),
+                "-F".into(),
+                "-p".into(),
+                port.to_string(),
+            ];
+            v.extend(args.iter().map(|a| a.to_string()));
+            v
+        };
+        let server = common(&self.server);
+        let mut client = common(&self.client);
+        client.push(self.server.addr.to_string());
+        perftest_row(&pair(tool, server, client, timeout)?)
+    }
+
+    /// `ib_send_bw -s 64`: messages per second.
+    pub fn send_bw_rate(&self, iters: u32) -> Result<f64, String> {
+        let n = iters.to_string();
+        let row = self.perftest(
+            "ib_send_bw",
+            &["-s", "64", "-n", &n],
+            18515,
+            Duration::from_secs(90),
+        )?;
+        Ok(column(&row, 4)? * 1e6)
+    }
+
+    /// `ib_send_lat -s 64`: round trip in microseconds (2 x t_typical).
+    pub fn send_lat_rtt(&self, iters: u32) -> Result<f64, String> {
+        let n = iters.to_string();
+        let row = self.perftest(
+            "ib_send_lat",
+            &["-s", "64", "-n", &n],
+            18516,
+            Duration::from_secs(90),
+        )?;
+        Ok(2.0 * column(&row, 4)?)
+    }
+
+    /// `ib_read_bw -s 1048576`: BW average in MB/s (perftest reports MiB/s).
+    pub fn read_bw(&self, iters: u32) -> Result<f64, String> {
+        let n = iters.to_string();
+        let row = self.perftest(
+            "ib_read_bw",
+            &["-s", "1048576", "-n", &n],
+            18517,
+            Duration::from_secs(120),
+        )?;
+        Ok(column(&row, 3)? * 1.048_576)
+    }
+
+    /// `rstream` with `size`-byte transfers: `count` transfers each way once (throughput) or
+    /// one transfer each way `iters` times (latency). Returns usec per transfer.
+    fn rstream(&self, size: usize, count: u32, iters: u32, port: u16) -> Result<f64, String> {
+        let opts = |v: &mut Vec<String>| {
+            v.extend(
+                [
+                    "-S",
+                    &size.to_string(),
+                    "-C",
+                    &count.to_string(),
+                    "-I",
+                    &iters.to_string(),
+                    "-p",
+                    &port.to_string(),
+                ]
+                .map(String::from),
+            )
+        };
+        let mut server = vec!["-b".to_string(), self.server.addr.to_string()];
+        opts(&mut server);
+        let mut client = vec![
+            "-s".to_string(),
+            self.server.addr.to_string(),
+            "-b".to_string(),
+            self.client.addr.to_string(),
+        ];
+        opts(&mut client);
+        let out = pair("rstream", server, client, Duration::from_secs(60))?;
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("custom"))
+            .ok_or_else(|| format!("no result line in rstream output: {out:?}"))?;
+        line.split_whitespace()
+            .last()
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| format!("rstream result line {line:?}"))
+    }
+
+    /// rstream throughput in MB/s (10^6 bytes): `size` / usec per transfer.
+    pub fn rstream_bw(&self, size: usize, count: u32, port: u16) -> Result<f64, String> {
+        Ok(size as f64 / self.rstream(size, count, 1, port)?)
+    }
+
+    /// rstream round trip in microseconds (its usec/xfer is half a round trip, averaged).
+    pub fn rstream_rtt(&self, size: usize, iters: u32, port: u16) -> Result<f64, String> {
+        Ok(2.0 * self.rstream(size, 1, iters, port)?)
+    }
+}
