@@ -72,10 +72,7 @@ impl Endpoint {
     pub fn listen(&self, port: u16) -> Result<Listener> {
         let addr = SocketAddr::new(self.local_ip(), port);
         let inner = cm::Listener::bind(addr, self.conn_options(None)?)?;
-        Ok(Listener {
-            inner,
-            endpoint: self.clone(),
-        })
+        Ok(Listener::new(inner, self.clone()))
     }
 
     /// Connects to `dst` within the configured connect timeout.
@@ -118,6 +115,14 @@ impl Endpoint {
             inner: conn,
             engine: self.engine.clone(),
         })
+    }
+
+    /// Connects to `dst` within the configured connect timeout, as a future: the connect runs
+    /// on a thread of its own (no runtime needed). Dropping the future lets the connect finish
+    /// and closes the connection it made.
+    pub async fn connect_async(&self, dst: SocketAddr) -> Result<Conn> {
+        let ep = self.clone();
+        crate::task::spawn_blocking("transport-connect", move || ep.connect(dst)).await
     }
 
     /// Registers memory for peers to read and/or write through a [`Token`].

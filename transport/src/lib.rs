@@ -55,6 +55,7 @@
 
 mod config;
 mod conn;
+mod conn_async;
 mod endpoint;
 mod engine;
 mod error;
@@ -62,6 +63,8 @@ mod listener;
 mod message;
 pub mod proto;
 mod region;
+pub mod stream;
+mod task;
 
 pub use config::{EndpointConfig, Polling};
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};

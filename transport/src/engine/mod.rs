@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     /// Receives owed to the SRQ because the pool had no buffer when one was consumed.
     pub(crate) srq_deficit: AtomicU32,
     pub stop: AtomicBool,
+    /// Tasks waiting for something no connection signals (pool buffers): woken every tick.
+    pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
     /// The id bound to the local address: it holds librdmacm's device context open.
     _anchor: cm::CmId,
 }
@@ -123,6 +125,7 @@ impl Shared {
             }),
             srq_deficit: AtomicU32::new(0),
             stop: AtomicBool::new(false),
+            tick_wakers: Mutex::new(Vec::new()),
             _anchor: anchor,
             cfg,
         });
@@ -210,6 +213,9 @@ impl Shared {
 
     /// Runs the protocol timers of every connection and tears down those that ended.
     fn tick(&self, now: Instant) {
+        for w in std::mem::take(&mut *self.tick_wakers.lock()) {
+            w.wake();
+        }
         let conns: Vec<Arc<ConnShared>> = self.conns.read().values().cloned().collect();
         let mut gone = Vec::new();
         for conn in conns {
