@@ -104,6 +104,24 @@ impl Conn {
         let conn = &*self.inner;
         let pool = &conn.shared.pool;
         let eager = self.eager_limit();
+        {
+            // Wait without copying while the queue is full (many tasks may be waiting).
+            let mut st = conn.state.lock();
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            match st.proto.as_ref() {
+                Some(p) if p.queue_full() => {
+                    register(&mut st, cx);
+                    return Poll::Pending;
+                }
+                None => {
+                    register(&mut st, cx);
+                    return Poll::Pending;
+                }
+                Some(_) => {}
+            }
+        }
         if data.len() <= eager {
             let mut frame = match pool.try_alloc(HEADER_LEN + data.len()) {
                 Ok(b) => b,
@@ -431,6 +449,24 @@ impl Conn {
                 Err(SendError { kind, .. }) => Err(send_error(kind, st)),
             })
         })
+    }
+}
+
+impl Request {
+    /// Sends `response` to the caller, waiting for credit without blocking the thread (see
+    /// [`respond`](Request::respond)). Dropping the future before it is done answers nothing;
+    /// the request is then answered "no handler" when the `Request` is dropped.
+    pub async fn respond_async(mut self, response: &[u8]) -> Result<()> {
+        drop(self.message.take());
+        let call = self.call;
+        let conn = self.conn.clone();
+        let sent = conn
+            .send_class_async(Class::Response { call }, response)
+            .await;
+        if sent.is_ok() {
+            self.call = CallId(0);
+        }
+        sent.map(drop)
     }
 }
 

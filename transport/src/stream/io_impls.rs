@@ -34,8 +34,8 @@ macro_rules! futures_write {
             fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
                 Poll::Ready(Ok(()))
             }
-            fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-                Poll::Ready(self.get_mut()$($field)*.shutdown())
+            fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                self.get_mut()$($field)*.poll_shutdown(cx)
             }
         }
     };
@@ -88,9 +88,9 @@ mod tokio_impls {
                 }
                 fn poll_shutdown(
                     self: Pin<&mut Self>,
-                    _: &mut Context<'_>,
+                    cx: &mut Context<'_>,
                 ) -> Poll<io::Result<()>> {
-                    Poll::Ready(self.get_mut()$($field)*.shutdown())
+                    self.get_mut()$($field)*.poll_shutdown(cx)
                 }
             }
         };

@@ -5,7 +5,10 @@
 //!
 //! Each write becomes one message of at most [`Stream::max_write`] bytes (64 KiB by default;
 //! a longer write returns less, as a socket may); a zero-byte write sends nothing. Reads copy
-//! out of the current message and keep the rest for the next read. Credits are the
+//! out of the current message and keep the rest for the next read. Shutting the writing side
+//! down sends an empty message, which the peer reads as end of stream while its own writes
+//! still flow (half close); a peer that closes the whole connection is end of stream too.
+//! Credits are the
 //! backpressure: a write waits (`Pending`) while the peer has not read enough.
 //!
 //! ```no_run
@@ -151,9 +154,15 @@ impl Stream {
 
     /// Shuts the writing side down (like `TcpStream::shutdown(Shutdown::Write)`): what was
     /// written is delivered, then the peer reads end of stream; later writes fail with
-    /// `BrokenPipe`. Reading goes on until the peer shuts down too.
-    pub fn shutdown(&mut self) -> io::Result<()> {
-        self.write.shutdown()
+    /// `BrokenPipe`. Reading goes on until the peer shuts down too. Waits for credit like a
+    /// write (cancel safe: it either sent the end of stream or nothing).
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.write.poll_shutdown(cx)).await
+    }
+
+    /// [`shutdown`](Self::shutdown) from blocking code, within the write timeout.
+    pub fn shutdown_blocking(&mut self) -> io::Result<()> {
+        self.write.shutdown_blocking()
     }
 
     /// Splits into halves that can move to different tasks or threads.

@@ -59,6 +59,11 @@ impl OwnedReadHalf {
             }
             match self.conn.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
+                // An empty message is the peer's shutdown (a write never sends one).
+                Poll::Ready(Ok(m)) if m.is_empty() => {
+                    self.eof = true;
+                    return Poll::Ready(Ok(0));
+                }
                 Poll::Ready(Ok(m)) => self.cur = Some((m, 0)),
                 Poll::Ready(Err(Error::Closed { cause: None })) => {
                     self.eof = true;
