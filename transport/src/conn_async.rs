@@ -333,10 +333,17 @@ impl Conn {
             if let Some(e) = st.ended() {
                 return Poll::Ready(Err(e));
             }
-            register(&mut st, cx);
+            // Woken by this call's end only, not by every change of a busy connection.
+            match st.call_wakers.get(&id.0) {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => {
+                    st.call_wakers.insert(id.0, cx.waker().clone());
+                }
+            }
             Poll::Pending
         })
         .await;
+        self.inner.state.lock().call_wakers.remove(&id.0);
         if result.is_ok() {
             pending.id = None;
         }
@@ -484,6 +491,7 @@ impl Drop for ForgetCall<'_> {
                 p.cancel_call(id);
             }
             st.calls.remove(&id.0);
+            st.call_wakers.remove(&id.0);
         }
     }
 }

@@ -24,8 +24,10 @@ pub(crate) fn register_tick(shared: &Shared, cx: &Context<'_>) {
     push_waker(&mut shared.tick_wakers.lock(), cx.waker());
 }
 
+/// Adds `waker` unless one of the last few entries wakes the same task (a task polled again
+/// before the list was drained); a full scan would cost quadratic time with many tasks.
 pub(crate) fn push_waker(list: &mut Vec<Waker>, waker: &Waker) {
-    if !list.iter().any(|w| w.will_wake(waker)) {
+    if !list.iter().rev().take(8).any(|w| w.will_wake(waker)) {
         list.push(waker.clone());
     }
 }
