@@ -49,6 +49,14 @@
 //!   pending operation of that connection with [`Error::Closed`] naming the cause; the
 //!   endpoint keeps serving its other connections.
 //!
+//! - Async: every operation has an async form, most also a `poll_*` function
+//!   ([`Conn::recv_async`], [`Conn::send_async`], [`Conn::call_async`], [`Conn::close_async`],
+//!   [`Endpoint::connect_async`], [`Listener::accept_async`], ...) woken by the progress
+//!   thread through `Waker`s, on any executor; each documents its cancel safety. Connect and
+//!   one-sided reads and writes run on a thread of their own behind their future.
+//! - [`stream`]: a byte stream (`TcpStream`-like) with std, `futures-io` and (feature `tokio`)
+//!   tokio I/O traits.
+//!
 //! [`proto`] is the protocol core: per-connection state without I/O, tested on the host; its
 //! wire format is specified in `PROTOCOL.md`.
 #![forbid(unsafe_code)]
