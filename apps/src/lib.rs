@@ -3,5 +3,6 @@
 
 pub mod devinfo;
 pub mod perftest;
+pub mod echo;
 pub mod pingpong;
 pub mod rping;

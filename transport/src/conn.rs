@@ -57,7 +57,7 @@ impl Conn {
     }
 
     /// Waits (up to `timeout`) until `check` gives a result, driving progress meanwhile.
-    fn wait<T>(
+    pub(crate) fn wait<T>(
         &self,
         op: &'static str,
         timeout: Duration,
@@ -528,7 +528,7 @@ impl Drop for Conn {
 }
 
 /// A refused send as the API's error.
-fn send_error(kind: SendErrorKind, st: &ConnState) -> Error {
+pub(crate) fn send_error(kind: SendErrorKind, st: &ConnState) -> Error {
     match kind {
         SendErrorKind::WouldBlock => Error::WouldBlock,
         SendErrorKind::Closed => st.ended().unwrap_or(Error::ClosedLocally),

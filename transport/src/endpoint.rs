@@ -79,10 +79,7 @@ impl Endpoint {
     pub fn listen(&self, port: u16) -> Result<Listener> {
         let addr = SocketAddr::new(self.local_ip(), port);
         let inner = cm::Listener::bind(addr, self.conn_options(None)?)?;
-        Ok(Listener {
-            inner,
-            endpoint: self.clone(),
-        })
+        Ok(Listener::new(inner, self.clone()))
     }
 
     /// Connects to `dst` within the configured connect timeout.
@@ -93,6 +90,7 @@ impl Endpoint {
     /// Connects to `dst` within `timeout`. Nobody listening: [`Error::Cm`] with the rejection;
     /// a peer speaking another protocol version: [`Error::Handshake`].
     pub fn connect_timeout(&self, dst: SocketAddr, timeout: Duration) -> Result<Conn> {
+        self.check_room()?;
         let deadline = Instant::now() + timeout;
         let info = self.config().proto.connect_info();
         let pending = Connector::new(dst)
@@ -127,6 +125,14 @@ impl Endpoint {
         })
     }
 
+    /// Connects to `dst` within the configured connect timeout, as a future: the connect runs
+    /// on a thread of its own (no runtime needed). Dropping the future lets the connect finish
+    /// and closes the connection it made.
+    pub async fn connect_async(&self, dst: SocketAddr) -> Result<Conn> {
+        let ep = self.clone();
+        crate::task::spawn_blocking("transport-connect", move || ep.connect(dst)).await
+    }
+
     /// Registers memory for peers to read and/or write through a [`Token`].
     pub fn expose(&self, len: usize, access: Access) -> Result<Region> {
         let mr = self.pd().reg_mr(len, access.flags())?;
@@ -137,6 +143,16 @@ impl Endpoint {
             access,
         };
         Ok(Region { mr, token })
+    }
+
+    /// Refuses a new connection when the endpoint has as many as its shared receive queue is
+    /// sized for.
+    pub(crate) fn check_room(&self) -> Result<()> {
+        let max = self.config().max_connections;
+        if self.connections() >= max as usize {
+            return Err(Error::TooManyConnections { max });
+        }
+        Ok(())
     }
 
     /// Options for the CM: this endpoint's PD, CQ and SRQ; QPs sized for the protocol.

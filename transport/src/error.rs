@@ -92,6 +92,13 @@ pub enum Error {
         /// The work completion's status, in words.
         status: String,
     },
+    /// The endpoint already has `max` connections (its shared receive queue is sized for
+    /// them: more would let peers send without a posted receive).
+    #[error("the endpoint already serves its maximum of {max} connections: close some, or raise EndpointConfig::max_connections")]
+    TooManyConnections {
+        /// The configured maximum.
+        max: u32,
+    },
     /// A thread of the endpoint could not be started.
     #[error("cannot start the endpoint's progress thread")]
     Thread(#[source] io::Error),

@@ -49,12 +49,21 @@
 //!   pending operation of that connection with [`Error::Closed`] naming the cause; the
 //!   endpoint keeps serving its other connections.
 //!
+//! - Async: every operation has an async form, most also a `poll_*` function
+//!   ([`Conn::recv_async`], [`Conn::send_async`], [`Conn::call_async`], [`Conn::close_async`],
+//!   [`Endpoint::connect_async`], [`Listener::accept_async`], ...) woken by the progress
+//!   thread through `Waker`s, on any executor; each documents its cancel safety. Connect and
+//!   one-sided reads and writes run on a thread of their own behind their future.
+//! - [`stream`]: a byte stream (`TcpStream`-like) with std, `futures-io` and (feature `tokio`)
+//!   tokio I/O traits.
+//!
 //! [`proto`] is the protocol core: per-connection state without I/O, tested on the host; its
 //! wire format is specified in `PROTOCOL.md`.
 #![forbid(unsafe_code)]
 
 mod config;
 mod conn;
+mod conn_async;
 mod endpoint;
 mod engine;
 mod error;
@@ -62,6 +71,8 @@ mod listener;
 mod message;
 pub mod proto;
 mod region;
+pub mod stream;
+mod task;
 
 pub use config::{EndpointConfig, Polling};
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};

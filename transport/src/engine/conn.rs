@@ -59,6 +59,8 @@ pub(crate) struct ConnState {
     pub next_one_sided: u64,
     /// Async tasks to wake on any change.
     pub wakers: Vec<Waker>,
+    /// Async callers by call id, woken when their call finishes or the connection ends.
+    pub call_wakers: HashMap<u64, Waker>,
 }
 
 impl ConnState {
@@ -77,6 +79,7 @@ impl ConnState {
             one_sided_done: HashMap::new(),
             next_one_sided: 1,
             wakers: Vec::new(),
+            call_wakers: HashMap::new(),
         }
     }
 
@@ -128,6 +131,9 @@ impl ConnShared {
                 },
                 Action::CallDone { id, result } => {
                     st.calls.insert(id.0, result);
+                    if let Some(w) = st.call_wakers.remove(&id.0) {
+                        w.wake();
+                    }
                 }
                 Action::Closed { error } => {
                     if error.is_some() && std::env::var_os("TRANSPORT_DEBUG").is_some() {
@@ -156,6 +162,11 @@ impl ConnShared {
         self.cond.notify_all();
         for w in st.wakers.drain(..) {
             w.wake();
+        }
+        if st.end.is_some() {
+            for (_, w) in st.call_wakers.drain() {
+                w.wake();
+            }
         }
     }
 

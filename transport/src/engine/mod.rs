@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     /// Receives owed to the SRQ because the pool had no buffer when one was consumed.
     pub(crate) srq_deficit: AtomicU32,
     pub stop: AtomicBool,
+    /// Tasks waiting for something no connection signals (pool buffers): woken every tick.
+    pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
     /// The id bound to the local address: it holds librdmacm's device context open.
     _anchor: cm::CmId,
 }
@@ -154,6 +156,7 @@ impl Shared {
             }),
             srq_deficit: AtomicU32::new(0),
             stop: AtomicBool::new(false),
+            tick_wakers: Mutex::new(Vec::new()),
             _anchor: anchor,
             cfg,
         });
@@ -243,6 +246,9 @@ impl Shared {
     /// Allocates nothing unless a connection goes (`gone` is the caller's reused list).
     fn tick(&self, now: Instant, gone: &mut Vec<u32>) {
         gone.clear();
+        for w in std::mem::take(&mut *self.tick_wakers.lock()) {
+            w.wake();
+        }
         for conn in self.conns.read().values() {
             let mut st = conn.state.lock();
             if let Some(p) = st.proto.as_mut() {

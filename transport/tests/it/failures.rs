@@ -83,7 +83,7 @@ fn a_peer_of_another_version_is_refused_both_ways() {
     assert!(matches!(r, Err(Error::TimedOut { .. })), "{r:?}");
 }
 
-fn peer_program(args: &[&str]) -> (testkit::ChildGuard, std::sync::mpsc::Receiver<String>) {
+pub fn peer_program(args: &[&str]) -> (testkit::ChildGuard, std::sync::mpsc::Receiver<String>) {
     let mut cmd = testkit::peer().command(env!("CARGO_BIN_EXE_transport-test-peer"));
     cmd.args(args).stdout(Stdio::piped());
     let mut child = testkit::ChildGuard::spawn(cmd).expect("spawn peer");
@@ -97,7 +97,7 @@ fn peer_program(args: &[&str]) -> (testkit::ChildGuard, std::sync::mpsc::Receive
     (child, rx)
 }
 
-fn wait_line(rx: &std::sync::mpsc::Receiver<String>, want: &str) {
+pub fn wait_line(rx: &std::sync::mpsc::Receiver<String>, want: &str) {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -5,7 +5,8 @@
 //!
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
-//! `calls`, `one_sided`, `failures`, `many`.
+//! `calls`, `one_sided`, `failures`, `many`, and the byte stream with its async core: `stream`,
+//! `stream_executor`, `stream_faults`.
 
 mod close;
 mod flood;
@@ -22,6 +23,9 @@ mod messages;
 mod one_sided;
 mod polling;
 mod resources;
+mod stream;
+mod stream_executor;
+mod stream_faults;
 mod support;
 
 use std::time::Duration;

@@ -83,3 +83,31 @@ fn access_after_revoke_fails_and_the_owner_keeps_serving() {
     again.send(b"next").unwrap();
     assert_eq!(&s2.recv(TIMEOUT).unwrap().bytes()[..], b"next");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn async_read_and_write_of_an_exposed_region_on_a_minimal_executor() {
+    let (server, client) = pair();
+    let ep = server_endpoint(&server);
+    let mut region = ep.expose(1 << 20, Access::ReadWrite).unwrap();
+    let content = pattern(17, 1 << 20);
+    region.write(0, &content).unwrap();
+    let token = region.token();
+    futures::executor::block_on(async {
+        let got = client
+            .read_async(&token, 300, 500_000, TIMEOUT)
+            .await
+            .unwrap();
+        assert!(got[..] == content[300..500_300], "async read differs");
+        let update = pattern(18, 9000);
+        client
+            .write_async(&token, 64, update.clone(), TIMEOUT)
+            .await
+            .unwrap();
+        let mut check = vec![0u8; update.len()];
+        region.read(64, &mut check).unwrap();
+        assert!(check == update, "async write did not land");
+        let r = client.read_async(&token, (1 << 20) - 4, 8, TIMEOUT).await;
+        assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
+    });
+}

@@ -75,6 +75,19 @@ impl<B: Payload> Connection<B> {
         Ok(LargeSend { msg, call })
     }
 
+    /// Whether the queue of messages waiting for credit is full ([`send`](Self::send) would
+    /// say `WouldBlock` if the connection is open).
+    pub fn queue_full(&self) -> bool {
+        self.outq.len() >= self.out_cap
+    }
+
+    /// Whether a rendezvous message of `chunks` chunks would have every chunk taken by
+    /// [`add_chunk`](Self::add_chunk) right after [`send_large`](Self::send_large), so a sender
+    /// can queue it whole in one step (and never leave it half announced).
+    pub fn can_take_whole(&self, chunks: usize) -> bool {
+        chunks <= self.max_chunks && self.chunks_out + chunks <= MAX_OUTSTANDING_CHUNKS
+    }
+
     pub(super) fn large_out_index(&self, msg: MsgId) -> Option<usize> {
         self.large_out.iter().position(|l| l.id == msg)
     }

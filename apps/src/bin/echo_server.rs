@@ -1,0 +1,64 @@
+//! `echo-server ADDR:PORT`: echoes every byte stream over RDMA, a task per connection, until
+//! killed.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use transport::stream::StreamListener;
+
+/// Echo server over the transport's byte stream.
+#[derive(Parser, Debug)]
+#[command(name = "echo-server")]
+struct Args {
+    /// Address of an RDMA netdev and port to listen on (port 0: any).
+    addr: SocketAddr,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let listener = match StreamListener::bind(args.addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("echo-server: cannot listen on {}: {e}", args.addr);
+            return ExitCode::FAILURE;
+        }
+    };
+    match listener.local_addr() {
+        Ok(a) => println!("listening on {a}"),
+        Err(e) => eprintln!("echo-server: {e}"),
+    }
+    loop {
+        let (mut stream, peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("echo-server: accept: {e}");
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) => {
+                        let _ = stream.shutdown().await;
+                        return;
+                    }
+                    Ok(n) => {
+                        if let Err(e) = stream.write_all(&buf[..n]).await {
+                            eprintln!("echo-server: {peer}: write: {e}");
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("echo-server: {peer}: read: {e}");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+}

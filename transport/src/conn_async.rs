@@ -1,0 +1,535 @@
+//! Async forms of [`Conn`]'s operations: futures and `poll_*` functions woken by the progress
+//! engine through [`std::task::Waker`]s, on any executor (no runtime dependency).
+//!
+//! # Cancel safety
+//!
+//! Every buffer the device may touch is a pool buffer owned by the engine from the moment it
+//! is posted until its completion, so dropping a future never lets the device touch freed
+//! memory. Per method:
+//!
+//! - [`Conn::poll_recv`], [`Conn::recv_async`], [`Conn::recv_request_async`]: a message is
+//!   taken from the connection only when the poll returns it; a dropped future loses nothing.
+//! - [`Conn::poll_send`]: the message is queued whole in the poll that returns `Ready(Ok)`, or
+//!   not at all; `Pending` queued nothing.
+//! - [`Conn::send_async`]: messages up to [`Conn::max_whole_send`] behave like `poll_send`
+//!   (all or nothing). A larger message is queued chunk by chunk; a future dropped after it
+//!   started copies the rest and finishes sending it on a thread, so the peer never sees half
+//!   a message.
+//! - [`Conn::call_async`]: dropping it forgets the call (a late response is dropped).
+//! - [`Conn::close_async`]: the close is queued at the first poll; dropping the future only
+//!   stops waiting for the peer's close.
+//! - [`Conn::read_async`], [`Conn::write_async`], [`Endpoint::connect_async`](crate::Endpoint::connect_async):
+//!   the blocking operation runs on a thread of its own with owned data; dropping the future
+//!   lets it finish and drops its result.
+
+use std::future::poll_fn;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::conn::send_error;
+use crate::engine::{pool_error, ConnShared, ConnState};
+use crate::message::{Message, Request};
+use crate::proto::{CallId, Class, Received, RemoteChunk, SendError, SendErrorKind, HEADER_LEN};
+use crate::task::{register, register_tick};
+use crate::{Conn, Error, Result};
+
+impl Conn {
+    /// Polls for the next message: `Ready(Ok)` takes it from the connection; after the peer
+    /// closed and every message was taken, `Ready(Err(`[`Error::Closed`]` { cause: None }))`.
+    /// `Pending` takes nothing and wakes the task when something changes.
+    pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Message>> {
+        self.inner.shared.progress();
+        let mut st = self.inner.state.lock();
+        if let Some(d) = st.inbox.pop_front() {
+            return Poll::Ready(Ok(Message::new(self.inner.clone(), d)));
+        }
+        if let Some(e) = st.ended() {
+            return Poll::Ready(Err(e));
+        }
+        register(&mut st, cx);
+        Poll::Pending
+    }
+
+    /// Receives the next message. Cancel safe: dropping the future loses no message. Bound it
+    /// with your executor's timeout; a dead peer ends it with [`Error::Closed`] within the
+    /// keepalive timeout.
+    pub async fn recv_async(&self) -> Result<Message> {
+        poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Receives the next RPC request (cancel safe, like [`recv_async`](Self::recv_async)).
+    pub async fn recv_request_async(&self) -> Result<Request> {
+        poll_fn(|cx| {
+            let mut st = self.inner.state.lock();
+            if let Some(d) = st.requests.pop_front() {
+                let Received::Request { call } = d.class else {
+                    unreachable!("only requests are queued here")
+                };
+                return Poll::Ready(Ok(Request {
+                    message: Some(Message::new(self.inner.clone(), d)),
+                    call,
+                    conn: self.clone(),
+                }));
+            }
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            register(&mut st, cx);
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Largest message [`poll_send`](Self::poll_send) queues in one step: the eager limit, or
+    /// as many rendezvous chunks as may be in flight at once.
+    pub fn max_whole_send(&self) -> usize {
+        let p = &self.inner.shared.cfg.proto;
+        self.eager_limit()
+            .max(p.rndv_chunk_size as usize * p.max_chunks_in_flight as usize)
+    }
+
+    /// Queues `data` as one message if the connection can take it whole now (credit, queue
+    /// room, pool buffers): `Ready(Ok(()))` means queued (it will be delivered unless the
+    /// connection fails); `Pending` means nothing was queued and the task is woken when it
+    /// may be retried. Longer than [`max_whole_send`](Self::max_whole_send):
+    /// [`Error::TooLarge`] (use [`send_async`](Self::send_async)).
+    pub fn poll_send(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<Result<()>> {
+        self.poll_send_class(cx, Class::Message, data)
+            .map(|r| r.map(drop))
+    }
+
+    pub(crate) fn poll_send_class(
+        &self,
+        cx: &mut Context<'_>,
+        class: Class,
+        data: &[u8],
+    ) -> Poll<Result<Option<CallId>>> {
+        let conn = &*self.inner;
+        let pool = &conn.shared.pool;
+        let eager = self.eager_limit();
+        {
+            // Wait without copying while the queue is full (many tasks may be waiting).
+            let mut st = conn.state.lock();
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            match st.proto.as_ref() {
+                Some(p) if p.queue_full() => {
+                    register(&mut st, cx);
+                    return Poll::Pending;
+                }
+                None => {
+                    register(&mut st, cx);
+                    return Poll::Pending;
+                }
+                Some(_) => {}
+            }
+        }
+        if data.len() <= eager {
+            let mut frame = match pool.try_alloc(HEADER_LEN + data.len()) {
+                Ok(b) => b,
+                Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
+                Err(e) => return Poll::Ready(Err(pool_error(e))),
+            };
+            frame[HEADER_LEN..].copy_from_slice(data);
+            let mut st = conn.state.lock();
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            let Some(p) = st.proto.as_mut() else {
+                register(&mut st, cx);
+                return Poll::Pending;
+            };
+            return match p.send(class, frame) {
+                Ok(id) => {
+                    conn.drive(&mut st);
+                    Poll::Ready(Ok(id))
+                }
+                Err(SendError {
+                    kind: SendErrorKind::WouldBlock,
+                    ..
+                }) => {
+                    register(&mut st, cx);
+                    Poll::Pending
+                }
+                Err(SendError { kind, .. }) => Poll::Ready(Err(send_error(kind, &st))),
+            };
+        }
+        let limit = self.max_whole_send();
+        if data.len() > limit {
+            return Poll::Ready(Err(Error::TooLarge {
+                len: data.len() as u64,
+                limit: limit as u64,
+            }));
+        }
+        // Rendezvous, queued whole: every chunk copied first, then announced and added under
+        // one lock, so the message is never left half announced.
+        let chunk = conn.shared.cfg.proto.rndv_chunk_size as usize;
+        let mut chunks = Vec::with_capacity(data.len().div_ceil(chunk));
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let mut buf = match pool.try_alloc(part.len()) {
+                Ok(b) => b,
+                Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
+                Err(e) => return Poll::Ready(Err(pool_error(e))),
+            };
+            buf.copy_from_slice(part);
+            let Some(remote) = buf.remote() else {
+                return Poll::Ready(Err(no_remote_read()));
+            };
+            let remote = RemoteChunk {
+                addr: remote.addr,
+                rkey: remote.rkey,
+                len: part.len() as u32,
+            };
+            chunks.push(((i * chunk) as u64, remote, buf));
+        }
+        let mut st = conn.state.lock();
+        if let Some(e) = st.ended() {
+            return Poll::Ready(Err(e));
+        }
+        let Some(p) = st.proto.as_mut() else {
+            register(&mut st, cx);
+            return Poll::Pending;
+        };
+        if !p.can_take_whole(chunks.len()) {
+            register(&mut st, cx);
+            return Poll::Pending;
+        }
+        let large = match p.send_large(class, data.len() as u64) {
+            Ok(l) => l,
+            Err(SendErrorKind::WouldBlock) => {
+                register(&mut st, cx);
+                return Poll::Pending;
+            }
+            Err(kind) => return Poll::Ready(Err(send_error(kind, &st))),
+        };
+        for (offset, remote, buf) in chunks {
+            if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, offset, remote, buf) {
+                return Poll::Ready(Err(send_error(kind, &st)));
+            }
+        }
+        conn.drive(&mut st);
+        Poll::Ready(Ok(large.call))
+    }
+
+    /// The pool is exhausted: retry when this connection makes progress or at the next tick.
+    fn pool_pending<T>(&self, cx: &mut Context<'_>) -> Poll<T> {
+        register(&mut self.inner.state.lock(), cx);
+        register_tick(&self.inner.shared, cx);
+        Poll::Pending
+    }
+
+    /// Sends `data` as one message, of any size. Cancel safe: a message up to
+    /// [`max_whole_send`](Self::max_whole_send) is queued whole or not at all; a longer one,
+    /// once started, is finished on a thread if the future is dropped. Waits for credit as
+    /// long as the peer is alive (bound it with your executor's timeout).
+    pub async fn send_async(&self, data: &[u8]) -> Result<()> {
+        self.send_class_async(Class::Message, data).await.map(drop)
+    }
+
+    async fn send_class_async(&self, class: Class, data: &[u8]) -> Result<Option<CallId>> {
+        if data.len() <= self.max_whole_send() {
+            return poll_fn(|cx| self.poll_send_class(cx, class, data)).await;
+        }
+        let total = data.len() as u64;
+        let large = self
+            .poll_state(|conn, st| {
+                let p = st.proto.as_mut()?;
+                match p.send_large(class, total) {
+                    Ok(l) => {
+                        conn.drive(st);
+                        Some(Ok(l))
+                    }
+                    Err(SendErrorKind::WouldBlock) => None,
+                    Err(kind) => Some(Err(send_error(kind, st))),
+                }
+            })
+            .await?;
+        let mut rest = Finish {
+            conn: self,
+            msg: large.msg,
+            data,
+            offset: 0,
+        };
+        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
+        while rest.offset < data.len() {
+            let n = chunk.min(data.len() - rest.offset);
+            let mut buf = poll_fn(|cx| match self.inner.shared.pool.try_alloc(n) {
+                Ok(b) => Poll::Ready(Ok(b)),
+                Err(memory::Error::Exhausted { .. }) => self.pool_pending(cx),
+                Err(e) => Poll::Ready(Err(pool_error(e))),
+            })
+            .await?;
+            buf.copy_from_slice(&data[rest.offset..rest.offset + n]);
+            let remote = buf.remote().ok_or_else(no_remote_read)?;
+            let remote = RemoteChunk {
+                addr: remote.addr,
+                rkey: remote.rkey,
+                len: n as u32,
+            };
+            let mut buf = Some(buf);
+            let offset = rest.offset as u64;
+            self.poll_state(|conn, st| {
+                let p = st.proto.as_mut()?;
+                if !p.can_add_chunk(large.msg) {
+                    return None;
+                }
+                let b = buf.take().expect("until added");
+                Some(match p.add_chunk(large.msg, offset, remote, b) {
+                    Ok(()) => {
+                        conn.drive(st);
+                        Ok(())
+                    }
+                    Err(SendError { kind, .. }) => Err(send_error(kind, st)),
+                })
+            })
+            .await?;
+            rest.offset += n;
+        }
+        Ok(large.call)
+    }
+
+    /// Waits until `check` gives a result (it runs with the state locked; it is not called
+    /// once the connection ended, which gives the end's error).
+    async fn poll_state<T>(
+        &self,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        poll_fn(|cx| {
+            let conn = &*self.inner;
+            let mut st = conn.state.lock();
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            match check(conn, &mut st) {
+                Some(r) => Poll::Ready(r),
+                None => {
+                    register(&mut st, cx);
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+
+    /// Calls the peer: sends `request` and waits up to `timeout` for its response (the
+    /// protocol's call timer bounds the wait, no executor timer is needed). Dropping the future
+    /// forgets the call.
+    pub async fn call_async(&self, request: &[u8], timeout: Duration) -> Result<Message> {
+        let deadline = Instant::now() + timeout;
+        let id = self
+            .send_class_async(Class::Request { deadline }, request)
+            .await?
+            .expect("a request has a call id");
+        let mut pending = ForgetCall {
+            conn: self,
+            id: Some(id),
+        };
+        let result = poll_fn(|cx| {
+            let mut st = self.inner.state.lock();
+            if let Some(r) = st.calls.remove(&id.0) {
+                return Poll::Ready(match r {
+                    Ok(d) => Ok(Message::new(self.inner.clone(), d)),
+                    Err(e) => Err(Error::Call(e)),
+                });
+            }
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            // Woken by this call's end only, not by every change of a busy connection.
+            match st.call_wakers.get(&id.0) {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => {
+                    st.call_wakers.insert(id.0, cx.waker().clone());
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        self.inner.state.lock().call_wakers.remove(&id.0);
+        if result.is_ok() {
+            pending.id = None;
+        }
+        result
+    }
+
+    /// Reads `len` bytes at `offset` of the peer's region named by `token` (see
+    /// [`read`](Self::read)), on a thread of its own, into a new vector. Dropping the future
+    /// lets the read finish into pool memory and drops the result.
+    pub async fn read_async(
+        &self,
+        token: &crate::Token,
+        offset: u64,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        let (conn, token) = (self.clone(), *token);
+        crate::task::spawn_blocking("transport-read", move || {
+            let mut out = vec![0u8; len];
+            conn.read(&token, offset, &mut out, timeout).map(|()| out)
+        })
+        .await
+    }
+
+    /// Writes `data` at `offset` of the peer's region named by `token` (see
+    /// [`write`](Self::write)), on a thread of its own. Dropping the future lets the write
+    /// finish.
+    pub async fn write_async(
+        &self,
+        token: &crate::Token,
+        offset: u64,
+        data: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let (conn, token) = (self.clone(), *token);
+        crate::task::spawn_blocking("transport-write", move || {
+            conn.write(&token, offset, &data, timeout)
+        })
+        .await
+    }
+
+    /// Closes gracefully (see [`close`](Self::close)) and waits until the peer closed too.
+    /// The close is queued at the first poll; dropping the future only stops the wait.
+    pub async fn close_async(&self) -> Result<()> {
+        {
+            let mut st = self.inner.state.lock();
+            if let Some(p) = st.proto.as_mut() {
+                p.close();
+            }
+            self.inner.drive(&mut st);
+        }
+        poll_fn(|cx| {
+            let mut st = self.inner.state.lock();
+            match &st.end {
+                Some(None) => Poll::Ready(Ok(())),
+                Some(Some(cause)) => Poll::Ready(Err(Error::Closed {
+                    cause: Some(cause.clone()),
+                })),
+                None => {
+                    register(&mut st, cx);
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+}
+
+fn no_remote_read() -> Error {
+    Error::Config("the endpoint's pool has no remote read access".into())
+}
+
+/// The rest of a rendezvous message whose future was dropped mid-way: copied and finished on
+/// a thread, so the peer gets the whole message.
+struct Finish<'a> {
+    conn: &'a Conn,
+    msg: crate::proto::MsgId,
+    data: &'a [u8],
+    offset: usize,
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        if self.offset >= self.data.len() || self.conn.is_closed() {
+            return;
+        }
+        let conn = self.conn.clone();
+        let (msg, mut offset) = (self.msg, self.offset);
+        let rest = self.data[offset..].to_vec();
+        let _ = std::thread::Builder::new()
+            .name("transport-send-rest".into())
+            .spawn(move || {
+                let chunk = conn.inner.shared.cfg.proto.rndv_chunk_size as usize;
+                let base = offset;
+                while offset < base + rest.len() {
+                    let n = chunk.min(base + rest.len() - offset);
+                    let part = &rest[offset - base..offset - base + n];
+                    if conn.add_chunk_blocking(msg, offset, part).is_err() {
+                        return;
+                    }
+                    offset += n;
+                }
+            });
+    }
+}
+
+impl Conn {
+    /// Copies `part` (bytes `offset..` of rendezvous message `msg`) into the pool and adds it,
+    /// waiting for room.
+    fn add_chunk_blocking(
+        &self,
+        msg: crate::proto::MsgId,
+        offset: usize,
+        part: &[u8],
+    ) -> Result<()> {
+        let timeout = crate::DEFAULT_OP_TIMEOUT;
+        let mut buf = self
+            .inner
+            .shared
+            .pool
+            .alloc(part.len(), timeout)
+            .map_err(pool_error)?;
+        buf.copy_from_slice(part);
+        let remote = buf.remote().ok_or_else(no_remote_read)?;
+        let remote = RemoteChunk {
+            addr: remote.addr,
+            rkey: remote.rkey,
+            len: part.len() as u32,
+        };
+        let mut buf = Some(buf);
+        self.wait("send", timeout, |conn, st| {
+            if let Some(e) = st.ended() {
+                return Some(Err(e));
+            }
+            let p = st.proto.as_mut()?;
+            if !p.can_add_chunk(msg) {
+                return None;
+            }
+            let b = buf.take().expect("until added");
+            Some(match p.add_chunk(msg, offset as u64, remote, b) {
+                Ok(()) => {
+                    conn.drive(st);
+                    Ok(())
+                }
+                Err(SendError { kind, .. }) => Err(send_error(kind, st)),
+            })
+        })
+    }
+}
+
+impl Request {
+    /// Sends `response` to the caller, waiting for credit without blocking the thread (see
+    /// [`respond`](Request::respond)). Dropping the future before it is done answers nothing;
+    /// the request is then answered "no handler" when the `Request` is dropped.
+    pub async fn respond_async(mut self, response: &[u8]) -> Result<()> {
+        drop(self.message.take());
+        let call = self.call;
+        let conn = self.conn.clone();
+        let sent = conn
+            .send_class_async(Class::Response { call }, response)
+            .await;
+        if sent.is_ok() {
+            self.call = CallId(0);
+        }
+        sent.map(drop)
+    }
+}
+
+/// Forgets a call whose future was dropped before its response.
+struct ForgetCall<'a> {
+    conn: &'a Conn,
+    id: Option<CallId>,
+}
+
+impl Drop for ForgetCall<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let mut st = self.conn.inner.state.lock();
+            if let Some(p) = st.proto.as_mut() {
+                p.cancel_call(id);
+            }
+            st.calls.remove(&id.0);
+            st.call_wakers.remove(&id.0);
+        }
+    }
+}

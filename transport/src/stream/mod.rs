@@ -1,0 +1,213 @@
+//! A byte stream over one transport connection, shaped like `TcpStream` / `TcpListener`:
+//! [`Stream`] and [`StreamListener`], with `std::io::Read`/`Write` (blocking),
+//! `futures_io::AsyncRead`/`AsyncWrite`, and with the `tokio` feature
+//! `tokio::io::AsyncRead`/`AsyncWrite`, so `tokio::io::copy`, `BufReader` and codecs work on it.
+//!
+//! Each write becomes one message of at most [`Stream::max_write`] bytes (64 KiB by default;
+//! a longer write returns less, as a socket may); a zero-byte write sends nothing. Reads copy
+//! out of the current message and keep the rest for the next read. Shutting the writing side
+//! down sends an empty message, which the peer reads as end of stream while its own writes
+//! still flow (half close); a peer that closes the whole connection is end of stream too.
+//! Credits are the
+//! backpressure: a write waits (`Pending`) while the peer has not read enough.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use futures::{AsyncReadExt, AsyncWriteExt};
+//! use transport::stream::{Stream, StreamListener};
+//!
+//! let listener = StreamListener::bind("10.77.0.2:7471".parse().unwrap()).await?;
+//! let addr = listener.local_addr()?;
+//! let (client, server) = futures::join!(
+//!     Stream::connect_from("10.77.0.1".parse().unwrap(), addr),
+//!     listener.accept(),
+//! );
+//! let (mut client, (mut server, _peer)) = (client?, server?);
+//! client.write_all(b"hello").await?;
+//! let mut buf = [0u8; 5];
+//! server.read_exact(&mut buf).await?;
+//! assert_eq!(&buf, b"hello");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Errors
+//! As `io::Error` kinds: nobody listening: `ConnectionRefused`; the peer died: `ConnectionReset`
+//! (a silent peer, after the keepalive timeout: `TimedOut`); a write after
+//! [`shutdown`](Stream::shutdown) or after the connection ended: `BrokenPipe`; a blocking call
+//! past its timeout: `TimedOut`. The transport's [`Error`](crate::Error) is the source.
+//!
+//! # Cancel safety
+//! A read returns bytes only from the poll that consumes them, so a read future dropped before
+//! it returned leaves its data for the next read; a write is queued whole in the poll that
+//! returns `Ready(Ok(n))` and not at all before. Dropping any future never lets the device
+//! touch freed memory (every posted buffer belongs to the engine's pools).
+
+mod blocking;
+mod error;
+mod io_impls;
+mod listener;
+mod read;
+mod write;
+
+use std::io;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+pub use listener::StreamListener;
+pub use read::OwnedReadHalf;
+pub use write::{OwnedWriteHalf, DEFAULT_MAX_WRITE};
+
+use crate::{Conn, Endpoint};
+
+/// A byte stream over a transport connection. See the [module docs](self).
+#[derive(Debug)]
+pub struct Stream {
+    read: OwnedReadHalf,
+    write: OwnedWriteHalf,
+}
+
+impl Stream {
+    /// Connects to `addr` from the local address the kernel routes `addr` through, on a new
+    /// [`Endpoint`] of that address's device (it lives as long as the stream). Where that
+    /// route is not the RDMA device to use (several devices, or both ends on one host), use
+    /// [`connect_from`](Self::connect_from).
+    pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
+        let src = route_source(addr)?;
+        Self::connect_from(src, addr).await
+    }
+
+    /// Connects to `addr` from the RDMA device that has the local address `src`, on a new
+    /// [`Endpoint`] (it lives as long as the stream). To serve many connections from one
+    /// device, make one endpoint and use [`connect_on`](Self::connect_on).
+    pub async fn connect_from(src: IpAddr, addr: SocketAddr) -> io::Result<Stream> {
+        crate::task::spawn_blocking("transport-connect", move || {
+            Endpoint::new(src)?.connect(addr)
+        })
+        .await
+        .map(Stream::from_conn)
+        .map_err(error::to_io)
+    }
+
+    /// Connects to `addr` through `endpoint`.
+    pub async fn connect_on(endpoint: &Endpoint, addr: SocketAddr) -> io::Result<Stream> {
+        endpoint
+            .connect_async(addr)
+            .await
+            .map(Stream::from_conn)
+            .map_err(error::to_io)
+    }
+
+    /// Connects to `addr` through `endpoint`, blocking (within the endpoint's connect timeout).
+    pub fn connect_blocking(endpoint: &Endpoint, addr: SocketAddr) -> io::Result<Stream> {
+        endpoint
+            .connect(addr)
+            .map(Stream::from_conn)
+            .map_err(error::to_io)
+    }
+
+    /// A stream over an established connection (it should carry nothing else).
+    pub fn from_conn(conn: Conn) -> Stream {
+        Stream {
+            read: OwnedReadHalf::new(conn.clone()),
+            write: OwnedWriteHalf::new(conn),
+        }
+    }
+
+    /// The connection underneath.
+    pub fn conn(&self) -> &Conn {
+        &self.write.conn
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.conn().local_addr().ok_or_else(not_connected)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.conn().peer_addr().ok_or_else(not_connected)
+    }
+
+    /// Largest message one write sends.
+    pub fn max_write(&self) -> usize {
+        self.write.max_write()
+    }
+
+    /// Sets the largest message one write sends (clamped to 1..=[`Conn::max_whole_send`]).
+    pub fn set_max_write(&mut self, n: usize) {
+        self.write.set_max_write(n);
+    }
+
+    /// Timeout of blocking reads (`std::io::Read`); `None` (the default) waits until data
+    /// arrives or the connection ends (a dead peer within the keepalive timeout).
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) {
+        self.read.timeout = timeout;
+    }
+
+    /// Timeout of blocking writes (`std::io::Write`) waiting for credit; `None` (the default)
+    /// waits while the peer is alive.
+    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) {
+        self.write.timeout = timeout;
+    }
+
+    /// Shuts the writing side down (like `TcpStream::shutdown(Shutdown::Write)`): what was
+    /// written is delivered, then the peer reads end of stream; later writes fail with
+    /// `BrokenPipe`. Reading goes on until the peer shuts down too. Waits for credit like a
+    /// write (cancel safe: it either sent the end of stream or nothing).
+    pub async fn shutdown(&mut self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.write.poll_shutdown(cx)).await
+    }
+
+    /// [`shutdown`](Self::shutdown) from blocking code, within the write timeout.
+    pub fn shutdown_blocking(&mut self) -> io::Result<()> {
+        self.write.shutdown_blocking()
+    }
+
+    /// Splits into halves that can move to different tasks or threads.
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        (self.read, self.write)
+    }
+
+    /// See [`OwnedReadHalf::poll_read`].
+    pub fn poll_read(&mut self, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<io::Result<usize>> {
+        self.read.poll_read(cx, dst)
+    }
+
+    /// See [`OwnedWriteHalf::poll_write`].
+    pub fn poll_write(&mut self, cx: &mut Context<'_>, src: &[u8]) -> Poll<io::Result<usize>> {
+        self.write.poll_write(cx, src)
+    }
+}
+
+impl io::Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read.read_blocking(buf)
+    }
+}
+
+impl io::Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write.write_blocking(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn not_connected() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "the connection has no address")
+}
+
+/// The local address the kernel would send to `addr` from (no packet is sent).
+fn route_source(addr: SocketAddr) -> io::Result<IpAddr> {
+    let any: SocketAddr = match addr {
+        SocketAddr::V4(_) => "0.0.0.0:0".parse().expect("literal"),
+        SocketAddr::V6(_) => "[::]:0".parse().expect("literal"),
+    };
+    let probe = UdpSocket::bind(any)?;
+    probe.connect(addr)?;
+    Ok(probe.local_addr()?.ip())
+}

@@ -1,0 +1,130 @@
+//! [`OwnedWriteHalf`]: the writing side of a byte stream; every write becomes one message of
+//! at most `max_write` bytes.
+
+use std::io;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use super::blocking::block_on;
+use super::error::to_io;
+use crate::{Conn, Error};
+
+/// Default largest message a write sends; longer writes are cut (write returns less).
+pub const DEFAULT_MAX_WRITE: usize = 64 << 10;
+
+/// Writes shorter than this go as eager frames (cut at the eager limit); longer ones as one
+/// rendezvous message, read by the peer with RDMA READ.
+const RENDEZVOUS_FROM: usize = 32 << 10;
+
+/// The writing half of a [`Stream`](super::Stream) (from
+/// [`into_split`](super::Stream::into_split)). Dropping both halves closes the connection;
+/// dropping this one alone does not shut the stream down (call
+/// [`poll_shutdown`](Self::poll_shutdown) or [`shutdown_blocking`](Self::shutdown_blocking)).
+#[derive(Debug)]
+pub struct OwnedWriteHalf {
+    pub(crate) conn: Conn,
+    max_write: usize,
+    eager: usize,
+    shut: bool,
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl OwnedWriteHalf {
+    pub(crate) fn new(conn: Conn) -> Self {
+        let max_write = DEFAULT_MAX_WRITE.min(conn.max_whole_send());
+        let eager = conn.eager_limit().max(1);
+        OwnedWriteHalf {
+            conn,
+            max_write,
+            eager,
+            shut: false,
+            timeout: None,
+        }
+    }
+
+    /// The connection underneath.
+    pub fn conn(&self) -> &Conn {
+        &self.conn
+    }
+
+    /// Largest message one write sends.
+    pub fn max_write(&self) -> usize {
+        self.max_write
+    }
+
+    /// Sets the largest message one write sends (at least 1, at most
+    /// [`Conn::max_whole_send`]; clamped to those).
+    pub fn set_max_write(&mut self, n: usize) {
+        self.max_write = n.clamp(1, self.conn.max_whole_send());
+    }
+
+    /// Writes up to [`max_write`](Self::max_write) bytes of `src` as one message (below 32 KiB,
+    /// at most the connection's eager limit, so small writes never pay a rendezvous); returns
+    /// how many. Zero bytes: `Ok(0)`, nothing sent. Cancel safe: `Pending` sent nothing, and
+    /// `Ready(Ok(n))` queued exactly `n` bytes. Backpressure (no credit, pool exhausted) is
+    /// `Pending`. After [`shutdown`](Self::shutdown), or once the connection ended:
+    /// `BrokenPipe`; peer failed: `ConnectionReset` (or `TimedOut` for a silent peer).
+    pub fn poll_write(&mut self, cx: &mut Context<'_>, src: &[u8]) -> Poll<io::Result<usize>> {
+        if self.shut {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                Error::ClosedLocally,
+            )));
+        }
+        if src.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let mut n = src.len().min(self.max_write);
+        if n < RENDEZVOUS_FROM {
+            n = n.min(self.eager);
+        }
+        self.conn
+            .poll_send(cx, &src[..n])
+            .map(|r| r.map(|()| n).map_err(to_io))
+    }
+
+    /// Shuts the writing side down: everything written is still delivered, then the peer
+    /// reads end of stream; the connection stays open for the peer's writes (half close).
+    /// The end of stream is an empty message, so it waits for credit like a write.
+    /// Idempotent.
+    pub fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.shut {
+            return Poll::Ready(Ok(()));
+        }
+        match self.conn.poll_send(cx, &[]) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                self.shut = true;
+                Poll::Ready(match r {
+                    Ok(()) => Ok(()),
+                    // The connection ended already: the peer has its end of stream.
+                    Err(Error::Closed { cause: None } | Error::ClosedLocally) => Ok(()),
+                    Err(e) => Err(to_io(e)),
+                })
+            }
+        }
+    }
+
+    /// [`poll_shutdown`](Self::poll_shutdown), blocking up to the write timeout.
+    pub fn shutdown_blocking(&mut self) -> io::Result<()> {
+        let timeout = self.timeout;
+        block_on("shutdown", timeout, |cx| self.poll_shutdown(cx))
+    }
+
+    /// Blocking write with the half's write timeout.
+    pub(crate) fn write_blocking(&mut self, src: &[u8]) -> io::Result<usize> {
+        let timeout = self.timeout;
+        block_on("write", timeout, |cx| self.poll_write(cx, src))
+    }
+}
+
+impl io::Write for OwnedWriteHalf {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_blocking(buf)
+    }
+
+    /// Written bytes are queued on the connection; the engine sends them without a flush.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
