@@ -5,7 +5,7 @@
 //!
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
-//! `calls`, `one_sided`, `failures`, `many`, and the byte stream with its async core: `stream`,
+//! `calls`, `one_sided`, `failures`, `many`, the async core (`async_conn`), and the byte stream: `stream`,
 //! `stream_executor`, `stream_faults`.
 
 mod close;
@@ -16,6 +16,7 @@ mod order;
 mod rpc;
 mod sim;
 
+mod async_conn;
 mod calls;
 mod failures;
 mod many;
