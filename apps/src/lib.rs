@@ -2,7 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod devinfo;
-pub mod perftest;
 pub mod echo;
+pub mod perftest;
 pub mod pingpong;
 pub mod rping;

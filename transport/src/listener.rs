@@ -139,6 +139,11 @@ fn accept_one(inner: &cm::Listener, endpoint: &Endpoint, timeout: Duration) -> R
             }
             Err(e) => return Err(e.into()),
         };
+        if endpoint.check_room().is_err() {
+            // Full: refuse this peer (its SRQ share could not be backed), keep serving others.
+            let _ = req.reject(&ours.encode());
+            continue;
+        }
         let peer = match ConnectInfo::decode(req.private_data()) {
             Ok(p) => p,
             Err(_) => {

@@ -86,3 +86,40 @@ fn a_message_over_the_maximum_is_refused_locally() {
     client.send(b"still fine").unwrap();
     assert_eq!(&server.recv(TIMEOUT).unwrap().bytes()[..], b"still fine");
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn connections_beyond_the_maximum_are_refused_and_the_rest_keep_working() {
+    let mut small = config();
+    small.max_connections = 1;
+    let server = Endpoint::with_config(peer_ip(), small.clone()).unwrap();
+    let listener = server.listen(0).unwrap();
+    let addr = addr_of(&listener);
+    let serving = std::thread::spawn(move || {
+        let first = listener.accept(TIMEOUT).unwrap();
+        // A second peer is refused while the first is open; the wait then times out.
+        let second = listener.accept(std::time::Duration::from_secs(3));
+        assert!(matches!(second, Err(Error::TimedOut { .. })), "{second:?}");
+        let m = first.recv(TIMEOUT).unwrap();
+        first.send(&m.to_vec()).unwrap();
+        first
+    });
+    let client = Endpoint::with_config(local_ip(), small).unwrap();
+    let c = client.connect(addr).unwrap();
+    // The client endpoint is full too: refused locally.
+    let r = client.connect(addr);
+    assert!(
+        matches!(r, Err(Error::TooManyConnections { max: 1 })),
+        "{r:?}"
+    );
+    // Another client endpoint is refused by the full server.
+    let other = Endpoint::with_config(local_ip(), config()).unwrap();
+    let r = other.connect(addr);
+    assert!(
+        matches!(r, Err(Error::Cm(cm::Error::Rejected { .. }))),
+        "{r:?}"
+    );
+    c.send(b"first").unwrap();
+    assert_eq!(&c.recv(TIMEOUT).unwrap().bytes()[..], b"first");
+    drop(serving.join().unwrap());
+}
