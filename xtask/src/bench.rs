@@ -245,17 +245,6 @@ fn comparison_report(raw: &std::path::Path, device: &str) -> Result<Report> {
         .map_err(|e| Error::new(format!("no results ({}): {e}", raw.display())))?;
     let v: Value =
         serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: {e}", raw.display())))?;
-    let known = [
-        "case",
-        "metric",
-        "unit",
-        "ours",
-        "baseline",
-        "baseline_name",
-        "ratio",
-        "better",
-        "goal",
-    ];
     let comparisons = v["comparisons"]
         .as_array()
         .ok_or_else(|| Error::new(format!("{}: no comparisons", raw.display())))?
@@ -277,7 +266,7 @@ fn comparison_report(raw: &std::path::Path, device: &str) -> Result<Report> {
                 .as_object()
                 .map(|m| {
                     m.iter()
-                        .filter(|(k, _)| !known.contains(&k.as_str()))
+                        .filter(|(k, _)| !crate::compare::FIELDS.contains(&k.as_str()))
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect()
                 })

@@ -9,6 +9,19 @@ use serde_json::{json, Map, Value};
 
 use crate::util::{Error, Result};
 
+/// The fields every comparison has, in the JSON; a bench may add others beside them.
+pub const FIELDS: [&str; 9] = [
+    "case",
+    "metric",
+    "unit",
+    "ours",
+    "baseline",
+    "baseline_name",
+    "ratio",
+    "better",
+    "goal",
+];
+
 /// Which direction is better for a metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Better {
@@ -215,17 +228,7 @@ mod tests {
         assert_eq!(v["bench"], "demo");
         assert_eq!(v["samples"], 5);
         let c = &v["comparisons"][0];
-        for k in [
-            "case",
-            "metric",
-            "unit",
-            "ours",
-            "baseline",
-            "baseline_name",
-            "ratio",
-            "better",
-            "goal",
-        ] {
+        for k in FIELDS {
             assert!(!c[k].is_null(), "{k} missing in {c}");
         }
         assert_eq!(c["ratio"], 0.9);
