@@ -117,9 +117,9 @@ impl std::fmt::Debug for Qp {
 }
 
 impl Pd {
-    /// Creates a queue pair in the Reset state.
-    #[doc(alias = "ibv_create_qp")]
-    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+    /// Checks that `init`'s CQs and SRQ belong to this PD's device context, and returns the
+    /// `max_rd_atomic` a QP of this device gets.
+    pub(crate) fn check_qp_init(&self, init: &QpInitAttr<'_>) -> Result<u8> {
         let max_rd_atomic = self
             .context()
             .query_device()
@@ -140,6 +140,13 @@ impl Pd {
                 ),
             });
         }
+        Ok(max_rd_atomic)
+    }
+
+    /// Creates a queue pair in the Reset state.
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
+        let max_rd_atomic = self.check_qp_init(init)?;
         let mut raw_init = init.to_raw();
         // SAFETY: live PD and CQs (and SRQ) of the same context (checked); the struct is fully
         // set.

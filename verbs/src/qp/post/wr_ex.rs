@@ -89,24 +89,8 @@ impl Pd {
     #[doc(alias = "ibv_create_qp_ex")]
     #[doc(alias = "ibv_qp_to_qp_ex")]
     pub fn create_qp_ex(&self, init: &QpInitAttr<'_>, ops: SendOps) -> Result<QpEx> {
-        let max_rd_atomic = self
-            .context()
-            .query_device()
-            .map(|d| d.max_qp_rd_atom().min(d.max_qp_init_rd_atom()).clamp(1, 16) as u8)
-            .unwrap_or(1);
+        let max_rd_atomic = self.check_qp_init(init)?;
         let ctx = self.inner.ctx.raw.as_ptr();
-        if init.send_cq.inner.context_raw() != ctx
-            || init.recv_cq.inner.context_raw() != ctx
-            || init.srq.is_some_and(|s| s.inner.context_raw() != ctx)
-        {
-            return Err(Error::CreateQp {
-                qp_type: init.qp_type,
-                source: std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "the CQs and the SRQ must belong to the PD's device context",
-                ),
-            });
-        }
         let base = init.to_raw();
         // SAFETY: all-zero is a valid ibv_qp_init_attr_ex (null pointers, no mask).
         let mut raw: sys::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
