@@ -9,7 +9,7 @@ use verbs::{RemoteSlice, SendRequest};
 
 use crate::engine::{frame_from, pool_error, ConnShared, ConnState, Engine, SqOp};
 use crate::message::{Message, MessageBuf, Request};
-use crate::proto::{CallId, Class, Received, RemoteChunk, SendError, SendErrorKind};
+use crate::proto::{CallId, Class, MsgId, Received, RemoteChunk, SendError, SendErrorKind};
 use crate::region::Token;
 use crate::{Error, Polling, Result};
 
@@ -91,7 +91,7 @@ impl Conn {
         }
     }
 
-    /// Queues a frame built by `make` (called once per attempt).
+    /// Queues an eager frame: waiting up to `timeout` for room, or (`None`) only if it can go now.
     fn send_frame(
         &self,
         class: Class,
@@ -151,47 +151,55 @@ impl Conn {
             }
         })?;
         let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
-        let pool = &self.inner.shared.pool;
-        let mut offset = 0usize;
-        while offset < data.len() {
-            let n = chunk.min(data.len() - offset);
-            let mut buf = pool.alloc(n, left()).map_err(pool_error)?;
-            buf.copy_from_slice(&data[offset..offset + n]);
-            let remote = buf.remote().ok_or(Error::Config(
-                "the endpoint's pool has no remote read access".into(),
-            ))?;
-            let chunk = RemoteChunk {
-                addr: remote.addr,
-                rkey: remote.rkey,
-                len: n as u32,
-            };
-            let mut buf = Some(buf);
-            self.wait("send", left(), |conn, st| {
-                if let Some(e) = st.ended() {
-                    return Some(Err(e));
-                }
-                let p = st.proto.as_mut()?;
-                if !p.can_add_chunk(large.msg) {
-                    return None;
-                }
-                match p.add_chunk(large.msg, offset as u64, chunk, buf.take().expect("once")) {
-                    Ok(()) => {
-                        conn.drive(st);
-                        Some(Ok(()))
-                    }
-                    Err(SendError {
-                        kind: SendErrorKind::WouldBlock,
-                        payload,
-                    }) => {
-                        buf = Some(payload);
-                        None
-                    }
-                    Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
-                }
-            })?;
-            offset += n;
+        for (i, part) in data.chunks(chunk).enumerate() {
+            self.add_chunk_blocking(large.msg, i * chunk, part, left())?;
         }
         Ok(large.call)
+    }
+
+    /// Copies `part` (bytes `offset..` of rendezvous message `msg`) into the pool and adds it
+    /// to the message, waiting up to `timeout` for a buffer and for room.
+    pub(crate) fn add_chunk_blocking(
+        &self,
+        msg: MsgId,
+        offset: usize,
+        part: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let left = || deadline.saturating_duration_since(Instant::now());
+        let mut buf = self
+            .inner
+            .shared
+            .pool
+            .alloc(part.len(), left())
+            .map_err(pool_error)?;
+        buf.copy_from_slice(part);
+        let chunk = remote_chunk(&buf)?;
+        let mut buf = Some(buf);
+        self.wait("send", left(), |conn, st| {
+            if let Some(e) = st.ended() {
+                return Some(Err(e));
+            }
+            let p = st.proto.as_mut()?;
+            if !p.can_add_chunk(msg) {
+                return None;
+            }
+            match p.add_chunk(msg, offset as u64, chunk, buf.take().expect("once")) {
+                Ok(()) => {
+                    conn.drive(st);
+                    Some(Ok(()))
+                }
+                Err(SendError {
+                    kind: SendErrorKind::WouldBlock,
+                    payload,
+                }) => {
+                    buf = Some(payload);
+                    None
+                }
+                Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
+            }
+        })
     }
 
     fn send_class(&self, class: Class, data: &[u8], timeout: Duration) -> Result<Option<CallId>> {
@@ -525,6 +533,18 @@ impl Drop for Conn {
         }
         self.inner.drive(&mut st);
     }
+}
+
+/// The descriptor a peer reads a rendezvous chunk by: the whole of `buf`.
+pub(crate) fn remote_chunk(buf: &memory::Buffer) -> Result<RemoteChunk> {
+    let remote = buf.remote().ok_or(Error::Config(
+        "the endpoint's pool has no remote read access".into(),
+    ))?;
+    Ok(RemoteChunk {
+        addr: remote.addr,
+        rkey: remote.rkey,
+        len: buf.len() as u32,
+    })
 }
 
 /// A refused send as the API's error.

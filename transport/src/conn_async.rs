@@ -26,10 +26,10 @@ use std::future::poll_fn;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::conn::send_error;
+use crate::conn::{remote_chunk, send_error};
 use crate::engine::{pool_error, ConnShared, ConnState};
 use crate::message::{Message, Request};
-use crate::proto::{CallId, Class, Received, RemoteChunk, SendError, SendErrorKind, HEADER_LEN};
+use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN};
 use crate::task::{register, register_tick};
 use crate::{Conn, Error, Result};
 
@@ -173,13 +173,9 @@ impl Conn {
                 Err(e) => return Poll::Ready(Err(pool_error(e))),
             };
             buf.copy_from_slice(part);
-            let Some(remote) = buf.remote() else {
-                return Poll::Ready(Err(no_remote_read()));
-            };
-            let remote = RemoteChunk {
-                addr: remote.addr,
-                rkey: remote.rkey,
-                len: part.len() as u32,
+            let remote = match remote_chunk(&buf) {
+                Ok(r) => r,
+                Err(e) => return Poll::Ready(Err(e)),
             };
             chunks.push(((i * chunk) as u64, remote, buf));
         }
@@ -261,12 +257,7 @@ impl Conn {
             })
             .await?;
             buf.copy_from_slice(&data[rest.offset..rest.offset + n]);
-            let remote = buf.remote().ok_or_else(no_remote_read)?;
-            let remote = RemoteChunk {
-                addr: remote.addr,
-                rkey: remote.rkey,
-                len: n as u32,
-            };
+            let remote = remote_chunk(&buf)?;
             let mut buf = Some(buf);
             let offset = rest.offset as u64;
             self.poll_state(|conn, st| {
@@ -415,10 +406,6 @@ impl Conn {
     }
 }
 
-fn no_remote_read() -> Error {
-    Error::Config("the endpoint's pool has no remote read access".into())
-}
-
 /// The rest of a rendezvous message whose future was dropped mid-way: copied and finished on
 /// a thread, so the peer gets the whole message.
 struct Finish<'a> {
@@ -444,56 +431,15 @@ impl Drop for Finish<'_> {
                 while offset < base + rest.len() {
                     let n = chunk.min(base + rest.len() - offset);
                     let part = &rest[offset - base..offset - base + n];
-                    if conn.add_chunk_blocking(msg, offset, part).is_err() {
+                    if conn
+                        .add_chunk_blocking(msg, offset, part, crate::DEFAULT_OP_TIMEOUT)
+                        .is_err()
+                    {
                         return;
                     }
                     offset += n;
                 }
             });
-    }
-}
-
-impl Conn {
-    /// Copies `part` (bytes `offset..` of rendezvous message `msg`) into the pool and adds it,
-    /// waiting for room.
-    fn add_chunk_blocking(
-        &self,
-        msg: crate::proto::MsgId,
-        offset: usize,
-        part: &[u8],
-    ) -> Result<()> {
-        let timeout = crate::DEFAULT_OP_TIMEOUT;
-        let mut buf = self
-            .inner
-            .shared
-            .pool
-            .alloc(part.len(), timeout)
-            .map_err(pool_error)?;
-        buf.copy_from_slice(part);
-        let remote = buf.remote().ok_or_else(no_remote_read)?;
-        let remote = RemoteChunk {
-            addr: remote.addr,
-            rkey: remote.rkey,
-            len: part.len() as u32,
-        };
-        let mut buf = Some(buf);
-        self.wait("send", timeout, |conn, st| {
-            if let Some(e) = st.ended() {
-                return Some(Err(e));
-            }
-            let p = st.proto.as_mut()?;
-            if !p.can_add_chunk(msg) {
-                return None;
-            }
-            let b = buf.take().expect("until added");
-            Some(match p.add_chunk(msg, offset as u64, remote, b) {
-                Ok(()) => {
-                    conn.drive(st);
-                    Ok(())
-                }
-                Err(SendError { kind, .. }) => Err(send_error(kind, st)),
-            })
-        })
     }
 }
 

@@ -91,7 +91,6 @@ impl Endpoint {
     /// a peer speaking another protocol version: [`Error::Handshake`].
     pub fn connect_timeout(&self, dst: SocketAddr, timeout: Duration) -> Result<Conn> {
         self.check_room()?;
-        let deadline = Instant::now() + timeout;
         let info = self.config().proto.connect_info();
         let pending = Connector::new(dst)
             .src(self.local_ip())
@@ -100,7 +99,7 @@ impl Endpoint {
             .resolve()?;
         // Register before connecting: the peer may send as soon as it accepted.
         let conn = self.register(pending.qp().clone(), pending.id().clone(), None);
-        let connected = pending.connect().map_err(|e| handshake_rejection(e, &info));
+        let connected = pending.connect().map_err(handshake_rejection);
         let parts = match connected {
             Ok(c) => c.into_parts(),
             Err(e) => {
@@ -118,7 +117,6 @@ impl Endpoint {
             }
         };
         self.establish(&conn, &parts.id, &peer)?;
-        let _ = deadline;
         Ok(Conn {
             inner: conn,
             engine: self.engine.clone(),
@@ -271,9 +269,8 @@ impl EndpointBuilder {
 }
 
 /// A rejection carrying the peer's connect data: its version tells why.
-fn handshake_rejection(e: cm::Error, ours: &ConnectInfo) -> Error {
+fn handshake_rejection(e: cm::Error) -> Error {
     if let cm::Error::Rejected { private_data, .. } = &e {
-        let _ = ours;
         if let Err(h @ HandshakeError::VersionMismatch { .. }) = ConnectInfo::decode(private_data) {
             return Error::Handshake(h);
         }

@@ -47,7 +47,8 @@
 //!   wait up to their timeout.
 //! - Failure: a dead peer (disconnect, or silence past the keepalive timeout) fails every
 //!   pending operation of that connection with [`Error::Closed`] naming the cause; the
-//!   endpoint keeps serving its other connections.
+//!   endpoint keeps serving its other connections. With `TRANSPORT_DEBUG` set in the
+//!   environment, a connection that fails prints its protocol state to stderr.
 //!
 //! - Async: every operation has an async form, most also a `poll_*` function
 //!   ([`Conn::recv_async`], [`Conn::send_async`], [`Conn::call_async`], [`Conn::close_async`],

@@ -211,23 +211,10 @@ impl ConnShared {
         self.post(st, request, SqOp::Frame);
     }
 
+    /// Queues a READ behind any the pool had no buffer for, and posts what it can, in order.
     fn post_read(&self, st: &mut ConnState, id: ReadId, remote: RemoteChunk, len: u32) {
-        if !st.deferred_reads.is_empty() {
-            st.deferred_reads.push_back((id, remote, len));
-            return;
-        }
-        match self.shared.pool.try_alloc(len as usize) {
-            Ok(dest) => {
-                let remote = RemoteSlice {
-                    addr: remote.addr,
-                    len,
-                    rkey: remote.rkey,
-                };
-                let request = SendRequest::rdma_read(dest, 0..len as usize, remote);
-                self.post(st, request, SqOp::Read(id));
-            }
-            Err(_) => st.deferred_reads.push_back((id, remote, len)),
-        }
+        st.deferred_reads.push_back((id, remote, len));
+        self.retry_deferred_reads(st);
     }
 
     fn retry_deferred_reads(&self, st: &mut ConnState) {
