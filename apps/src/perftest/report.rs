@@ -244,12 +244,19 @@ impl BwStats {
     }
 }
 
+/// `x` with two decimals, rounded exactly as the table prints it (`{:.2}` rounds the binary
+/// value, so 231.165 prints as 231.16 where `(x * 100.0).round()` would give 231.17).
 fn r2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
+    rounded_as_printed(x, 2)
 }
 
+/// `x` with six decimals, rounded as printed.
 fn r6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
+    rounded_as_printed(x, 6)
+}
+
+fn rounded_as_printed(x: f64, decimals: usize) -> f64 {
+    format!("{x:.decimals$}").parse().unwrap_or(x)
 }
 
 #[cfg(test)]
@@ -283,6 +290,20 @@ mod tests {
         assert_eq!(j["t_typical"], 27.5);
         assert_eq!(j["MsgSize"], 2);
         assert!(LatStats::from_posts(2, &us(&[0, 1, 2]), 1.0).is_none());
+    }
+
+    #[test]
+    fn json_rounds_as_the_table_prints() {
+        // 100.005 is stored as 100.00499..., which `{:.2}` prints as 100.00; scaling by 100
+        // first rounds the product up to 10000.5, then to 100.01.
+        let x = 100.005_f64;
+        assert_eq!(format!("{x:.2}"), "100.00");
+        assert_eq!((x * 100.0).round() / 100.0, 100.01);
+        assert_eq!(r2(x), 100.0);
+        assert_eq!(
+            r6(0.123_456_5),
+            format!("{:.6}", 0.123_456_5).parse::<f64>().unwrap()
+        );
     }
 
     #[test]
