@@ -79,6 +79,17 @@ impl Conn {
             }
             let now = Instant::now();
             if now >= deadline {
+                if std::env::var_os("TRANSPORT_DEBUG").is_some() {
+                    eprintln!(
+                        "transport: {op} on qp {} timed out; sq_ops {}, unsignaled {}, in flight {:?}, ended {:?}\n{:?}",
+                        conn.qp.qp_num(),
+                        st.sq_ops.len(),
+                        st.unsignaled,
+                        conn.qp.in_flight(),
+                        st.end,
+                        st.proto
+                    );
+                }
                 return Err(Error::TimedOut { op, after: timeout });
             }
             if busy {
@@ -219,6 +230,17 @@ impl Conn {
             .proto
             .as_ref()
             .map_or(0, |p| p.eager_limit())
+    }
+
+    /// Largest message this connection may send: the smaller of both sides'
+    /// [`max_message`](crate::proto::Config::max_message).
+    pub fn max_message(&self) -> u64 {
+        self.inner
+            .state
+            .lock()
+            .proto
+            .as_ref()
+            .map_or(0, |p| p.max_send())
     }
 
     /// Sends `data` as one message (copied into the pool), waiting up to

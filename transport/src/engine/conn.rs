@@ -17,8 +17,9 @@ use crate::proto::{
     self, Action, Body, CallError, ConnError, Delivery, PeerGone, ReadId, RemoteChunk, HEADER_LEN,
 };
 
-/// What a posted send-queue request was, in post order (every request is signaled, so each
-/// send completion finishes exactly the oldest one).
+/// What a posted send-queue request was, in post order. Frames are signaled one in
+/// [`signal_every`]; READs and one-sided operations always. A completion finishes its request
+/// and every unsignaled one before it (the send queue completes in order).
 #[derive(Debug)]
 pub(crate) enum SqOp {
     /// A protocol frame.
@@ -28,6 +29,24 @@ pub(crate) enum SqOp {
     /// A one-sided operation of the user, finished into `ConnState::one_sided_done`.
     OneSided(u64),
 }
+
+/// At most this many frames are posted per signaled one: the device writes one completion
+/// for that many sends, which is what a message rate pays for.
+const SIGNAL_EVERY_MAX: u32 = 16;
+
+/// Frames per signaled frame for a send queue of `sq_depth`: at most a quarter of it, so
+/// the slots the protocol may fill with data always hold a signaled request that frees them.
+pub(crate) fn signal_every(sq_depth: u32) -> u32 {
+    (sq_depth / 4).clamp(1, SIGNAL_EVERY_MAX)
+}
+
+/// How long a gracefully closed connection waits for its last frames (its CLOSE) to complete
+/// before teardown moves its QP to error, which would flush them unsent.
+pub(crate) const CLOSE_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a connection being torn down waits for the flush completions of its queue before
+/// it is forgotten although unsignaled frames that finished without a completion remain.
+const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A finished one-sided operation: the buffer (READ destination or WRITE source) or why it
 /// failed.
@@ -41,6 +60,8 @@ pub(crate) struct ConnState {
     /// Frames that arrived before the protocol existed, replayed in order.
     pub early: Vec<(Buffer, usize)>,
     pub sq_ops: VecDeque<SqOp>,
+    /// Requests posted unsignaled since the last signaled one (the tail of `sq_ops`).
+    pub unsignaled: u32,
     /// Messages delivered and not yet taken.
     pub inbox: VecDeque<Delivery<Buffer>>,
     /// RPC requests delivered and not yet taken.
@@ -51,8 +72,10 @@ pub(crate) struct ConnState {
     pub deferred_reads: VecDeque<(ReadId, RemoteChunk, u32)>,
     /// Set once the protocol ended: `Some(None)` graceful end of stream, else the failure.
     pub end: Option<Option<ConnError>>,
-    /// Teardown began (QP to error, disconnect sent).
-    pub teardown: bool,
+    /// When the protocol ended (set by the first tick that sees `end`).
+    pub ended_at: Option<Instant>,
+    /// When teardown began (QP to error, disconnect sent).
+    pub teardown: Option<Instant>,
     /// One-sided operations in flight, and finished ones by id.
     pub one_sided_in_flight: u32,
     pub one_sided_done: HashMap<u64, OneSidedResult>,
@@ -69,18 +92,39 @@ impl ConnState {
             proto,
             early: Vec::new(),
             sq_ops: VecDeque::with_capacity(128),
+            unsignaled: 0,
             inbox: VecDeque::with_capacity(64),
             requests: VecDeque::new(),
             calls: HashMap::with_capacity(64),
             deferred_reads: VecDeque::new(),
             end: None,
-            teardown: false,
+            ended_at: None,
+            teardown: None,
             one_sided_in_flight: 0,
             one_sided_done: HashMap::new(),
             next_one_sided: 1,
             wakers: Vec::new(),
             call_wakers: HashMap::new(),
         }
+    }
+
+    /// Whether an ended connection may be torn down: it failed, or it closed gracefully and
+    /// its frames (the CLOSE last) completed, or they had [`CLOSE_FLUSH`] to do so.
+    pub(crate) fn ready_for_teardown(&mut self, now: Instant) -> bool {
+        let ended = *self.ended_at.get_or_insert(now);
+        let graceful = matches!(self.end, Some(None));
+        !graceful || self.sq_ops.is_empty() || now.duration_since(ended) >= CLOSE_FLUSH
+    }
+
+    /// Whether a torn-down connection may be forgotten: nothing of its send queue can still
+    /// complete. Every request completed, or only unsignaled frames that finished without a
+    /// completion remain (their flush completions, if any, had the grace period to come).
+    pub(crate) fn drained(&self, sq_in_flight: usize, now: Instant) -> bool {
+        sq_in_flight == 0
+            || (self.sq_ops.len() <= self.unsignaled as usize
+                && self
+                    .teardown
+                    .is_some_and(|t| now.duration_since(t) >= FLUSH_GRACE))
     }
 
     /// The error every operation gets once the connection ended, if it has.
@@ -236,53 +280,81 @@ impl ConnShared {
     /// Posts a send-queue request built by the caller; a failure fails the connection (the
     /// protocol's accounting keeps the queue from filling, so this is a device error).
     pub(crate) fn post(&self, st: &mut ConnState, request: verbs::Result<SendRequest>, op: SqOp) {
-        let posted = request
-            .map_err(|e| e.to_string())
-            .and_then(|r| self.qp.post_send(r).map_err(|e| e.error.to_string()));
+        // The CLOSE (and anything after it) is signaled: teardown waits for it to complete.
+        let signaled = !matches!(op, SqOp::Frame)
+            || st.unsignaled + 1 >= signal_every(self.shared.cfg.proto.sq_depth)
+            || st.proto.as_ref().is_some_and(|p| p.close_sent());
+        let posted = request.map_err(|e| e.to_string()).and_then(|r| {
+            self.qp
+                .post_send(r.signaled(signaled))
+                .map_err(|e| e.error.to_string())
+        });
         match posted {
-            Ok(_) => st.sq_ops.push_back(op),
+            Ok(_) => {
+                st.sq_ops.push_back(op);
+                st.unsignaled = if signaled { 0 } else { st.unsignaled + 1 };
+            }
             Err(_why) => self.fail(st, PeerGone::QueuePairError),
         }
     }
 
-    /// A send-queue completion of this connection, with the buffers it hands back.
+    /// A send-queue completion of this connection, with what it hands back: one entry per
+    /// request it finishes (itself and the unsignaled ones before it), oldest first. Only the
+    /// last can have failed; a completion that finishes nothing of ours is stale (a flush of
+    /// an earlier QP with this number) and ignored.
     pub(crate) fn on_send_completion(
         &self,
         st: &mut ConnState,
         status: Result<(), verbs::WcError>,
-        mut buffers: impl Iterator<Item = verbs::Reclaimed>,
+        finished: impl Iterator<Item = verbs::Reclaimed>,
     ) {
-        let Some(op) = st.sq_ops.pop_front() else {
-            return;
-        };
-        let buf = buffers.next().and_then(|mut r| r.take::<Buffer>().ok());
-        match (op, status) {
-            (SqOp::Frame, Ok(())) => {
-                drop(buf);
-                if let Some(p) = st.proto.as_mut() {
-                    p.on_send_complete(1);
-                }
+        let mut finished = finished.peekable();
+        let mut frames = 0;
+        while let Some(mut request) = finished.next() {
+            let Some(op) = st.sq_ops.pop_front() else {
+                break;
+            };
+            let status = if finished.peek().is_none() {
+                status
+            } else {
+                Ok(())
+            };
+            if st.sq_ops.len() < st.unsignaled as usize {
+                st.unsignaled = st.sq_ops.len() as u32;
             }
-            (SqOp::Read(id), Ok(())) => {
-                if let (Some(p), Some(buf)) = (st.proto.as_mut(), buf) {
-                    p.on_read_complete(id, buf, Instant::now());
+            let buf = request.take::<Buffer>().ok();
+            match (op, status) {
+                (SqOp::Frame, Ok(())) => {
+                    drop(buf);
+                    frames += 1;
                 }
-            }
-            (SqOp::OneSided(op), status) => {
-                st.one_sided_in_flight -= 1;
-                let failed = status.is_err();
-                let result = match (status, buf) {
-                    (Ok(()), Some(buf)) => Ok(buf),
-                    (Ok(()), None) => Err("the operation's buffer did not come back".into()),
-                    (Err(e), _) => Err(e.to_string()),
-                };
-                st.one_sided_done.insert(op, result);
-                if failed {
-                    // RC moves the QP to error on any failed request: the connection is gone.
-                    self.fail(st, PeerGone::QueuePairError);
+                (SqOp::Read(id), Ok(())) => {
+                    if let (Some(p), Some(buf)) = (st.proto.as_mut(), buf) {
+                        p.on_read_complete(id, buf, Instant::now());
+                    }
                 }
+                (SqOp::OneSided(op), status) => {
+                    st.one_sided_in_flight -= 1;
+                    let failed = status.is_err();
+                    let result = match (status, buf) {
+                        (Ok(()), Some(buf)) => Ok(buf),
+                        (Ok(()), None) => Err("the operation's buffer did not come back".into()),
+                        (Err(e), _) => Err(e.to_string()),
+                    };
+                    st.one_sided_done.insert(op, result);
+                    if failed {
+                        // RC moves the QP to error on any failed request: the connection is
+                        // gone.
+                        self.fail(st, PeerGone::QueuePairError);
+                    }
+                }
+                (_, Err(_)) => self.fail(st, PeerGone::QueuePairError),
             }
-            (_, Err(_)) => self.fail(st, PeerGone::QueuePairError),
+        }
+        if frames > 0 {
+            if let Some(p) = st.proto.as_mut() {
+                p.on_send_complete(frames);
+            }
         }
         self.drive(st);
     }

@@ -258,14 +258,14 @@ impl Shared {
                 }
             }
             if st.end.is_some() {
-                if !st.teardown {
-                    st.teardown = true;
+                if st.teardown.is_none() && st.ready_for_teardown(now) {
+                    st.teardown = Some(now);
                     // Flush what is still queued; the peer learns through the CM.
                     let _ = conn.qp.to_error();
                     let _ = conn.id.disconnect();
                     conn.wake(&mut st);
                 }
-                if conn.qp.in_flight().0 == 0 {
+                if st.teardown.is_some() && st.drained(conn.qp.in_flight().0, now) {
                     gone.push(conn.qp.qp_num());
                 }
             }

@@ -172,6 +172,11 @@ impl<B: Payload> Connection<B> {
         })
     }
 
+    /// Largest message this side may send: the smaller of both sides' `max_message`.
+    pub fn max_send(&self) -> u64 {
+        self.max_send
+    }
+
     /// The largest message [`send`](Self::send) takes (longer ones go through
     /// [`send_large`](Self::send_large)).
     pub fn eager_limit(&self) -> usize {
@@ -265,6 +270,13 @@ impl<B: Payload> Connection<B> {
     /// disconnect from now on ends the connection gracefully rather than losing anything.
     pub fn peer_closed(&self) -> bool {
         self.close_received
+    }
+
+    /// Whether our CLOSE went out (was handed to the driver as a frame): a driver that
+    /// completes sends selectively should have the device report this one, since the peer
+    /// must receive it before the connection is torn down.
+    pub fn close_sent(&self) -> bool {
+        self.close_sent
     }
 
     /// When [`on_timeout`](Self::on_timeout) must be called next (`None`: the connection
