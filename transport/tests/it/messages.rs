@@ -3,7 +3,7 @@
 //! RNR on the wire.
 use std::time::Duration;
 
-use transport::Error;
+use transport::{EndpointConfig, Error};
 
 use crate::support::*;
 
@@ -120,4 +120,45 @@ fn a_slow_reader_is_backpressure_not_loss() {
     }
     client.send_timeout(b"z", TIMEOUT).unwrap();
     assert_eq!(&server.recv(TIMEOUT).unwrap().bytes()[..], b"z");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_one_gibibyte_message_arrives_intact() {
+    const LEN: usize = 1 << 30;
+    const BLOCK: usize = 1 << 20;
+    // The receiver holds the whole message in its pool until it is complete.
+    let server_cfg = EndpointConfig {
+        pool_bytes: LEN + (64 << 20),
+        ..config()
+    };
+    let (server, client) = pair_with(server_cfg, config());
+    assert!(client.max_message() >= LEN as u64);
+    // Every MiB carries its index at both ends, so a misplaced or repeated block is seen.
+    let base = pattern(7, BLOCK);
+    let mut data = Vec::with_capacity(LEN);
+    for i in 0..(LEN / BLOCK) as u64 {
+        let start = data.len();
+        data.extend_from_slice(&base);
+        data[start..start + 8].copy_from_slice(&i.to_le_bytes());
+        data[start + BLOCK - 8..start + BLOCK].copy_from_slice(&(!i).to_le_bytes());
+    }
+    let big = Duration::from_secs(300);
+    let sender = std::thread::spawn(move || {
+        client.send_timeout(&data, big).expect("send 1 GiB");
+        (client, data)
+    });
+    let msg = server.recv(big).expect("receive 1 GiB");
+    let (_client, data) = sender.join().unwrap();
+    assert_eq!(msg.len(), LEN);
+    let mut offset = 0;
+    for chunk in msg.chunks() {
+        assert!(
+            chunk == &data[offset..offset + chunk.len()],
+            "bytes {offset}..{} differ",
+            offset + chunk.len()
+        );
+        offset += chunk.len();
+    }
+    assert_eq!(offset, LEN);
 }

@@ -18,6 +18,10 @@ mod image;
 
 use image::{cache_dir, prepare};
 
+/// Guest memory: room for a 1 GiB message sent and received in one test process (both ends
+/// of it registered) beside the suite's other tests.
+const GUEST_MEMORY: &str = "4G";
+
 /// Devices of the two-hosts guest (see init.sh).
 pub const TWO_HOSTS: &str = "two hosts: rxe0 on veth-a 10.77.0.1 <-> rxe1 on veth-b 10.77.0.2";
 
@@ -140,7 +144,7 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
     let verbose = std::env::var_os("XTASK_GUEST_VERBOSE").is_some_and(|v| !v.is_empty());
 
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-machine", "q35", "-m", "2G", "-smp", "2"])
+    cmd.args(["-machine", "q35", "-m", GUEST_MEMORY, "-smp", "2"])
         .args(["-accel", "tcg,thread=multi", "-cpu", "qemu64"])
         .args(["-nographic", "-no-reboot", "-nic", "none"])
         .arg("-kernel")
