@@ -7,6 +7,7 @@ mod bench;
 mod chart;
 mod compare;
 mod demo;
+mod faults;
 mod guest;
 mod perftest_bench;
 mod rxe;
@@ -27,6 +28,8 @@ usage: cargo xtask <task>
                                         -p: only these crates' tests (repeatable)
   bench [NAME...]                       benchmarks on a real RDMA device, beside the C baseline
   demo                                  bring up a device and run the reference programs
+  faults                                the transport's fault suite on a real device: one table
+                                        and target/faults/report.json
   guest [--two-hosts] [--timeout S] -- CMD...
                                         run CMD in a qemu guest with rxe up (Debian kernel)
   rxe up|down|status                    Soft-RoCE on this host (kernel with rdma_rxe, root)
@@ -52,6 +55,7 @@ fn run(args: &[String]) -> Result<ExitCode> {
         "test" => test::main(rest),
         "bench" => bench::main(rest),
         "demo" => demo::main(rest),
+        "faults" => faults::main(rest),
         "guest" => guest_main(rest),
         "rxe" => rxe::main(rest),
         "help" | "--help" | "-h" => {

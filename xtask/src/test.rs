@@ -276,7 +276,13 @@ fn device_tier(
                 "export RDMA_TEST_SKIP_LOG={}\n",
                 util::shell_quote(&skip_log.to_string_lossy())
             );
-            for v in ["RUST_BACKTRACE", "RUST_LOG", "RUST_MIN_STACK"] {
+            for v in [
+                "RUST_BACKTRACE",
+                "RUST_LOG",
+                "RUST_MIN_STACK",
+                "TRANSPORT_DEBUG",
+                "TRANSPORT_FAULTS_REPORT",
+            ] {
                 if let Ok(val) = std::env::var(v) {
                     script.push_str(&format!("export {v}={}\n", util::shell_quote(&val)));
                 }

@@ -5,8 +5,9 @@
 //!
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
-//! `calls`, `one_sided`, `failures`, `many`, the async core (`async_conn`), and the byte stream: `stream`,
-//! `stream_executor`, `stream_faults`.
+//! `calls`, `one_sided`, `failures`, `many`, the fault suite under netem and link outages
+//! (`fault_suite`, reported by `cargo xtask faults`), the async core (`async_conn`), and the byte
+//! stream: `stream`, `stream_executor`, `stream_faults`.
 
 mod close;
 mod flood;
@@ -19,6 +20,7 @@ mod sim;
 mod async_conn;
 mod calls;
 mod failures;
+mod fault_suite;
 mod many;
 mod messages;
 mod one_sided;

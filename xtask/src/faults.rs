@@ -1,0 +1,94 @@
+//! `cargo xtask faults`: the transport's fault suite (`transport/tests/it/fault_suite.rs`) on a real
+//! device, then one table and `target/faults/report.json`:
+//! `{"device", "scenarios": [{"name", "traffic", "bytes_sent", "bytes_received", "bytes_lost",
+//! "bytes_corrupted", "detect_ms", "kept_serving", "pass", ...}]}`.
+//!
+//! Exits non-zero on any loss, corruption, failed scenario, or a scenario that wrote no figures
+//! (it crashed or hung).
+
+use std::fs;
+use std::process::ExitCode;
+
+use serde_json::{json, Value};
+
+use crate::util::{self, Context, Error, Result};
+
+/// The scenarios the suite records, by the name they write under.
+const SCENARIOS: [&str; 6] = [
+    "loss 1%",
+    "loss 5%",
+    "delay 5 ms jitter 2 ms",
+    "reorder 25%",
+    "duplicate 5%",
+    "corrupt 1%",
+];
+
+pub fn main(args: &[String]) -> Result<ExitCode> {
+    if let Some(a) = args.first() {
+        return Err(Error::new(format!(
+            "cargo xtask faults takes no arguments (got {a:?})"
+        )));
+    }
+    let out = util::target_dir().join("faults");
+    let records = out.join("records");
+    if records.exists() {
+        fs::remove_dir_all(&records).context(format_args!("cannot clear {}", records.display()))?;
+    }
+    fs::create_dir_all(&records).context(format_args!("cannot create {}", records.display()))?;
+    // The test process (on the host or in the guest) writes one file per scenario there.
+    std::env::set_var("TRANSPORT_FAULTS_REPORT", &records);
+    let tests = crate::test::main(&["-p".into(), "transport".into(), "fault_suite::".into()])?;
+
+    let mut device = Value::Null;
+    let mut scenarios = Vec::new();
+    let mut all_pass = tests == ExitCode::SUCCESS;
+    for name in SCENARIOS {
+        let file = records.join(format!("{}.json", name.replace(' ', "_")));
+        let record = fs::read_to_string(&file)
+            .ok()
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok());
+        let record = record.unwrap_or_else(|| {
+            json!({"name": name, "pass": false, "error": "no figures: the scenario crashed, hung or failed before recording"})
+        });
+        if device.is_null() {
+            device = record["device"].clone();
+        }
+        all_pass &= record["pass"] == true;
+        scenarios.push(record);
+    }
+    println!();
+    println!(
+        "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>6}",
+        "scenario", "traffic", "bytes sent", "lost", "corrupted", "detect ms", "serving", "pass"
+    );
+    for s in &scenarios {
+        let num = |k: &str| s[k].as_u64().map_or("-".to_owned(), |v| v.to_string());
+        println!(
+            "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>6}",
+            s["name"].as_str().unwrap_or("?"),
+            s["traffic"].as_str().unwrap_or("-"),
+            num("bytes_sent"),
+            num("bytes_lost"),
+            num("bytes_corrupted"),
+            s["detect_ms"]
+                .as_f64()
+                .map_or("-".to_owned(), |v| format!("{v:.0}")),
+            match s["kept_serving"].as_bool() {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "-",
+            },
+            if s["pass"] == true { "pass" } else { "FAIL" },
+        );
+    }
+    let report = json!({"device": device, "scenarios": scenarios});
+    let path = out.join("report.json");
+    fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON"))
+        .context(format_args!("cannot write {}", path.display()))?;
+    println!("\nfaults: report in {}", path.display());
+    Ok(if all_pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
