@@ -87,6 +87,16 @@ impl ExWc<'_> {
             u32::from_be(unsafe { sys::ibv_wc_read_imm_data(self.raw()) })
         })
     }
+    /// The rkey a received SEND_WITH_INV invalidated (host order), when the completion
+    /// carries one.
+    #[doc(alias = "ibv_wc_read_invalidated_rkey")]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.flags().contains(WcFlags::WITH_INV).then(|| {
+            // SAFETY: as above; the reader is the immediate-data one (IMM is among the
+            // creation flags) and WITH_INV says it holds the invalidated rkey.
+            unsafe { sys::ibv_wc_read_invalidated_rkey(self.raw()) }
+        })
+    }
     /// The local QP the request belonged to.
     #[doc(alias = "ibv_wc_read_qp_num")]
     pub fn qp_num(&self) -> u32 {
@@ -137,6 +147,7 @@ impl ExWc<'_> {
             opcode: self.opcode(),
             byte_len: self.byte_len(),
             imm: self.imm(),
+            invalidated_rkey: self.invalidated_rkey(),
             qp_num: self.qp_num(),
             src_qp: self.src_qp(),
             flags: self.flags(),

@@ -212,6 +212,14 @@ impl WorkCompletion {
             u32::from_be(unsafe { self.0.imm_data_invalidated_rkey_union.imm_data })
         })
     }
+    /// The rkey a received SEND_WITH_INV invalidated (host order), when the completion
+    /// carries one ([`WcFlags::WITH_INV`]).
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        // SAFETY: both members of the union are u32, so either read is defined; WITH_INV
+        // says this one is meaningful.
+        let rkey = unsafe { self.0.imm_data_invalidated_rkey_union.invalidated_rkey };
+        self.flags().contains(WcFlags::WITH_INV).then_some(rkey)
+    }
     /// The local QP the request belonged to.
     pub fn qp_num(&self) -> u32 {
         self.0.qp_num
@@ -240,6 +248,7 @@ impl WorkCompletion {
             opcode: self.opcode(),
             byte_len: self.byte_len(),
             imm: self.imm(),
+            invalidated_rkey: self.invalidated_rkey(),
             qp_num: self.qp_num(),
             src_qp: self.src_qp(),
             flags: self.flags(),
@@ -270,6 +279,8 @@ pub struct Completion {
     pub byte_len: u32,
     /// Immediate data, host order.
     pub imm: Option<u32>,
+    /// The rkey a received SEND_WITH_INV invalidated.
+    pub invalidated_rkey: Option<u32>,
     /// Local QP number.
     pub qp_num: u32,
     /// Source QP number (UD).
