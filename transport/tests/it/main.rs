@@ -16,6 +16,7 @@ mod order;
 mod rpc;
 mod sim;
 
+mod admission;
 mod async_conn;
 mod calls;
 mod failures;
