@@ -160,10 +160,10 @@
 //!   and the QP goes to the error state (fixed upstream after rdma-core 64); post such
 //!   requests with [`Qp::post_send`].
 //! - rxe does not enforce a memory window's bounds: it checks an access through a window
-//!   against the window's region (its rights are enforced). And it reports a received
-//!   SEND_WITH_INV with the kernel's flag value, which reads as [`WcFlags::IP_CSUM_OK`]
-//!   instead of [`WcFlags::WITH_INV`] (the rkey is in the completion's union all the same),
-//!   so [`WorkCompletion::invalidated_rkey`] is `None` there.
+//!   against the window's region (its rights are enforced). It also reports a received
+//!   SEND_WITH_INV with the kernel's flag value, which userspace reads as `IP_CSUM_OK`;
+//!   completions polled from a CQ of an rxe device have it translated to
+//!   [`WcFlags::WITH_INV`].
 //! - Not wrapped yet: XRC, device memory, flow steering; use `as_raw()` and
 //!   [`sys`].
 #![warn(missing_docs)]

@@ -16,15 +16,18 @@ use super::{WcError, WcFlags, WcOpcode, WcStatus};
 pub struct ExWc<'p> {
     cq: NonNull<sys::ibv_cq_ex>,
     wc_flags: u64,
+    /// On rxe (see `wc::fix_rxe_flags`).
+    rxe: bool,
     _poll: PhantomData<&'p mut ()>,
 }
 
 impl ExWc<'_> {
     /// The completion the CQ is positioned on (only an [`ExPoll`](super::ExPoll) makes one).
-    pub(super) fn new(cq: NonNull<sys::ibv_cq_ex>, wc_flags: u64) -> Self {
+    pub(super) fn new(cq: NonNull<sys::ibv_cq_ex>, wc_flags: u64, rxe: bool) -> Self {
         ExWc {
             cq,
             wc_flags,
+            rxe,
             _poll: PhantomData,
         }
     }
@@ -77,7 +80,12 @@ impl ExWc<'_> {
     #[doc(alias = "ibv_wc_read_wc_flags")]
     pub fn flags(&self) -> WcFlags {
         // SAFETY: as above.
-        WcFlags::from_bits_retain(unsafe { sys::ibv_wc_read_wc_flags(self.raw()) })
+        let raw = unsafe { sys::ibv_wc_read_wc_flags(self.raw()) };
+        WcFlags::from_bits_retain(if self.rxe {
+            super::wc::fix_rxe_flags(raw)
+        } else {
+            raw
+        })
     }
     /// The immediate data, host order, when the completion carries one.
     #[doc(alias = "ibv_wc_read_imm_data")]

@@ -103,6 +103,18 @@ bitflags! {
     }
 }
 
+/// rxe writes the kernel's `IB_WC_WITH_INVALIDATE` (1 << 2) where userspace reads
+/// `IBV_WC_IP_CSUM_OK`, and never reports a checksum: on rxe that bit without `WITH_INV` means
+/// "with invalidate". (A provider that translates sets `WITH_INV` itself and is left alone.)
+pub(crate) fn fix_rxe_flags(flags: u32) -> u32 {
+    let (csum, inv) = (WcFlags::IP_CSUM_OK.bits(), WcFlags::WITH_INV.bits());
+    if flags & csum != 0 && flags & inv == 0 {
+        (flags & !csum) | inv
+    } else {
+        flags
+    }
+}
+
 impl WcStatus {
     /// What the status means, in words (as `ibv_wc_status_str`), with the likely cause where
     /// there is a usual one.
@@ -293,6 +305,17 @@ pub struct Completion {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn rxe_invalidate_flag_is_read_as_with_inv() {
+        let (grh, csum, inv) = (WcFlags::GRH, WcFlags::IP_CSUM_OK, WcFlags::WITH_INV);
+        let fixed = |f: WcFlags| WcFlags::from_bits_retain(fix_rxe_flags(f.bits()));
+        assert_eq!(fixed(grh | csum), grh | inv);
+        // Translated already, or nothing to translate: left alone.
+        assert_eq!(fixed(grh | inv), grh | inv);
+        assert_eq!(fixed(csum | inv), csum | inv);
+        assert_eq!(fixed(grh | WcFlags::WITH_IMM), grh | WcFlags::WITH_IMM);
+    }
 
     proptest! {
         #[test]
