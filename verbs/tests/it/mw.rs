@@ -14,7 +14,7 @@ const MIB2: usize = 2 << 20;
 const AT: usize = 4096;
 const LEN: usize = 64;
 
-/// One end pair of connected QPs in a given PD: `b` owns the memory, `a` is the peer.
+/// Two connected QPs in a given PD: `b` owns the memory, `a` is the peer.
 struct Ends {
     cq_a: Cq,
     cq_b: Cq,
