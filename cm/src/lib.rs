@@ -67,6 +67,33 @@
 //! # }
 //! ```
 //!
+//! # Admission
+//!
+//! A listener can turn requests away before anything is created for them:
+//! [`ConnOptions::admit`] runs a hook on each request's peer address and private data
+//! ([`IncomingRequest`]); [`Admission::Reject`] answers the peer with private data of your
+//! choosing and the listener goes on waiting, so a flood of unwanted requests costs no
+//! channel, PD, CQ, QP or buffer ([`Listener::rejected`] counts them).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cm::{Admission, ConnOptions, Listener};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let opts = ConnOptions::new().admit(|req| {
+//!     if req.private_data().starts_with(b"v1") {
+//!         Admission::Accept
+//!     } else {
+//!         Admission::Reject(b"speak v1".to_vec())
+//!     }
+//! });
+//! let listener = Listener::bind("10.77.0.2:7471".parse()?, opts)?;
+//! let conn = listener.accept(Duration::from_secs(30))?;
+//! # drop(conn);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layers
 //!
 //! - [`EventChannel`] and [`CmEvent`]: the raw event stream, with a timeout on every wait.
@@ -112,6 +139,7 @@
 #![warn(missing_docs)]
 
 mod addr;
+mod admission;
 mod connection;
 mod connector;
 mod error;
@@ -125,6 +153,7 @@ mod private_data;
 mod qp_attr;
 mod ud;
 
+pub use admission::{Admission, AdmitHook, IncomingRequest};
 pub use connection::{Connection, ConnectionParts, DRAIN_TIMEOUT};
 pub use connector::{connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT};
 pub use error::{Error, Result};

@@ -1,12 +1,13 @@
 //! [`Listener`]: a bound, listening CM id that yields connect requests and connections.
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use verbs::{Cq, Pd, Qp};
 
 use crate::{
-    CmId, ConnOptions, ConnParam, Connection, Error, EventChannel, EventKind, PeerParam, PortSpace,
-    Result,
+    Admission, CmId, ConnOptions, ConnParam, Connection, Error, EventChannel, EventKind,
+    IncomingRequest, PeerParam, PortSpace, Result,
 };
 
 /// Backlog of pending connect requests.
@@ -21,6 +22,7 @@ pub const DEFAULT_BACKLOG: i32 = 128;
 pub struct Listener {
     id: CmId,
     opts: ConnOptions,
+    rejected: AtomicU64,
 }
 
 impl Listener {
@@ -36,7 +38,11 @@ impl Listener {
             opts.check_pd(&id)?;
         }
         id.listen(DEFAULT_BACKLOG)?;
-        Ok(Listener { id, opts })
+        Ok(Listener {
+            id,
+            opts,
+            rejected: AtomicU64::new(0),
+        })
     }
 
     /// The bound address (with the port actually used).
@@ -46,6 +52,10 @@ impl Listener {
     /// The listening id.
     pub fn id(&self) -> &CmId {
         &self.id
+    }
+    /// How many connect requests the admission hook rejected.
+    pub fn rejected(&self) -> u64 {
+        self.rejected.load(Ordering::Relaxed)
     }
 
     /// Waits up to `timeout` for a connect request and prepares it: a channel of its own, and
@@ -63,6 +73,24 @@ impl Listener {
             match ev.kind() {
                 Ok(EventKind::ConnectRequest) => {
                     let Some(id) = ev.id().cloned() else { continue };
+                    if let Some(hook) = &self.opts.admit {
+                        let req = IncomingRequest {
+                            peer_addr: id.peer_addr(),
+                            local_addr: id.local_addr(),
+                            private_data: ev.private_data(),
+                        };
+                        if let Admission::Reject(data) = hook.call(&req) {
+                            let max = crate::max_private_data(
+                                crate::PortSpace::Tcp,
+                                crate::PrivateDataOp::Reject,
+                            );
+                            // The peer is turned away whatever happens; the id and the event
+                            // go with this iteration.
+                            let _ = id.reject(&data[..data.len().min(max)]);
+                            self.rejected.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                    }
                     let private_data = crate::PrivateData::new(ev.private_data().to_vec());
                     let peer_param = ev.param();
                     // Acknowledge before migrating: rdma_migrate_id waits for it.

@@ -1,7 +1,7 @@
 //! [`ConnOptions`]: the verbs resources (PD, CQ, QP) each connection gets, and its parameters.
 use verbs::{AccessFlags, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Srq};
 
-use crate::{CmId, ConnParam, Error, Result};
+use crate::{Admission, AdmitHook, CmId, ConnParam, Error, IncomingRequest, Result};
 
 /// How [`Listener`](crate::Listener) and [`Connector`](crate::Connector) set up a connection:
 /// the connection parameters sent to the peer and the verbs resources created for it.
@@ -19,6 +19,7 @@ pub struct ConnOptions {
     pub(crate) pd: Option<Pd>,
     pub(crate) cq: Option<Cq>,
     pub(crate) srq: Option<Srq>,
+    pub(crate) admit: Option<AdmitHook>,
 }
 
 impl Default for ConnOptions {
@@ -32,6 +33,7 @@ impl Default for ConnOptions {
             pd: None,
             cq: None,
             srq: None,
+            admit: None,
         }
     }
 }
@@ -50,6 +52,22 @@ impl ConnOptions {
     pub fn private_data(mut self, data: &[u8]) -> Result<Self> {
         self.param = self.param.private_data(data)?;
         Ok(self)
+    }
+    /// A listener's admission hook: it sees each connect request's peer address and private
+    /// data before anything is created for it, and accepts it or rejects it (with private
+    /// data for the peer); a rejected request costs no verbs resources and the listener goes
+    /// on waiting. Connectors ignore it.
+    pub fn admit(
+        mut self,
+        f: impl Fn(&IncomingRequest<'_>) -> Admission + Send + Sync + 'static,
+    ) -> Self {
+        self.admit = Some(AdmitHook::new(f));
+        self
+    }
+    /// The admission hook as a shareable value (see [`admit`](Self::admit)).
+    pub fn admit_hook(mut self, hook: Option<AdmitHook>) -> Self {
+        self.admit = hook;
+        self
     }
     /// QP queue sizes.
     pub fn cap(mut self, cap: QpCap) -> Self {

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+pub use cm::{Admission, IncomingRequest};
+
 use crate::proto;
 
 /// How the endpoint's progress thread waits for completions.
@@ -40,6 +42,11 @@ pub struct EndpointConfig {
     pub connect_timeout: Duration,
     /// One-sided operations (region reads and writes) in flight per connection.
     pub max_one_sided: u32,
+    /// Admission of incoming connections (set it with [`admit`](Self::admit)): after the
+    /// listener's own checks (a protocol handshake it can read, room for another
+    /// connection), this hook sees the peer's address and connect data and may reject it,
+    /// before any queue pair or buffer exists for it.
+    pub admit: Option<cm::AdmitHook>,
 }
 
 impl Default for EndpointConfig {
@@ -58,11 +65,21 @@ impl Default for EndpointConfig {
             serve_requests: true,
             connect_timeout: cm::DEFAULT_CONNECT_TIMEOUT,
             max_one_sided: 8,
+            admit: None,
         }
     }
 }
 
 impl EndpointConfig {
+    /// Sets the admission hook of the endpoint's listeners (see the `admit` field).
+    pub fn admit(
+        mut self,
+        f: impl Fn(&IncomingRequest<'_>) -> Admission + Send + Sync + 'static,
+    ) -> Self {
+        self.admit = Some(cm::AdmitHook::new(f));
+        self
+    }
+
     /// Checks the configuration; the error names what to change.
     pub fn validate(&self) -> crate::Result<()> {
         self.proto

@@ -78,7 +78,10 @@ impl Endpoint {
     /// Listens on `port` of the local address (0: any free port).
     pub fn listen(&self, port: u16) -> Result<Listener> {
         let addr = SocketAddr::new(self.local_ip(), port);
-        let inner = cm::Listener::bind(addr, self.conn_options(None)?)?;
+        let opts = self
+            .conn_options(None)?
+            .admit_hook(Some(crate::listener::admission(self)));
+        let inner = cm::Listener::bind(addr, opts)?;
         Ok(Listener::new(inner, self.clone()))
     }
 

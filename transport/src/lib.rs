@@ -32,7 +32,10 @@
 //!
 //! - [`Endpoint`]: one device, PD, memory pool, completion queue and shared receive queue,
 //!   and the progress threads, for any number of connections. [`Endpoint::listen`] gives a
-//!   [`Listener`]; [`Endpoint::connect`] a [`Conn`].
+//!   [`Listener`]; [`Endpoint::connect`] a [`Conn`]. A listener refuses, before anything is
+//!   set up for it, a peer whose connect data is not our handshake or that would exceed
+//!   `max_connections`, then asks [`EndpointConfig::admit`] (peer address and handshake, an
+//!   [`IncomingRequest`]) whether to [`Admission::Accept`] it.
 //! - Messages: [`Conn::send`] copies into the pool (or [`Conn::alloc`] + [`Conn::send_buf`],
 //!   no copy); [`Conn::recv`] lends the receive buffer as a [`Message`] and gives the credit
 //!   back when it is dropped. Order and boundaries are preserved. Messages above
@@ -75,7 +78,7 @@ mod region;
 pub mod stream;
 mod task;
 
-pub use config::{EndpointConfig, Polling};
+pub use config::{Admission, EndpointConfig, IncomingRequest, Polling};
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointBuilder};
 pub use error::{Error, Result};

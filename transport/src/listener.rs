@@ -124,6 +124,21 @@ impl Drop for Listener {
     }
 }
 
+/// The listener's admission: refuse, before anything is created for it, a peer whose connect
+/// data is no handshake of ours (it gets our version with the rejection) or that would
+/// exceed the endpoint's connections; then ask the configured hook.
+pub(crate) fn admission(endpoint: &Endpoint) -> cm::AdmitHook {
+    let ep = endpoint.clone();
+    let user = endpoint.config().admit.clone();
+    cm::AdmitHook::new(move |req| {
+        let ours = ep.config().proto.connect_info().encode().to_vec();
+        if ep.check_room().is_err() || ConnectInfo::decode(req.private_data()).is_err() {
+            return cm::Admission::Reject(ours);
+        }
+        user.as_ref().map_or(cm::Admission::Accept, |h| h.call(req))
+    })
+}
+
 fn accept_one(inner: &cm::Listener, endpoint: &Endpoint, timeout: Duration) -> Result<Conn> {
     let deadline = Instant::now() + timeout;
     let ours = endpoint.config().proto.connect_info();

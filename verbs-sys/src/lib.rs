@@ -8,6 +8,8 @@
 //! - [`ibv_create_cq_ex`], [`ibv_create_qp_ex`], [`ibv_query_device_ex`] and
 //!   [`ibv_query_rt_values_ex`]: ports that find the provider's extended context (rdma-sys's
 //!   own never do on 64-bit hosts; see the `ext` module).
+//! - [`ibv_alloc_mw`], [`ibv_dealloc_mw`], [`ibv_bind_mw`] and [`ibv_inc_rkey`]: memory-window
+//!   ports that check for the provider's operation instead of unwrapping it.
 //! - [`errno`]: one helper per C error convention.
 //! - [`fd`]: waiting on a channel's descriptor with a timeout, and non-blocking mode.
 //!
@@ -17,10 +19,12 @@
 pub mod errno;
 mod ext;
 pub mod fd;
+mod mw;
 mod shims;
 
 // Named explicitly so that they shadow rdma-sys's versions of the same functions.
 pub use ext::{ibv_create_cq_ex, ibv_create_qp_ex, ibv_query_device_ex, ibv_query_rt_values_ex};
+pub use mw::{ibv_alloc_mw, ibv_bind_mw, ibv_dealloc_mw, ibv_inc_rkey};
 pub use rdma_sys::*;
 pub use shims::*;
 

@@ -115,6 +115,24 @@ pub enum Error {
     /// `ibv_dereg_mr` failed: the region is still registered.
     #[error("cannot deregister a memory region: {0} (is a memory window still bound to it?)")]
     DeregMr(#[source] io::Error),
+    /// `ibv_alloc_mw` failed.
+    #[error("cannot allocate a {mw_type:?} memory window: {source}")]
+    AllocMw {
+        /// The window type asked for.
+        mw_type: crate::MwType,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
+    /// A memory-window bind the verbs would refuse (or that would grant nothing), refused
+    /// before posting it.
+    #[error("cannot bind the memory window (rkey {rkey:#x}): {reason}")]
+    InvalidBind {
+        /// The window's current rkey.
+        rkey: u32,
+        /// What is wrong and what to do instead.
+        reason: String,
+    },
     /// Allocating the buffer of an owned region failed.
     #[error("cannot allocate a {len}-byte buffer")]
     Alloc {

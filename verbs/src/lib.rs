@@ -84,6 +84,11 @@
 //!   (iterator), [`Context::async_event_channel`] (channel fed by a thread).
 //! - Memory: [`Pd::reg_mr`] (owned [`MemoryRegion`]), `unsafe` [`Pd::reg_mr_raw`] ([`RawMr`]),
 //!   descriptors [`LocalSlice`] / [`RemoteSlice`] via `local(range)` / `remote(range)`.
+//! - Memory windows: [`Pd::alloc_mw`] ([`Mw`], [`MwType`]); type 1 bound with
+//!   [`Qp::bind_mw`] / [`Qp::unbind_mw`], type 2 with [`SendRequest::bind_mw`] and revoked
+//!   with [`SendRequest::local_inv`] or a peer's [`SendRequest::send_with_inv`] (the
+//!   receiver's completion names the rkey). A window keeps the `Arc<MemoryRegion>` it is bound
+//!   to, and each bind or invalidation request keeps what it replaces until its completion.
 //! - Ports and device values: [`PortAttr::active_speed`] / [`PortAttr::active_width`] /
 //!   [`PortAttr::phys_state`] (printed like `ibv_devinfo`), [`Context::query_rt_values_ex`],
 //!   [`Context::num_comp_vectors`].
@@ -154,7 +159,12 @@
 //!   [`QpEx::wr_post`] request whose SGEs differ in length completes with `LocQpOpErr`
 //!   and the QP goes to the error state (fixed upstream after rdma-core 64); post such
 //!   requests with [`Qp::post_send`].
-//! - Not wrapped yet: memory windows, XRC, device memory, flow steering; use `as_raw()` and
+//! - rxe does not enforce a memory window's bounds: it checks an access through a window
+//!   against the window's region (its rights are enforced). It also reports a received
+//!   SEND_WITH_INV with the kernel's flag value, which userspace reads as `IP_CSUM_OK`;
+//!   completions polled from a CQ of an rxe device have it translated to
+//!   [`WcFlags::WITH_INV`].
+//! - Not wrapped yet: XRC, device memory, flow steering; use `as_raw()` and
 //!   [`sys`].
 #![warn(missing_docs)]
 
@@ -168,6 +178,7 @@ pub mod cq;
 pub mod device;
 mod error;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod srq;
@@ -188,6 +199,7 @@ pub use error::{Error, Result};
 pub use mr::{
     AccessFlags, LocalSlice, MemoryRegion, RawMr, RegisteredBuf, RegisteredBufMut, RemoteSlice,
 };
+pub use mw::{Mw, MwType};
 pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
 pub use qp::{states, QpIn};

@@ -1,6 +1,7 @@
 //! Integration tests of the `cm` crate. Device tests (`#[ignore]`) run with `cargo xtask test`
 //! between two hosts (network namespaces with an rxe device each); without a configured peer
 //! the peer is this host. The far end runs `cm-test-peer` (src/bin) on the peer host.
+mod admission;
 mod connect;
 mod disconnect;
 mod failures;

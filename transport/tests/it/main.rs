@@ -17,6 +17,7 @@ mod order;
 mod rpc;
 mod sim;
 
+mod admission;
 mod async_conn;
 mod calls;
 mod failures;

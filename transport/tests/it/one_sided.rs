@@ -111,3 +111,33 @@ fn async_read_and_write_of_an_exposed_region_on_a_minimal_executor() {
         assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
     });
 }
+
+/// A token forged to name more than was exposed (past the end, or longer): the local checks
+/// pass, since the token itself says so, but the device refuses the access (each exposed
+/// region is a registration of exactly its bytes) and the region is untouched.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_forged_token_fails_at_the_device_and_the_memory_is_untouched() {
+    // (offset into the forged token, bytes written): past the end; one byte too long.
+    for (offset, len) in [(64u64, 64usize), (0, 65)] {
+        let (server, client) = pair();
+        let ep = server_endpoint(&server);
+        let mut region = ep.expose(64, Access::ReadWrite).unwrap();
+        let content = pattern(3, 64);
+        region.write(0, &content).unwrap();
+        let mut bytes = region.token().to_bytes();
+        bytes[16..24].copy_from_slice(&4096u64.to_le_bytes());
+        let forged = Token::from_bytes(&bytes).unwrap();
+        let r = client.write(&forged, offset, &pattern(4, len), TIMEOUT);
+        match &r {
+            Err(Error::Completion { status, .. }) => {
+                assert!(status.contains("remote access"), "{status}")
+            }
+            Err(Error::Closed { .. }) => {}
+            other => panic!("write of {len} bytes at {offset}: {other:?}"),
+        }
+        let mut now = vec![0u8; 64];
+        region.read(0, &mut now).unwrap();
+        assert_eq!(now, content, "the region changed");
+    }
+}

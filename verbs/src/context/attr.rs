@@ -219,6 +219,26 @@ impl DeviceAttr {
     pub fn max_ah(&self) -> u32 {
         self.0.max_ah as u32
     }
+    /// Capability flags (`device_cap_flags`, `enum ibv_device_cap_flags`).
+    pub fn device_cap_flags(&self) -> u32 {
+        self.0.device_cap_flags
+    }
+    /// Maximum number of memory windows (0: none).
+    pub fn max_mw(&self) -> u32 {
+        self.0.max_mw.max(0) as u32
+    }
+    /// Whether the device has memory windows (`IBV_DEVICE_MEM_WINDOW` and `max_mw` > 0).
+    pub fn has_mw(&self) -> bool {
+        self.device_cap_flags() & sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW.0 != 0
+            && self.max_mw() > 0
+    }
+    /// Whether the device has type 2 memory windows (`IBV_DEVICE_MEM_WINDOW_TYPE_2A` or
+    /// `_2B`), bound by work requests.
+    pub fn has_mw_type2(&self) -> bool {
+        let t2 = sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A.0
+            | sys::ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0;
+        self.has_mw() && self.device_cap_flags() & t2 != 0
+    }
     /// The raw struct.
     pub fn as_raw(&self) -> &sys::ibv_device_attr {
         &self.0

@@ -156,6 +156,13 @@ impl Context {
         self.inner.raw.as_ptr()
     }
 
+    /// Whether the device is soft-RoCE (rxe, `vendor_id` 0xffffff), whose quirks this crate
+    /// works around.
+    pub(crate) fn is_rxe(&self) -> bool {
+        self.query_device()
+            .is_ok_and(|d| d.as_raw().vendor_id == 0xff_ffff)
+    }
+
     /// Device capabilities and limits.
     #[doc(alias = "ibv_query_device")]
     pub fn query_device(&self) -> Result<DeviceAttr> {

@@ -114,9 +114,6 @@ pub struct CqEx {
     one_per_batch: bool,
 }
 
-/// `vendor_id` of soft-RoCE (rxe) devices.
-const RXE_VENDOR_ID: u32 = 0xff_ffff;
-
 // SAFETY: the handle has no thread affinity; polling needs `&mut self`, and the other
 // methods (notify, event wait) are thread-safe in libibverbs.
 unsafe impl Send for CqEx {}
@@ -167,9 +164,7 @@ impl Context {
         // past the last completion and ibv_end_poll follows (as the contract requires),
         // corrupting the CQ; there every batch is one completion, and next_poll is never
         // called.
-        let one_per_batch = self
-            .query_device()
-            .is_ok_and(|d| d.as_raw().vendor_id == RXE_VENDOR_ID);
+        let one_per_batch = self.is_rxe();
         let cqe = attr.cqe;
         let ch = attr.channel.map(|c| c.inner);
         // SAFETY: all-zero is a valid ibv_cq_init_attr_ex (null pointers, no mask).
@@ -202,6 +197,7 @@ impl Context {
                     channel: ch,
                     unacked: Mutex::new(0),
                     cqe: real,
+                    rxe: one_per_batch,
                     _ctx: self.inner.clone(),
                 }),
             },
@@ -353,7 +349,7 @@ impl ExPoll<'_> {
             }
         }
         self.state = Pos::Used;
-        Ok(Some(ExWc::new(self.cq, self.wc_flags)))
+        Ok(Some(ExWc::new(self.cq, self.wc_flags, self.one_per_batch)))
     }
 }
 

@@ -16,15 +16,18 @@ use super::{WcError, WcFlags, WcOpcode, WcStatus};
 pub struct ExWc<'p> {
     cq: NonNull<sys::ibv_cq_ex>,
     wc_flags: u64,
+    /// On rxe (see `wc::fix_rxe_flags`).
+    rxe: bool,
     _poll: PhantomData<&'p mut ()>,
 }
 
 impl ExWc<'_> {
     /// The completion the CQ is positioned on (only an [`ExPoll`](super::ExPoll) makes one).
-    pub(super) fn new(cq: NonNull<sys::ibv_cq_ex>, wc_flags: u64) -> Self {
+    pub(super) fn new(cq: NonNull<sys::ibv_cq_ex>, wc_flags: u64, rxe: bool) -> Self {
         ExWc {
             cq,
             wc_flags,
+            rxe,
             _poll: PhantomData,
         }
     }
@@ -77,7 +80,12 @@ impl ExWc<'_> {
     #[doc(alias = "ibv_wc_read_wc_flags")]
     pub fn flags(&self) -> WcFlags {
         // SAFETY: as above.
-        WcFlags::from_bits_retain(unsafe { sys::ibv_wc_read_wc_flags(self.raw()) })
+        let raw = unsafe { sys::ibv_wc_read_wc_flags(self.raw()) };
+        WcFlags::from_bits_retain(if self.rxe {
+            super::wc::fix_rxe_flags(raw)
+        } else {
+            raw
+        })
     }
     /// The immediate data, host order, when the completion carries one.
     #[doc(alias = "ibv_wc_read_imm_data")]
@@ -85,6 +93,16 @@ impl ExWc<'_> {
         self.flags().contains(WcFlags::WITH_IMM).then(|| {
             // SAFETY: as above; IMM is among the creation flags and WITH_IMM says it is valid.
             u32::from_be(unsafe { sys::ibv_wc_read_imm_data(self.raw()) })
+        })
+    }
+    /// The rkey a received SEND_WITH_INV invalidated (host order), when the completion
+    /// carries one.
+    #[doc(alias = "ibv_wc_read_invalidated_rkey")]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.flags().contains(WcFlags::WITH_INV).then(|| {
+            // SAFETY: as above; the reader is the immediate-data one (IMM is among the
+            // creation flags) and WITH_INV says it holds the invalidated rkey.
+            unsafe { sys::ibv_wc_read_invalidated_rkey(self.raw()) }
         })
     }
     /// The local QP the request belonged to.
@@ -137,6 +155,7 @@ impl ExWc<'_> {
             opcode: self.opcode(),
             byte_len: self.byte_len(),
             imm: self.imm(),
+            invalidated_rkey: self.invalidated_rkey(),
             qp_num: self.qp_num(),
             src_qp: self.src_qp(),
             flags: self.flags(),

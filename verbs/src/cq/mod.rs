@@ -42,6 +42,9 @@ pub(crate) struct CqInner {
     channel: Option<ChannelInner>,
     unacked: Mutex<u32>,
     cqe: u32,
+    /// On rxe, whose completions carry the kernel's value of "with invalidate" (see
+    /// `wc::fix_rxe_flags`).
+    pub(crate) rxe: bool,
     _ctx: Arc<ContextInner>,
 }
 
@@ -103,6 +106,7 @@ impl Context {
                 channel: ch,
                 unacked: Mutex::new(0),
                 cqe: real,
+                rxe: self.is_rxe(),
                 _ctx: self.inner.clone(),
             }),
         })
@@ -193,6 +197,11 @@ impl Cq {
         // SAFETY: live CQ; `wcs` has room for `max` entries; WorkCompletion is a transparent
         // wrapper of ibv_wc.
         let n = unsafe { sys::ibv_poll_cq(self.as_raw(), max, wcs.as_mut_ptr().cast()) };
+        if n > 0 && self.inner.rxe {
+            for wc in &mut wcs[..n as usize] {
+                wc.0.wc_flags = wc::fix_rxe_flags(wc.0.wc_flags);
+            }
+        }
         if n < 0 {
             // ibv_poll_cq returns a negative value on error without a defined errno.
             return Err(Error::PollCq(io::Error::from_raw_os_error(if n == -1 {

@@ -47,6 +47,7 @@ impl Context {
                 channel: ch,
                 unacked: Mutex::new(0),
                 cqe: real,
+                rxe: self.is_rxe(),
                 _ctx: self.inner.clone(),
             }),
         })

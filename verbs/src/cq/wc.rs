@@ -103,6 +103,18 @@ bitflags! {
     }
 }
 
+/// rxe writes the kernel's `IB_WC_WITH_INVALIDATE` (1 << 2) where userspace reads
+/// `IBV_WC_IP_CSUM_OK`, and never reports a checksum: on rxe that bit without `WITH_INV` means
+/// "with invalidate". (A provider that translates sets `WITH_INV` itself and is left alone.)
+pub(crate) fn fix_rxe_flags(flags: u32) -> u32 {
+    let (csum, inv) = (WcFlags::IP_CSUM_OK.bits(), WcFlags::WITH_INV.bits());
+    if flags & csum != 0 && flags & inv == 0 {
+        (flags & !csum) | inv
+    } else {
+        flags
+    }
+}
+
 impl WcStatus {
     /// What the status means, in words (as `ibv_wc_status_str`), with the likely cause where
     /// there is a usual one.
@@ -212,6 +224,14 @@ impl WorkCompletion {
             u32::from_be(unsafe { self.0.imm_data_invalidated_rkey_union.imm_data })
         })
     }
+    /// The rkey a received SEND_WITH_INV invalidated (host order), when the completion
+    /// carries one ([`WcFlags::WITH_INV`]).
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        // SAFETY: both members of the union are u32, so either read is defined; WITH_INV
+        // says this one is meaningful.
+        let rkey = unsafe { self.0.imm_data_invalidated_rkey_union.invalidated_rkey };
+        self.flags().contains(WcFlags::WITH_INV).then_some(rkey)
+    }
     /// The local QP the request belonged to.
     pub fn qp_num(&self) -> u32 {
         self.0.qp_num
@@ -240,6 +260,7 @@ impl WorkCompletion {
             opcode: self.opcode(),
             byte_len: self.byte_len(),
             imm: self.imm(),
+            invalidated_rkey: self.invalidated_rkey(),
             qp_num: self.qp_num(),
             src_qp: self.src_qp(),
             flags: self.flags(),
@@ -270,6 +291,8 @@ pub struct Completion {
     pub byte_len: u32,
     /// Immediate data, host order.
     pub imm: Option<u32>,
+    /// The rkey a received SEND_WITH_INV invalidated.
+    pub invalidated_rkey: Option<u32>,
     /// Local QP number.
     pub qp_num: u32,
     /// Source QP number (UD).
@@ -282,6 +305,17 @@ pub struct Completion {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn rxe_invalidate_flag_is_read_as_with_inv() {
+        let (grh, csum, inv) = (WcFlags::GRH, WcFlags::IP_CSUM_OK, WcFlags::WITH_INV);
+        let fixed = |f: WcFlags| WcFlags::from_bits_retain(fix_rxe_flags(f.bits()));
+        assert_eq!(fixed(grh | csum), grh | inv);
+        // Translated already, or nothing to translate: left alone.
+        assert_eq!(fixed(grh | inv), grh | inv);
+        assert_eq!(fixed(csum | inv), csum | inv);
+        assert_eq!(fixed(grh | WcFlags::WITH_IMM), grh | WcFlags::WITH_IMM);
+    }
 
     proptest! {
         #[test]

@@ -2,7 +2,7 @@
 //! caller memory, and bounds-checked local/remote descriptors.
 mod buf;
 mod owned;
-mod slice;
+pub(crate) mod slice;
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -236,6 +236,11 @@ macro_rules! region_common {
 
 impl MemoryRegion {
     region_common!();
+
+    /// The raw PD the region is registered in.
+    pub(crate) fn pd_raw(&self) -> *mut sys::ibv_pd {
+        self.reg._pd.raw.as_ptr()
+    }
 
     fn buf(&self) -> &AlignedBuf {
         self.reg

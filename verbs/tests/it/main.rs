@@ -10,6 +10,7 @@ mod events;
 mod ext;
 mod host;
 mod mr;
+mod mw;
 mod query;
 mod rc;
 mod reset;

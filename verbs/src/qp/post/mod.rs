@@ -11,6 +11,7 @@
 //!
 //! A chain of requests is posted with one call (one doorbell) by the `_batch` variants.
 
+mod bind;
 mod inflight;
 mod inline;
 mod inline_any;
@@ -29,6 +30,7 @@ use crate::ah::Ah;
 use crate::mr::{LocalSlice, RemoteSlice};
 use crate::Error;
 
+pub(crate) use bind::BindMw;
 pub use inflight::Outstanding;
 pub(crate) use inflight::{owned_kind, InFlight};
 pub(crate) use recv::{in_reset_error, post_recv_one, post_recv_owned, post_recv_raw};
@@ -159,6 +161,13 @@ pub enum WrOp {
         /// Value added.
         add: u64,
     },
+    /// Bind of a type 2 memory window: the slice it will grant (its address, length and new
+    /// rkey). Only [`SendRequest::bind_mw`] makes a postable one.
+    BindMw(RemoteSlice),
+    /// Local invalidate of this rkey (a type 2 window's).
+    LocalInv(u32),
+    /// SEND that also invalidates the peer's rkey (RC only).
+    SendWithInv(u32),
 }
 
 impl WrOp {
@@ -177,7 +186,11 @@ impl WrOp {
     }
     pub(crate) fn remote(&self) -> Option<RemoteSlice> {
         match *self {
-            WrOp::Send | WrOp::SendWithImm(_) => None,
+            WrOp::Send
+            | WrOp::SendWithImm(_)
+            | WrOp::BindMw(_)
+            | WrOp::LocalInv(_)
+            | WrOp::SendWithInv(_) => None,
             WrOp::RdmaWrite(r) | WrOp::RdmaWriteWithImm(r, _) | WrOp::RdmaRead(r) => Some(r),
             WrOp::AtomicCmpSwap { remote, .. } | WrOp::AtomicFetchAdd { remote, .. } => {
                 Some(remote)
@@ -194,8 +207,14 @@ impl WrOp {
             WrOp::RdmaRead(_) => (o::IBV_WR_RDMA_READ, None),
             WrOp::AtomicCmpSwap { .. } => (o::IBV_WR_ATOMIC_CMP_AND_SWP, None),
             WrOp::AtomicFetchAdd { .. } => (o::IBV_WR_ATOMIC_FETCH_AND_ADD, None),
+            WrOp::BindMw(_) => (o::IBV_WR_BIND_MW, None),
+            WrOp::LocalInv(_) => (o::IBV_WR_LOCAL_INV, None),
+            WrOp::SendWithInv(_) => (o::IBV_WR_SEND_WITH_INV, None),
         };
         wr.opcode = opcode;
+        if let WrOp::LocalInv(rkey) | WrOp::SendWithInv(rkey) = *self {
+            wr.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+        }
         if let Some(i) = imm {
             wr.imm_data_invalidated_rkey_union.imm_data = i.to_be();
         }
@@ -226,7 +245,12 @@ impl WrOp {
                     rkey: remote.rkey,
                 }
             }
-            WrOp::Send | WrOp::SendWithImm(_) => {}
+            // A bind's fields come from its request (`BindMw::fill`).
+            WrOp::Send
+            | WrOp::SendWithImm(_)
+            | WrOp::BindMw(_)
+            | WrOp::LocalInv(_)
+            | WrOp::SendWithInv(_) => {}
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::inline_any::InlineAny;
 use super::small::Small;
-use super::{SendFlags, WrOp};
+use super::{BindMw, SendFlags, WrOp};
 use crate::ah::Ah;
 use crate::mr::{LocalSlice, MemoryRegion, RegisteredBuf, RegisteredBufMut, RemoteSlice};
 use crate::{Error, Result};
@@ -97,6 +97,8 @@ pub struct SendRequest {
     pub(crate) inline: Option<Box<[u8]>>,
     pub(crate) flags: SendFlags,
     pub(crate) ud: Option<(Ah, u32, u32)>,
+    /// The window, region and rights of a type 2 bind.
+    pub(crate) bind: Option<Box<BindMw>>,
 }
 
 impl fmt::Debug for SendRequest {
@@ -128,6 +130,7 @@ impl SendRequest {
             inline: None,
             flags: SendFlags::SIGNALED,
             ud: None,
+            bind: None,
         }
     }
 
@@ -343,7 +346,8 @@ impl fmt::Debug for Reclaimed {
 }
 
 impl Reclaimed {
-    /// Number of buffers (one per SGE).
+    /// Number of buffers (one per SGE; a window bind or invalidation holds the window and
+    /// the regions it binds or releases).
     pub fn len(&self) -> usize {
         self.bufs.len()
     }

@@ -15,6 +15,26 @@ use crate::mr::LocalSlice;
 use crate::qp::{Qp, QpState, QpType};
 use crate::{Error, Result};
 
+/// A bind request not built by `SendRequest::bind_mw` names no window or region.
+fn unbuilt_bind(qp_num: u32) -> Error {
+    invalid(
+        qp_num,
+        "a window bind is posted as built by SendRequest::bind_mw (it names the window and \
+         the region)"
+            .into(),
+    )
+}
+
+impl SendRequest {
+    /// Bookkeeping once the request is (or may be) queued: a bind moves its window to the
+    /// new key and region.
+    fn posted(&mut self) {
+        if let (WrOp::BindMw(granted), Some(bind)) = (&self.op, &self.bind) {
+            bind.posted(granted, &mut self.owners);
+        }
+    }
+}
+
 impl Qp {
     /// Checks one send request against the QP's type and limits.
     pub(super) fn check_send(
@@ -36,7 +56,13 @@ impl Qp {
             (QpType::Ud, _) => return bad("a UD QP only sends"),
             (QpType::Uc, WrOp::RdmaRead(_)) => return bad("a UC QP cannot RDMA READ"),
             (QpType::Uc, o) if o.is_atomic() => return bad("a UC QP has no atomics"),
+            (QpType::Uc, WrOp::SendWithInv(_)) => return bad("SEND_WITH_INV needs an RC QP"),
             _ => {}
+        }
+        if matches!(op, WrOp::BindMw(_) | WrOp::LocalInv(_))
+            && (!sges.is_empty() || flags.contains(SendFlags::INLINE))
+        {
+            return bad("a window bind or invalidation carries no data");
         }
         if (t == QpType::Ud) != has_ud {
             return bad(if has_ud {
@@ -112,6 +138,11 @@ impl Qp {
         if let Some((ah, ..)) = &r.ud {
             self.check_ah(ah)?;
         }
+        match (&r.op, &r.bind) {
+            (WrOp::BindMw(_), Some(bind)) => bind.check_qp(self)?,
+            (WrOp::BindMw(_), None) => return Err(unbuilt_bind(self.qp_num())),
+            _ => {}
+        }
         self.check_send(&r.op, sges, r.flags, r.ud.is_some())
     }
 
@@ -146,6 +177,9 @@ impl Qp {
         }
         wr.send_flags = r.flags.bits();
         r.op.fill(&mut wr);
+        if let (WrOp::BindMw(granted), Some(bind)) = (&r.op, &r.bind) {
+            bind.fill(granted, &mut wr);
+        }
         if let Some((ah, qpn, qkey)) = &r.ud {
             wr.wr.ud = sys::ud_t {
                 ah: ah.as_raw(),
@@ -186,12 +220,14 @@ impl Qp {
         let mut wr = [Self::build_wr(&mut req, id, &mut inline_sge)];
         match self.post_chain(&mut wr) {
             Ok(()) => {
+                req.posted();
                 sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
                 Ok(id)
             }
             Err((0, error)) => Err(fail(error, req)),
             // Failed, but possibly queued (see post_chain): the request keeps its buffers.
             Err((_, error)) => {
+                req.posted();
                 let op = req.op;
                 sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
                 Err(PostError {
@@ -247,7 +283,8 @@ impl Qp {
             Err((k, _)) => k,
         };
         let rest = reqs.split_off(n_ok);
-        for (r, id) in reqs.into_iter().zip(&ids) {
+        for (mut r, id) in reqs.into_iter().zip(&ids) {
+            r.posted();
             sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0));
         }
         match posted {
@@ -299,6 +336,9 @@ impl Qp {
             }
             if let Some(ud) = &w.ud {
                 self.check_ah(ud.ah)?;
+            }
+            if let WrOp::BindMw(_) = w.op {
+                return Err(unbuilt_bind(self.qp_num()));
             }
             self.check_send(&w.op, w.sges, w.flags, w.ud.is_some())?;
             let mut wr = zeroed_send_wr();

@@ -32,6 +32,12 @@ bitflags! {
         const ATOMIC_CMP_AND_SWP = 1 << 5;
         /// Atomic fetch-and-add.
         const ATOMIC_FETCH_AND_ADD = 1 << 6;
+        /// Local invalidate.
+        const LOCAL_INV = 1 << 7;
+        /// Memory window bind (posted through [`Qp::post_send`] only).
+        const BIND_MW = 1 << 8;
+        /// SEND with invalidate.
+        const SEND_WITH_INV = 1 << 9;
     }
 }
 
@@ -46,6 +52,9 @@ impl SendOps {
             WrOp::RdmaRead(_) => SendOps::RDMA_READ,
             WrOp::AtomicCmpSwap { .. } => SendOps::ATOMIC_CMP_AND_SWP,
             WrOp::AtomicFetchAdd { .. } => SendOps::ATOMIC_FETCH_AND_ADD,
+            WrOp::BindMw(_) => SendOps::BIND_MW,
+            WrOp::LocalInv(_) => SendOps::LOCAL_INV,
+            WrOp::SendWithInv(_) => SendOps::SEND_WITH_INV,
         }
     }
 }
@@ -164,6 +173,12 @@ impl QpEx {
     }
 
     pub(super) fn check_op(&self, op: &WrOp) -> Result<()> {
+        if let WrOp::BindMw(_) = op {
+            return Err(invalid(
+                self.qp_num(),
+                "window binds are posted with Qp::post_send, not the ibv_wr_* session".into(),
+            ));
+        }
         if self.ops.contains(SendOps::of(op)) {
             return Ok(());
         }
@@ -211,7 +226,15 @@ impl QpEx {
                     WrOp::AtomicFetchAdd { remote, add } => {
                         sys::ibv_wr_atomic_fetch_add(qp, remote.rkey, remote.addr, add)
                     }
+                    WrOp::LocalInv(rkey) => sys::ibv_wr_local_inv(qp, rkey),
+                    WrOp::SendWithInv(rkey) => sys::ibv_wr_send_inv(qp, rkey),
+                    // Refused by check_op: a bind needs its request's window and region.
+                    WrOp::BindMw(_) => unreachable!("binds are refused before the session"),
                 }
+            }
+            if let WrOp::LocalInv(_) = r.op {
+                // Carries no data.
+                continue;
             }
             if let Some((ah, qpn, qkey)) = r.ud {
                 // SAFETY: inside the session, after the builder; a live AH of this context
