@@ -58,6 +58,7 @@ pub struct Comparison {
     /// Which direction is better.
     pub better: Better,
     /// The ratio (ours / baseline) to meet: at most it for `Lower`, at least for `Higher`.
+    /// NaN (`null` in the JSON): no goal, the ratio is only reported.
     pub goal: f64,
     /// Bench-specific fields kept beside the common ones.
     pub extra: Map<String, Value>,
@@ -75,6 +76,9 @@ impl Comparison {
 
     /// Whether the ratio meets the goal.
     pub fn met(&self) -> bool {
+        if self.goal.is_nan() {
+            return true;
+        }
         let r = self.ratio();
         match self.better {
             Better::Lower => r <= self.goal,
@@ -153,15 +157,19 @@ impl Report {
             } else {
                 ">="
             };
+            let goal = if c.goal.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{op}{:.2}x", c.goal)
+            };
             s.push_str(&format!(
-                "{:<22} {:<10} {:>12.3} {:>12.3} {:<16} {:>6.2}x {op}{:.2}x{}\n",
+                "{:<22} {:<10} {:>12.3} {:>12.3} {:<16} {:>6.2}x {goal}{}\n",
                 c.case,
                 c.metric,
                 c.ours,
                 c.baseline,
                 c.baseline_name,
                 c.ratio(),
-                c.goal,
                 if c.met() { "" } else { "  (missed)" }
             ));
         }
@@ -182,8 +190,13 @@ impl Report {
             } else {
                 "≥"
             };
+            let goal = if c.goal.is_nan() {
+                "none (reported)".to_string()
+            } else {
+                format!("{op} {:.2}×", c.goal)
+            };
             s.push_str(&format!(
-                "| {} | {} | {} | {:.3} | {:.3} | {} | {:.2}× | {op} {:.2}×{} |\n",
+                "| {} | {} | {} | {:.3} | {:.3} | {} | {:.2}× | {goal}{} |\n",
                 c.case,
                 c.metric,
                 c.unit,
@@ -191,7 +204,6 @@ impl Report {
                 c.baseline,
                 c.baseline_name,
                 c.ratio(),
-                c.goal,
                 if c.met() { "" } else { " (missed)" }
             ));
         }
