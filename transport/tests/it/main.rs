@@ -6,7 +6,7 @@
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
 //! `calls`, `one_sided`, `failures`, `many`, the async core (`async_conn`), and the byte stream: `stream`,
-//! `stream_executor`, `stream_faults`.
+//! `stream_executor`, `stream_faults`, `stream_scale`.
 
 mod close;
 mod flood;
@@ -27,6 +27,7 @@ mod resources;
 mod stream;
 mod stream_executor;
 mod stream_faults;
+mod stream_scale;
 mod support;
 
 use std::time::Duration;
