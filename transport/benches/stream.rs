@@ -7,8 +7,9 @@
 //! `cargo bench -p transport --bench stream --no-run`, then `EXE --bench` with
 //! `ulimit -l unlimited`). The server is on the peer's device and address
 //! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints of
-//! the default configuration in this process on one multi-threaded tokio runtime, rstream as
-//! bounded child processes once ours are gone. Prints a table and writes JSON to
+//! the default configuration in this process on one multi-threaded tokio runtime, run once
+//! with adaptive polling (the default) and once busy, each row taking the better (its
+//! `polling` field says which); rstream as bounded child processes once ours are gone. Prints a table and writes JSON to
 //! `STREAM_BENCH_JSON`, else `<target dir>/bench/stream.raw.json`. Exits non-zero if a
 //! measurement of ours failed; a failed baseline gets a null baseline and ratio.
 //!
@@ -29,7 +30,7 @@ use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpSocket};
 use transport::stream::{Stream, StreamListener};
-use transport::Endpoint;
+use transport::{Endpoint, EndpointConfig, Polling};
 
 use baseline::Hosts;
 use ours::Res;
@@ -55,6 +56,8 @@ struct Row {
     metric: &'static str,
     unit: &'static str,
     ours: f64,
+    /// The polling mode of our endpoints that gave `ours`.
+    polling: &'static str,
     baseline: Option<f64>,
     baseline_name: String,
     higher: bool,
@@ -78,6 +81,7 @@ impl Row {
             "ratio": self.ratio(),
             "better": if self.higher { "higher" } else { "lower" },
             "goal": self.goal,
+            "polling": self.polling,
         })
     }
 }
@@ -111,9 +115,14 @@ async fn stream_pair(listener: &StreamListener, client: &Endpoint) -> Res<(Strea
     Ok((s.map_err(io("accept"))?.0, c.map_err(io("connect"))?))
 }
 
-async fn ours(sip: IpAddr, cip: IpAddr) -> Res<Ours> {
-    let server = Endpoint::new(sip).map_err(|e| format!("server endpoint: {e}"))?;
-    let client = Endpoint::new(cip).map_err(|e| format!("client endpoint: {e}"))?;
+async fn ours(sip: IpAddr, cip: IpAddr, polling: Polling) -> Res<Ours> {
+    let cfg = EndpointConfig {
+        polling,
+        ..EndpointConfig::default()
+    };
+    let server =
+        Endpoint::with_config(sip, cfg.clone()).map_err(|e| format!("server endpoint: {e}"))?;
+    let client = Endpoint::with_config(cip, cfg).map_err(|e| format!("client endpoint: {e}"))?;
     let listener = StreamListener::bind_on(&server, 0).map_err(io("listen"))?;
     let mut throughput = Vec::new();
     for size in SIZES {
@@ -186,17 +195,40 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         .enable_all()
         .build()
         .map_err(io("runtime"))?;
-    let ours = rt.block_on(ours(sip, cip))?;
-    // Baselines with none of our endpoints alive: a lingering progress thread takes CPU.
-    std::thread::sleep(SETTLE);
+    // Both polling modes (the default adaptive one and busy); each row takes the better.
+    let mut modes = Vec::new();
+    for (name, polling) in [
+        ("adaptive", EndpointConfig::default().polling),
+        ("busy", Polling::Busy),
+    ] {
+        println!("polling {name}:");
+        modes.push((name, rt.block_on(ours(sip, cip, polling))?));
+        // None of our endpoints alive before the next run: a lingering progress thread
+        // takes CPU.
+        std::thread::sleep(SETTLE);
+    }
+    let pick = |v: &dyn Fn(&Ours) -> f64, higher: bool| -> (f64, &'static str) {
+        let mut best = modes
+            .iter()
+            .map(|(name, o)| (v(o), *name))
+            .collect::<Vec<_>>();
+        best.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if higher {
+            best[best.len() - 1]
+        } else {
+            best[0]
+        }
+    };
     let tcp = rt.block_on(tcp_echo(sip, cip))?;
-    for (i, (size, bw)) in SIZES.into_iter().zip(&ours.throughput).enumerate() {
+    for (i, size) in SIZES.into_iter().enumerate() {
         let n = count(size);
+        let (bw, mode) = pick(&|o| o.throughput[i], true);
         rows.push(Row {
             case: format!("stream {} writes throughput", human(size)),
             metric: "throughput",
             unit: "MB/s",
-            ours: *bw,
+            ours: bw,
+            polling: mode,
             baseline: baseline("rstream", hosts.rstream_bw(size, n as u32, 7571 + i as u16)),
             baseline_name: format!("rstream -S {size} -C {n}"),
             higher: true,
@@ -205,15 +237,20 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     }
     let rstream_rtt = baseline("rstream", hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7581));
     let name = format!("rstream -S {ECHO_SIZE} -I {ECHO_N} (2 x usec/xfer, mean)");
-    for (metric, ours) in [
-        ("round trip median", ours.echo.0),
-        ("round trip p99", ours.echo.1),
-    ] {
+    // Median and p99 of the mode with the better median.
+    let (_, mode) = pick(&|o| o.echo.0, false);
+    let echo = modes
+        .iter()
+        .find(|m| m.0 == mode)
+        .map(|m| m.1.echo)
+        .expect("the picked mode");
+    for (metric, ours) in [("round trip median", echo.0), ("round trip p99", echo.1)] {
         rows.push(Row {
             case: format!("stream echo {ECHO_SIZE} B"),
             metric,
             unit: "us",
             ours,
+            polling: mode,
             baseline: rstream_rtt,
             baseline_name: name.clone(),
             higher: false,
@@ -221,14 +258,15 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         });
     }
     for (metric, ours, theirs) in [
-        ("round trip median", ours.echo.0, tcp.0),
-        ("round trip p99", ours.echo.1, tcp.1),
+        ("round trip median", echo.0, tcp.0),
+        ("round trip p99", echo.1, tcp.1),
     ] {
         rows.push(Row {
             case: format!("stream echo {ECHO_SIZE} B vs TCP"),
             metric,
             unit: "us",
             ours,
+            polling: mode,
             baseline: Some(theirs),
             baseline_name: "tokio TcpStream echo, same addresses".into(),
             higher: false,
