@@ -250,4 +250,30 @@ mod tests {
         assert!(r.table().contains("0.90x <=1.00x"));
         assert!(r.markdown(&[("x", "x.svg")]).contains("![x](x.svg)"));
     }
+
+    #[test]
+    fn a_nan_goal_is_reported_only_never_missed() {
+        let c = Comparison {
+            case: "echo vs TCP".into(),
+            metric: "median".into(),
+            unit: "us".into(),
+            ours: 30.0,
+            baseline: 10.0,
+            baseline_name: "tcp".into(),
+            better: Better::Lower,
+            goal: f64::NAN,
+            extra: Map::new(),
+        };
+        assert!(c.met());
+        assert!(c.to_json()["goal"].is_null());
+        let r = Report {
+            bench: "stream".into(),
+            device: "rxe0".into(),
+            comparisons: vec![c],
+            extra: Map::new(),
+        };
+        assert!(r.table().contains("3.00x -"), "{}", r.table());
+        assert!(!r.table().contains("missed"));
+        assert!(r.markdown(&[]).contains("none (reported)"));
+    }
 }
