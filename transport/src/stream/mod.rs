@@ -54,6 +54,8 @@
 
 mod blocking;
 mod error;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 mod io_impls;
 mod listener;
 mod read;

@@ -19,6 +19,8 @@ mod sim;
 mod async_conn;
 mod calls;
 mod failures;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod many;
 mod messages;
 mod one_sided;
