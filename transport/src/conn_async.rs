@@ -30,7 +30,7 @@ use crate::conn::{remote_chunk, send_error};
 use crate::engine::{pool_error, ConnShared, ConnState};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN};
-use crate::task::{register, register_tick};
+use crate::task::{register, register_recv, register_tick};
 use crate::{Conn, Error, Result};
 
 impl Conn {
@@ -46,7 +46,7 @@ impl Conn {
         if let Some(e) = st.ended() {
             return Poll::Ready(Err(e));
         }
-        register(&mut st, cx);
+        register_recv(&mut st, cx);
         Poll::Pending
     }
 

@@ -18,6 +18,12 @@ pub(crate) fn register(st: &mut ConnState, cx: &Context<'_>) {
     push_waker(&mut st.wakers, cx.waker());
 }
 
+/// Adds the task's waker to the connection's receivers, woken when a message is delivered
+/// or the connection ends (same locking rule as [`register`]).
+pub(crate) fn register_recv(st: &mut ConnState, cx: &Context<'_>) {
+    push_waker(&mut st.recv_wakers, cx.waker());
+}
+
 /// Adds the task's waker to the endpoint's list woken at every tick of the progress thread
 /// (for waits no connection signals, such as an exhausted pool).
 pub(crate) fn register_tick(shared: &Shared, cx: &Context<'_>) {

@@ -56,6 +56,16 @@ const BENCHES: &[Bench] = &[
         about: "transport messages, RPC and large transfers vs ib_send_bw/ib_send_lat/ib_read_bw and rstream",
     },
     Bench {
+        name: "stream",
+        kind: Kind::Cargo {
+            package: "transport",
+            target: "stream",
+            json_env: "STREAM_BENCH_JSON",
+            convert: comparison_report,
+        },
+        about: "byte stream (tokio) throughput and 64 B echo vs rstream, and the echo vs tokio TcpStream",
+    },
+    Bench {
         name: "perftest",
         kind: Kind::Perftest,
         about:
@@ -261,7 +271,8 @@ fn comparison_report(raw: &std::path::Path, device: &str) -> Result<Report> {
             } else {
                 Better::Higher
             },
-            goal: c["goal"].as_f64().unwrap_or(1.0),
+            // null: no goal, a ratio only reported.
+            goal: c["goal"].as_f64().unwrap_or(f64::NAN),
             extra: c
                 .as_object()
                 .map(|m| {

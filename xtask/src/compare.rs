@@ -58,6 +58,7 @@ pub struct Comparison {
     /// Which direction is better.
     pub better: Better,
     /// The ratio (ours / baseline) to meet: at most it for `Lower`, at least for `Higher`.
+    /// NaN (`null` in the JSON): no goal, the ratio is only reported.
     pub goal: f64,
     /// Bench-specific fields kept beside the common ones.
     pub extra: Map<String, Value>,
@@ -75,6 +76,9 @@ impl Comparison {
 
     /// Whether the ratio meets the goal.
     pub fn met(&self) -> bool {
+        if self.goal.is_nan() {
+            return true;
+        }
         let r = self.ratio();
         match self.better {
             Better::Lower => r <= self.goal,
@@ -153,15 +157,19 @@ impl Report {
             } else {
                 ">="
             };
+            let goal = if c.goal.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{op}{:.2}x", c.goal)
+            };
             s.push_str(&format!(
-                "{:<22} {:<10} {:>12.3} {:>12.3} {:<16} {:>6.2}x {op}{:.2}x{}\n",
+                "{:<22} {:<10} {:>12.3} {:>12.3} {:<16} {:>6.2}x {goal}{}\n",
                 c.case,
                 c.metric,
                 c.ours,
                 c.baseline,
                 c.baseline_name,
                 c.ratio(),
-                c.goal,
                 if c.met() { "" } else { "  (missed)" }
             ));
         }
@@ -182,8 +190,13 @@ impl Report {
             } else {
                 "≥"
             };
+            let goal = if c.goal.is_nan() {
+                "none (reported)".to_string()
+            } else {
+                format!("{op} {:.2}×", c.goal)
+            };
             s.push_str(&format!(
-                "| {} | {} | {} | {:.3} | {:.3} | {} | {:.2}× | {op} {:.2}×{} |\n",
+                "| {} | {} | {} | {:.3} | {:.3} | {} | {:.2}× | {goal}{} |\n",
                 c.case,
                 c.metric,
                 c.unit,
@@ -191,7 +204,6 @@ impl Report {
                 c.baseline,
                 c.baseline_name,
                 c.ratio(),
-                c.goal,
                 if c.met() { "" } else { " (missed)" }
             ));
         }
@@ -237,5 +249,31 @@ mod tests {
         assert!(r.comparisons[0].met());
         assert!(r.table().contains("0.90x <=1.00x"));
         assert!(r.markdown(&[("x", "x.svg")]).contains("![x](x.svg)"));
+    }
+
+    #[test]
+    fn a_nan_goal_is_reported_only_never_missed() {
+        let c = Comparison {
+            case: "echo vs TCP".into(),
+            metric: "median".into(),
+            unit: "us".into(),
+            ours: 30.0,
+            baseline: 10.0,
+            baseline_name: "tcp".into(),
+            better: Better::Lower,
+            goal: f64::NAN,
+            extra: Map::new(),
+        };
+        assert!(c.met());
+        assert!(c.to_json()["goal"].is_null());
+        let r = Report {
+            bench: "stream".into(),
+            device: "rxe0".into(),
+            comparisons: vec![c],
+            extra: Map::new(),
+        };
+        assert!(r.table().contains("3.00x -"), "{}", r.table());
+        assert!(!r.table().contains("missed"));
+        assert!(r.markdown(&[]).contains("none (reported)"));
     }
 }

@@ -1,6 +1,6 @@
 //! `cargo xtask demo`: brings up a device (two hosts in the qemu guest) and runs the reference
-//! programs between them (rdma-core's, ours, and each of ours against rdma-core's), printing
-//! what each reports.
+//! programs between them (rdma-core's, ours, and each of ours against rdma-core's), then our
+//! tokio echo server and client over the transport's byte stream, printing what each reports.
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -13,6 +13,8 @@ use crate::{apt, guest};
 struct AppPaths {
     rc_pingpong: PathBuf,
     rping: PathBuf,
+    echo_server: PathBuf,
+    echo_client: PathBuf,
 }
 
 fn build_apps() -> Result<AppPaths> {
@@ -29,6 +31,8 @@ fn build_apps() -> Result<AppPaths> {
     Ok(AppPaths {
         rc_pingpong: find("rc-pingpong")?,
         rping: find("rping")?,
+        echo_server: find("echo-server")?,
+        echo_client: find("echo-client")?,
     })
 }
 
@@ -99,13 +103,32 @@ const APPS: &[App] = &[
     },
 ];
 
+/// The main job: our tokio echo server on the peer, serving until killed, and our echo client
+/// here, once with one connection of 64-byte messages and once with 8 connections of 4 KiB;
+/// the client verifies every byte and prints its latency summary and throughput.
+const ECHO: &str = r#"echo "== echo-server <-> echo-client (ours; tokio byte streams over the transport)"
+$RDMA_TEST_PEER_EXEC $T $ECHO_SERVER $RDMA_TEST_PEER_ADDR:7600 > /tmp/server.log 2>&1 &
+server=$!
+i=0
+while ! grep -q listening /tmp/server.log && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+for run in '--size 64 --count 1000' '--size 4096 --count 200 --concurrency 8'; do
+  echo "echo-client $run"
+  $T $ECHO_CLIENT $RDMA_TEST_PEER_ADDR:7600 --src $RDMA_TEST_ADDR $run > /tmp/client.log 2>&1; c=$?
+  sed 's/^/client: /' /tmp/client.log
+  if [ $c -ne 0 ]; then echo "FAILED (client status $c)"; tail -5 /tmp/server.log; fail=1; else echo "ok"; fi
+done
+kill $server 2>/dev/null; wait $server 2>/dev/null
+"#;
+
 pub fn main(_args: &[String]) -> Result<ExitCode> {
     apt::ensure(apt::BASE)?;
     let apps = build_apps()?;
     let mut script = format!(
-        "fail=0\nT='timeout 60'\nRC_PINGPONG={}\nRPING={}\n",
+        "fail=0\nT='timeout 60'\nRC_PINGPONG={}\nRPING={}\nECHO_SERVER={}\nECHO_CLIENT={}\n",
         util::shell_quote(&apps.rc_pingpong.to_string_lossy()),
         util::shell_quote(&apps.rping.to_string_lossy()),
+        util::shell_quote(&apps.echo_server.to_string_lossy()),
+        util::shell_quote(&apps.echo_client.to_string_lossy()),
     );
     for app in APPS {
         script.push_str(&format!(
@@ -128,6 +151,7 @@ fi
             show = app.show,
         ));
     }
+    script.push_str(ECHO);
     script.push_str("exit $fail\n");
     let outcome = guest::run(&mut guest::Options {
         two_hosts: true,

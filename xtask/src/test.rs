@@ -137,6 +137,16 @@ impl Args {
             .flat_map(|p| ["-p".to_owned(), p.clone()])
             .collect()
     }
+
+    /// Features the tests are built with: the transport's `grpc` (tonic, heavy, off in the
+    /// default build) whenever the transport's tests run, so its gRPC device test runs too.
+    fn cargo_features(&self) -> Vec<String> {
+        if self.packages.is_empty() || self.packages.iter().any(|p| p == "transport") {
+            vec!["--features".to_owned(), "transport/grpc".to_owned()]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 pub fn main(args: &[String]) -> Result<ExitCode> {
@@ -144,14 +154,19 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     let filter = args.filter.clone();
     let timeout = args.timeout;
     let selection = args.cargo_selection();
+    let features = args.cargo_features();
     let started = Instant::now();
     // Packages first: building the workspace needs libibverbs-dev and libclang (bindgen).
     apt::ensure(apt::BASE)?;
 
-    eprintln!("xtask: host tier: cargo test {}", selection.join(" "));
+    eprintln!(
+        "xtask: host tier: cargo test {} {}",
+        selection.join(" "),
+        features.join(" ")
+    );
     let mut host = Tally::default();
     let mut cmd = util::cargo();
-    cmd.arg("test").args(&selection);
+    cmd.arg("test").args(&selection).args(&features);
     if let Some(f) = &filter {
         cmd.args(["--", f]);
     }
@@ -170,7 +185,13 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     let mut device = Tally::default();
     let mut skipped = 0u64;
     let mut device_line = "device: none".to_owned();
-    match device_tier(&selection, filter.as_deref(), timeout, &mut device) {
+    match device_tier(
+        &selection,
+        &features,
+        filter.as_deref(),
+        timeout,
+        &mut device,
+    ) {
         Ok((line, skips)) => {
             device_line = line;
             skipped = skips;
@@ -207,11 +228,12 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
 /// `device: ...` line and the number of skipped tests.
 fn device_tier(
     selection: &[String],
+    features: &[String],
     filter: Option<&str>,
     timeout: Duration,
     tally: &mut Tally,
 ) -> Result<(String, u64)> {
-    let bins = test_binaries(selection, filter)?;
+    let bins = test_binaries(selection, features, filter)?;
     let total: usize = bins.iter().map(|b| b.device_tests).sum();
     if total == 0 {
         let place = if selection == ["--workspace"] {
@@ -402,9 +424,16 @@ pub(crate) fn acquire() -> Result<Target> {
 /// `cargo test --workspace|-p CRATE... --no-run --message-format=json`: the test executables,
 /// each with the number of device-tier tests it holds (listed on the host, so empty ones are
 /// not run).
-fn test_binaries(selection: &[String], filter: Option<&str>) -> Result<Vec<TestBinary>> {
+fn test_binaries(
+    selection: &[String],
+    features: &[String],
+    filter: Option<&str>,
+) -> Result<Vec<TestBinary>> {
     let mut cmd = util::cargo();
-    cmd.arg("test").args(selection).arg("--no-run");
+    cmd.arg("test")
+        .args(selection)
+        .args(features)
+        .arg("--no-run");
     let what = format!("cargo test {} --no-run", selection.join(" "));
     let built = util::built_executables(cmd, &what, |msg| msg["profile"]["test"] == true)?;
     let mut bins: Vec<TestBinary> = Vec::new();
@@ -479,7 +508,18 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert_eq!(a.filter, None);
         assert_eq!(a.cargo_selection(), ["--workspace"]);
+        assert_eq!(a.cargo_features(), ["--features", "transport/grpc"]);
         assert_eq!(a.timeout, Duration::from_secs(2400));
+        assert!(parse(&["-p", "memory"])
+            .unwrap()
+            .cargo_features()
+            .is_empty());
+        assert_eq!(
+            parse(&["-p", "memory", "-p", "transport"])
+                .unwrap()
+                .cargo_features(),
+            ["--features", "transport/grpc"]
+        );
     }
 
     #[test]

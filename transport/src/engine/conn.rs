@@ -82,6 +82,9 @@ pub(crate) struct ConnState {
     pub next_one_sided: u64,
     /// Async tasks to wake on any change.
     pub wakers: Vec<Waker>,
+    /// Async receivers of messages, woken only when a message is delivered or the connection
+    /// ends (a send completion does not wake them).
+    pub recv_wakers: Vec<Waker>,
     /// Async callers by call id, woken when their call finishes or the connection ends.
     pub call_wakers: HashMap<u64, Waker>,
 }
@@ -104,6 +107,7 @@ impl ConnState {
             one_sided_done: HashMap::new(),
             next_one_sided: 1,
             wakers: Vec::new(),
+            recv_wakers: Vec::new(),
             call_wakers: HashMap::new(),
         }
     }
@@ -154,13 +158,17 @@ impl ConnShared {
     /// connection. Call with the state locked, after every call into the protocol.
     pub(crate) fn drive(&self, st: &mut ConnState) {
         self.retry_deferred_reads(st);
+        let mut delivered = false;
         while let Some(action) = st.proto.as_mut().and_then(|p| p.poll_action()) {
             match action {
                 Action::Send { header, body } => self.post_frame(st, header, body),
                 Action::Read { id, remote, len } => self.post_read(st, id, remote, len),
                 Action::Release(buf) => drop(buf),
                 Action::Deliver(d) => match d.class {
-                    proto::Received::Message => st.inbox.push_back(d),
+                    proto::Received::Message => {
+                        st.inbox.push_back(d);
+                        delivered = true;
+                    }
                     proto::Received::Request { call } => {
                         if self.shared.cfg.serve_requests {
                             st.requests.push_back(d);
@@ -198,16 +206,25 @@ impl ConnShared {
                 }
             }
         }
+        if delivered {
+            for w in st.recv_wakers.drain(..) {
+                w.wake();
+            }
+        }
         self.wake(st);
     }
 
-    /// Wakes blocked threads and async tasks waiting on this connection.
+    /// Wakes blocked threads and async tasks waiting on this connection (receivers only when
+    /// it ended: a delivery wakes them in [`drive`](Self::drive)).
     pub(crate) fn wake(&self, st: &mut ConnState) {
         self.cond.notify_all();
         for w in st.wakers.drain(..) {
             w.wake();
         }
         if st.end.is_some() {
+            for w in st.recv_wakers.drain(..) {
+                w.wake();
+            }
             for (_, w) in st.call_wakers.drain() {
                 w.wake();
             }

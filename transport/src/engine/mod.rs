@@ -198,6 +198,12 @@ impl Shared {
         }
     }
 
+    /// Polls once, waiting for the progress lock if another thread holds it (so every
+    /// completion queued before the call is seen, by this poll or by the other thread's).
+    fn progress_after_arm(&self) -> usize {
+        self.poll_with(self.progress.lock())
+    }
+
     /// Handles every completion queued now, waiting for the poller if another thread polls.
     fn progress_all(&self) {
         while self.poll_with(self.progress.lock()) > 0 {}
@@ -420,12 +426,15 @@ fn progress_loop(shared: &Shared) {
             continue;
         }
         // Lossless sleep: arm, poll again (a completion may have come before arming), and
-        // only then wait on the channel, no longer than the next tick.
+        // only then wait on the channel, no longer than the next tick. The poll after arming
+        // waits for a thread polling at that moment and polls once more: that thread may
+        // have looked at the queue before a completion that came before the arm (which raises
+        // no event), and without this poll the completion would wait a whole tick.
         if shared.cq.req_notify(false).is_err() {
             std::thread::sleep(TICK);
             continue;
         }
-        if shared.progress() > 0 {
+        if shared.progress_after_arm() > 0 {
             idle_since = None;
             continue;
         }

@@ -16,19 +16,21 @@ pub struct StreamListener {
 }
 
 impl StreamListener {
-    /// Listens on `addr` (port 0: any free port) with a new [`Endpoint`] on the device that
-    /// has `addr`'s IP. Nothing is awaited; `async` keeps the shape of `TcpListener::bind`.
+    /// Listens on `addr` (port 0: any free port) on the [shared endpoint](super::shared_endpoint)
+    /// of `addr`'s IP (made on first use; the streams it accepts share it). Nothing is awaited
+    /// once that endpoint exists; `async` keeps the shape of `TcpListener::bind`. For an
+    /// endpoint of your own, use [`bind_on`](Self::bind_on).
     pub async fn bind(addr: SocketAddr) -> io::Result<StreamListener> {
         Self::bind_blocking(addr)
     }
 
     /// [`bind`](Self::bind), from blocking code.
     pub fn bind_blocking(addr: SocketAddr) -> io::Result<StreamListener> {
-        let endpoint = Endpoint::new(addr.ip()).map_err(to_io)?;
+        let endpoint = super::shared_endpoint(addr.ip())?;
         Self::bind_on(&endpoint, addr.port())
     }
 
-    /// Listens on `port` of an existing endpoint's address.
+    /// Listens on `port` of an endpoint of your own (its address; its configuration).
     pub fn bind_on(endpoint: &Endpoint, port: u16) -> io::Result<StreamListener> {
         endpoint
             .listen(port)

@@ -31,6 +31,15 @@
 //! # }
 //! ```
 //!
+//! # Endpoints
+//! A stream is a connection of an [`Endpoint`] (device context, completion queue, shared
+//! receive queue, pool, progress thread). [`Stream::connect`], [`Stream::connect_from`] and
+//! [`StreamListener::bind`] use the process's [`shared_endpoint`] of the local address, made
+//! on first use, so a process can hold hundreds of streams on one device (up to the
+//! endpoint's `max_connections`, 256 by default). [`Stream::connect_on`] and
+//! [`StreamListener::bind_on`] take an endpoint of your own (another configuration, polling
+//! mode, pool).
+//!
 //! # Errors
 //! As `io::Error` kinds: nobody listening: `ConnectionRefused`; the peer died: `ConnectionReset`
 //! (a silent peer, after the keepalive timeout: `TimedOut`); a write after
@@ -45,9 +54,12 @@
 
 mod blocking;
 mod error;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 mod io_impls;
 mod listener;
 mod read;
+mod shared;
 mod write;
 
 use std::io;
@@ -57,6 +69,7 @@ use std::time::Duration;
 
 pub use listener::StreamListener;
 pub use read::OwnedReadHalf;
+pub use shared::shared_endpoint;
 pub use write::{OwnedWriteHalf, DEFAULT_MAX_WRITE};
 
 use crate::{Conn, Endpoint};
@@ -69,21 +82,21 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// Connects to `addr` from the local address the kernel routes `addr` through, on a new
-    /// [`Endpoint`] of that address's device (it lives as long as the stream). Where that
-    /// route is not the RDMA device to use (several devices, or both ends on one host), use
+    /// Connects to `addr` from the local address the kernel routes `addr` through, on that
+    /// address's [shared endpoint](shared_endpoint). Where that route is not the RDMA device
+    /// to use (several devices, or both ends on one host), use
     /// [`connect_from`](Self::connect_from).
     pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
         let src = route_source(addr)?;
         Self::connect_from(src, addr).await
     }
 
-    /// Connects to `addr` from the RDMA device that has the local address `src`, on a new
-    /// [`Endpoint`] (it lives as long as the stream). To serve many connections from one
-    /// device, make one endpoint and use [`connect_on`](Self::connect_on).
+    /// Connects to `addr` from the RDMA device that has the local address `src`, on that
+    /// address's [shared endpoint](shared_endpoint) (made on first use; every stream from
+    /// `src` shares it). For an endpoint of your own, use [`connect_on`](Self::connect_on).
     pub async fn connect_from(src: IpAddr, addr: SocketAddr) -> io::Result<Stream> {
         crate::task::spawn_blocking("transport-connect", move || {
-            Endpoint::new(src)?.connect(addr)
+            shared::shared(src)?.connect(addr)
         })
         .await
         .map(Stream::from_conn)

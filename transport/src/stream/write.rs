@@ -62,7 +62,7 @@ impl OwnedWriteHalf {
     /// at most the connection's eager limit, so small writes never pay a rendezvous); returns
     /// how many. Zero bytes: `Ok(0)`, nothing sent. Cancel safe: `Pending` sent nothing, and
     /// `Ready(Ok(n))` queued exactly `n` bytes. Backpressure (no credit, pool exhausted) is
-    /// `Pending`. After [`shutdown`](Self::shutdown), or once the connection ended:
+    /// `Pending`. After [`poll_shutdown`](Self::poll_shutdown), or once the connection ended:
     /// `BrokenPipe`; peer failed: `ConnectionReset` (or `TimedOut` for a silent peer).
     pub fn poll_write(&mut self, cx: &mut Context<'_>, src: &[u8]) -> Poll<io::Result<usize>> {
         if self.shut {

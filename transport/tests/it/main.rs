@@ -5,9 +5,9 @@
 //!
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
-//! `calls`, `one_sided`, `failures`, `many`, the fault suite under netem and link outages
-//! (`fault_suite`, reported by `cargo xtask faults`), the async core (`async_conn`), and the byte
-//! stream: `stream`, `stream_executor`, `stream_faults`.
+//! `calls`, `one_sided`, `failures`, `many`, the fault suite under netem (`fault_suite`,
+//! reported by `cargo xtask faults`), the async core (`async_conn`), and the byte stream:
+//! `stream`, `stream_executor`, `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
 
 mod close;
 mod flood;
@@ -22,6 +22,8 @@ mod async_conn;
 mod calls;
 mod failures;
 mod fault_suite;
+#[cfg(feature = "grpc")]
+mod grpc;
 mod many;
 mod messages;
 mod one_sided;
@@ -30,6 +32,7 @@ mod resources;
 mod stream;
 mod stream_executor;
 mod stream_faults;
+mod stream_scale;
 mod support;
 
 use std::time::Duration;

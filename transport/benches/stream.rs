@@ -1,0 +1,360 @@
+//! Device benchmark of the byte stream (`transport::stream`, tokio) against rdma-core's
+//! `rstream` (rsocket) measured in the same run: throughput of 64 B, 4 KiB, 64 KiB and 1 MiB
+//! writes, and the 64 B echo round trip (median and p99); plus the same echo over tokio's
+//! `TcpStream` between the same two addresses (a ratio to report, no goal).
+//!
+//! Run on two devices (`cargo xtask bench stream`, or by hand in the two-hosts guest:
+//! `cargo bench -p transport --bench stream --no-run`, then `EXE --bench` with
+//! `ulimit -l unlimited`). The server is on the peer's device and address
+//! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints of
+//! the default configuration in this process on one multi-threaded tokio runtime, run once
+//! with adaptive polling (the default) and once busy, each row taking the better (its
+//! `polling` field says which); rstream as bounded child processes once ours are gone. Prints a table and writes JSON to
+//! `STREAM_BENCH_JSON`, else `<target dir>/bench/stream.raw.json`. Exits non-zero if a
+//! measurement of ours failed; a failed baseline gets a null baseline and ratio.
+//!
+//! Units: MB/s are 10^6 bytes per second; round trips in microseconds. rstream reports a mean
+//! time per transfer and no percentiles: its round trip is 2 x that mean, the baseline of both
+//! our median and our p99.
+
+#[path = "transport/baseline.rs"]
+#[allow(dead_code)]
+mod baseline;
+#[path = "stream/ours.rs"]
+mod ours;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpSocket};
+use transport::stream::{Stream, StreamListener};
+use transport::{Endpoint, EndpointConfig, Polling};
+
+use baseline::Hosts;
+use ours::Res;
+
+/// The whole run is killed after this, whatever hangs.
+const WATCHDOG: Duration = Duration::from_secs(900);
+const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
+const ECHO_SIZE: usize = 64;
+const ECHO_WARM: u64 = 100;
+const ECHO_N: u64 = 1000;
+/// Longer than an endpoint's linger after its last handle, so its threads are gone.
+const SETTLE: Duration = Duration::from_millis(2500);
+
+/// Writes of a throughput run: about 8 MiB, at least 16, at most 4000 (as the transport
+/// bench runs rstream).
+fn count(size: usize) -> u64 {
+    ((8usize << 20) / size).clamp(16, 4000) as u64
+}
+
+/// One comparison row of the JSON.
+struct Row {
+    case: String,
+    metric: &'static str,
+    unit: &'static str,
+    ours: f64,
+    /// The polling mode of our endpoints that gave `ours`.
+    polling: &'static str,
+    baseline: Option<f64>,
+    baseline_name: String,
+    higher: bool,
+    /// The ratio to meet; `None`: reported only.
+    goal: Option<f64>,
+}
+
+impl Row {
+    fn ratio(&self) -> Option<f64> {
+        self.baseline.map(|b| self.ours / b)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "case": self.case,
+            "metric": self.metric,
+            "unit": self.unit,
+            "ours": self.ours,
+            "baseline": self.baseline,
+            "baseline_name": self.baseline_name,
+            "ratio": self.ratio(),
+            "better": if self.higher { "higher" } else { "lower" },
+            "goal": self.goal,
+            "polling": self.polling,
+        })
+    }
+}
+
+fn baseline(name: &str, r: Result<f64, String>) -> Option<f64> {
+    r.and_then(|v| {
+        if v > 0.0 && v.is_finite() {
+            Ok(v)
+        } else {
+            Err(format!("it reported {v}, not a measurement"))
+        }
+    })
+    .map_err(|e| eprintln!("baseline {name} failed: {e}"))
+    .ok()
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+/// Our measurements: (MB/s per size, echo median and p99 in us).
+struct Ours {
+    throughput: Vec<f64>,
+    echo: (f64, f64),
+}
+
+/// A connected pair of our streams: (server side, client side).
+async fn stream_pair(listener: &StreamListener, client: &Endpoint) -> Res<(Stream, Stream)> {
+    let addr = listener.local_addr().map_err(io("listener address"))?;
+    let (c, s) = tokio::join!(Stream::connect_on(client, addr), listener.accept());
+    Ok((s.map_err(io("accept"))?.0, c.map_err(io("connect"))?))
+}
+
+async fn ours(sip: IpAddr, cip: IpAddr, polling: Polling) -> Res<Ours> {
+    let cfg = EndpointConfig {
+        polling,
+        ..EndpointConfig::default()
+    };
+    let server =
+        Endpoint::with_config(sip, cfg.clone()).map_err(|e| format!("server endpoint: {e}"))?;
+    let client = Endpoint::with_config(cip, cfg).map_err(|e| format!("client endpoint: {e}"))?;
+    let listener = StreamListener::bind_on(&server, 0).map_err(io("listen"))?;
+    let mut throughput = Vec::new();
+    for size in SIZES {
+        let n = count(size);
+        // A warm-up run, then the measured one, each on a fresh connection.
+        let mut best = 0.0;
+        for (i, n) in [(n / 10).max(4), n].into_iter().enumerate() {
+            let (s, mut c) = stream_pair(&listener, &client).await?;
+            let sink = tokio::spawn(ours::sink(s, size as u64 * n));
+            let mbs = ours::source(&mut c, size, n).await?;
+            sink.await.map_err(|e| e.to_string())??;
+            if i == 1 {
+                best = mbs;
+            }
+        }
+        println!("stream {:>8} writes: {best:>10.2} MB/s", human(size));
+        throughput.push(best);
+    }
+    let (s, mut c) = stream_pair(&listener, &client).await?;
+    let echo = tokio::spawn(ours::echo(s));
+    let times = ours::round_trips(&mut c, ECHO_SIZE, ECHO_WARM, ECHO_N).await?;
+    c.shutdown().await.map_err(io("shutdown"))?;
+    echo.await.map_err(|e| e.to_string())??;
+    let echo = ours::percentiles(times);
+    println!(
+        "stream echo {ECHO_SIZE} B: median {:.1} us, p99 {:.1} us",
+        echo.0, echo.1
+    );
+    Ok(Ours { throughput, echo })
+}
+
+/// The same echo over tokio's TCP between the two addresses: median and p99 in us.
+async fn tcp_echo(sip: IpAddr, cip: IpAddr) -> Res<(f64, f64)> {
+    let listener = TcpListener::bind(SocketAddr::new(sip, 0))
+        .await
+        .map_err(io("tcp bind"))?;
+    let addr = listener.local_addr().map_err(io("tcp address"))?;
+    let socket = TcpSocket::new_v4().map_err(io("tcp socket"))?;
+    socket
+        .bind(SocketAddr::new(cip, 0))
+        .map_err(io("tcp bind client"))?;
+    let (c, s) = tokio::join!(socket.connect(addr), listener.accept());
+    let (mut c, (s, _)) = (c.map_err(io("tcp connect"))?, s.map_err(io("tcp accept"))?);
+    c.set_nodelay(true).map_err(io("nodelay"))?;
+    s.set_nodelay(true).map_err(io("nodelay"))?;
+    let echo = tokio::spawn(ours::echo(s));
+    let times = ours::round_trips(&mut c, ECHO_SIZE, ECHO_WARM, ECHO_N).await?;
+    drop(c);
+    echo.await.map_err(|e| e.to_string())??;
+    let r = ours::percentiles(times);
+    println!(
+        "tcp echo {ECHO_SIZE} B: median {:.1} us, p99 {:.1} us",
+        r.0, r.1
+    );
+    Ok(r)
+}
+
+fn run(rows: &mut Vec<Row>) -> Res<String> {
+    let server = testkit::peer().device;
+    let client = testkit::device();
+    let device = format!("{},{}", client.name, server.name);
+    let (sip, cip) = (IpAddr::V4(server.addr), IpAddr::V4(client.addr));
+    let hosts = Hosts { server, client };
+    println!(
+        "byte stream vs rstream, client {} ({cip}) -> server {} ({sip})",
+        hosts.client.name, hosts.server.name
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(io("runtime"))?;
+    // Both polling modes (the default adaptive one and busy); each row takes the better.
+    let mut modes = Vec::new();
+    for (name, polling) in [
+        ("adaptive", EndpointConfig::default().polling),
+        ("busy", Polling::Busy),
+    ] {
+        println!("polling {name}:");
+        modes.push((name, rt.block_on(ours(sip, cip, polling))?));
+        // None of our endpoints alive before the next run: a lingering progress thread
+        // takes CPU.
+        std::thread::sleep(SETTLE);
+    }
+    let pick = |v: &dyn Fn(&Ours) -> f64, higher: bool| -> (f64, &'static str) {
+        let mut best = modes
+            .iter()
+            .map(|(name, o)| (v(o), *name))
+            .collect::<Vec<_>>();
+        best.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if higher {
+            best[best.len() - 1]
+        } else {
+            best[0]
+        }
+    };
+    let tcp = rt.block_on(tcp_echo(sip, cip))?;
+    for (i, size) in SIZES.into_iter().enumerate() {
+        let n = count(size);
+        let (bw, mode) = pick(&|o| o.throughput[i], true);
+        rows.push(Row {
+            case: format!("stream {} writes throughput", human(size)),
+            metric: "throughput",
+            unit: "MB/s",
+            ours: bw,
+            polling: mode,
+            baseline: baseline("rstream", hosts.rstream_bw(size, n as u32, 7571 + i as u16)),
+            baseline_name: format!("rstream -S {size} -C {n}"),
+            higher: true,
+            goal: Some(1.0),
+        });
+    }
+    let rstream_rtt = baseline("rstream", hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7581));
+    let name = format!("rstream -S {ECHO_SIZE} -I {ECHO_N} (2 x usec/xfer, mean)");
+    // Median and p99 of the mode with the better median.
+    let (_, mode) = pick(&|o| o.echo.0, false);
+    let echo = modes
+        .iter()
+        .find(|m| m.0 == mode)
+        .map(|m| m.1.echo)
+        .expect("the picked mode");
+    for (metric, ours) in [("round trip median", echo.0), ("round trip p99", echo.1)] {
+        rows.push(Row {
+            case: format!("stream echo {ECHO_SIZE} B"),
+            metric,
+            unit: "us",
+            ours,
+            polling: mode,
+            baseline: rstream_rtt,
+            baseline_name: name.clone(),
+            higher: false,
+            goal: Some(1.0),
+        });
+    }
+    for (metric, ours, theirs) in [
+        ("round trip median", echo.0, tcp.0),
+        ("round trip p99", echo.1, tcp.1),
+    ] {
+        rows.push(Row {
+            case: format!("stream echo {ECHO_SIZE} B vs TCP"),
+            metric,
+            unit: "us",
+            ours,
+            polling: mode,
+            baseline: Some(theirs),
+            baseline_name: "tokio TcpStream echo, same addresses".into(),
+            higher: false,
+            goal: None,
+        });
+    }
+    Ok(device)
+}
+
+fn human(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
+        s if s >= 1 << 10 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
+fn json_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("STREAM_BENCH_JSON").filter(|p| !p.is_empty()) {
+        return path.into();
+    }
+    // The executable is <target>/<profile>/deps/stream-<hash>.
+    let target = std::env::current_exe().ok().and_then(|exe| {
+        let deps = exe.parent()?;
+        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(PathBuf::from))?
+    });
+    target
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("bench")
+        .join("stream.raw.json")
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "\n{:<36} {:>18} {:>10} {:>10} {:>7} {:>6}",
+        "case", "metric", "ours", "baseline", "ratio", "goal"
+    );
+    for r in rows {
+        let b = r.baseline.map_or("-".into(), |b| format!("{b:.2}"));
+        let ratio = r.ratio().map_or("-".into(), |x| format!("{x:.2}"));
+        let goal = r.goal.map_or("-".into(), |g| {
+            format!("{}{g}", if r.higher { ">=" } else { "<=" })
+        });
+        println!(
+            "{:<36} {:>18} {:>10.2} {b:>10} {ratio:>7} {goal:>6}  {} ({})",
+            r.case, r.metric, r.ours, r.unit, r.baseline_name
+        );
+    }
+}
+
+fn main() -> ExitCode {
+    // `cargo test --benches` runs this without `--bench`: it needs two devices, so only say how.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("stream bench: run with `cargo xtask bench stream` (needs two RDMA devices)");
+        return ExitCode::SUCCESS;
+    }
+    std::thread::spawn(|| {
+        std::thread::sleep(WATCHDOG);
+        eprintln!("stream bench: still running after {WATCHDOG:?}, giving up");
+        std::process::exit(2);
+    });
+    let mut rows = Vec::new();
+    let outcome = run(&mut rows);
+    print_table(&rows);
+    let device = match &outcome {
+        Ok(d) => d.clone(),
+        Err(_) => testkit::device().name,
+    };
+    let json = serde_json::json!({
+        "bench": "stream",
+        "device": device,
+        "comparisons": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    let path = json_path();
+    let written = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&path, format!("{json:#}\n")));
+    if let Err(e) = written {
+        eprintln!("cannot write {}: {e}", path.display());
+        return ExitCode::FAILURE;
+    }
+    println!("JSON: {}", path.display());
+    match outcome {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stream bench failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
