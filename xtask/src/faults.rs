@@ -3,6 +3,8 @@
 //! `{"device", "scenarios": [{"name", "traffic", "bytes_sent", "bytes_received", "bytes_lost",
 //! "bytes_corrupted", "detect_ms", "kept_serving", "pass", ...}]}`.
 //!
+//! `goodput_vs_clean` is the scenario's goodput over the same traffic's on a clean link.
+//!
 //! Exits non-zero on any loss, corruption, failed scenario, or a scenario that wrote no figures
 //! (it crashed or hung).
 
@@ -58,13 +60,21 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     }
     println!();
     println!(
-        "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>6}",
-        "scenario", "traffic", "bytes sent", "lost", "corrupted", "detect ms", "serving", "pass"
+        "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+        "scenario",
+        "traffic",
+        "bytes sent",
+        "lost",
+        "corrupted",
+        "detect ms",
+        "goodput",
+        "serving",
+        "pass"
     );
     for s in &scenarios {
         let num = |k: &str| s[k].as_u64().map_or("-".to_owned(), |v| v.to_string());
         println!(
-            "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>6}",
+            "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
             s["name"].as_str().unwrap_or("?"),
             s["traffic"].as_str().unwrap_or("-"),
             num("bytes_sent"),
@@ -73,6 +83,9 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             s["detect_ms"]
                 .as_f64()
                 .map_or("-".to_owned(), |v| format!("{v:.0}")),
+            s["goodput_vs_clean"]
+                .as_f64()
+                .map_or("-".to_owned(), |v| format!("{v:.2}x")),
             match s["kept_serving"].as_bool() {
                 Some(true) => "yes",
                 Some(false) => "NO",
