@@ -88,9 +88,13 @@ pub struct Args {
     /// Largest message sent inline (default: 236 for send, 220 for write, 0 otherwise).
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
-    /// Connect the queue pairs with rdma_cm.
+    /// Connect the queue pairs with rdma_cm, and run the exchange over rdma_cm too (on the
+    /// same port).
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
+    /// With -R, the client's source address (default: the address of the -d device's GID).
+    #[arg(long = "source_ip")]
+    pub source_ip: Option<std::net::IpAddr>,
     /// Do not fail on a CPU frequency that varies (this implementation uses the monotonic
     /// clock, so it never does).
     #[arg(short = 'F', long = "CPU-freq")]
@@ -178,12 +182,8 @@ impl Params {
                 args.connection
             ));
         }
-        if args.rdma_cm {
-            return bad(
-                "rdma_cm connection (-R) is not supported by this implementation yet; \
-                 drop -R on both sides to use the TCP exchange"
-                    .into(),
-            );
+        if args.source_ip.is_some() && !args.rdma_cm {
+            return bad("--source_ip applies to rdma_cm mode only: add -R or drop it".into());
         }
         if args.bidirectional {
             return bad(
@@ -437,7 +437,7 @@ mod tests {
         assert!(msg(Test::WriteBw, &["-m", "1500"]).contains("256, 512"));
         assert!(msg(Test::AtomicLat, &["-s", "16"]).contains("8 bytes"));
         assert!(msg(Test::SendLat, &["-D", "2"]).contains("use -n"));
-        assert!(msg(Test::SendBw, &["-R"]).contains("-R"));
+        assert!(msg(Test::SendBw, &["--source_ip", "10.0.0.1"]).contains("-R"));
         assert!(msg(Test::SendBw, &["-b"]).contains("-b"));
         assert!(msg(Test::SendBw, &["-c", "UD"]).contains("RC"));
         assert!(msg(Test::WriteLat, &["-q", "2"]).contains("one QP"));
