@@ -185,14 +185,16 @@ impl Params {
         if args.source_ip.is_some() && !args.rdma_cm {
             return bad("--source_ip applies to rdma_cm mode only: add -R or drop it".into());
         }
-        if args.bidirectional {
-            return bad(
-                "bidirectional mode (-b) is not supported by this implementation yet; \
-                 drop -b on both sides"
-                    .into(),
-            );
-        }
         let lat = test.is_latency();
+        if args.bidirectional && lat {
+            return bad(format!(
+                "bidirectional mode (-b) is for the bandwidth tests; {} measures latency: drop -b",
+                test.name()
+            ));
+        }
+        if args.bidirectional && args.duration.is_some() {
+            return bad("-b and -D do not go together here: use -b with -n".into());
+        }
         let verb = test.verb();
         if verb == Verb::Atomic && args.size.is_some_and(|s| s != 8) {
             return bad("atomic operations are 8 bytes: drop -s or use -s 8".into());
@@ -423,6 +425,9 @@ mod tests {
         let p = parse(Test::SendLat, &["--size=64", "--iters=300", "--all"]).unwrap();
         assert_eq!(p.sizes.len(), 23);
         assert_eq!((p.sizes[0], p.max_size), (2, 1 << 23));
+        let p = parse(Test::SendBw, &["-b", "-R", "--source_ip", "10.0.0.1", "h"]).unwrap();
+        assert!(p.args.bidirectional && p.args.rdma_cm);
+        assert_eq!(p.args.source_ip, Some("10.0.0.1".parse().unwrap()));
         let p = parse(Test::ReadBw, &["-D", "3"]).unwrap();
         assert_eq!(p.duration, Some(3));
         let p = parse(Test::AtomicLat, &["-A", "CMP_AND_SWAP"]).unwrap();
@@ -438,7 +443,8 @@ mod tests {
         assert!(msg(Test::AtomicLat, &["-s", "16"]).contains("8 bytes"));
         assert!(msg(Test::SendLat, &["-D", "2"]).contains("use -n"));
         assert!(msg(Test::SendBw, &["--source_ip", "10.0.0.1"]).contains("-R"));
-        assert!(msg(Test::SendBw, &["-b"]).contains("-b"));
+        assert!(msg(Test::SendLat, &["-b"]).contains("drop -b"));
+        assert!(msg(Test::WriteBw, &["-b", "-D", "2"]).contains("-b with -n"));
         assert!(msg(Test::SendBw, &["-c", "UD"]).contains("RC"));
         assert!(msg(Test::WriteLat, &["-q", "2"]).contains("one QP"));
         assert!(parse(Test::SendLat, &["-x", "65"]).is_err());
