@@ -363,7 +363,7 @@ impl Endpoint {
         qp.modify(
             &QpAttr::new()
                 .qp_state(QpState::Rts)
-                .timeout(p.args.qp_timeout)
+                .timeout(p.qp_timeout())
                 .retry_cnt(7)
                 .rnr_retry(7)
                 .sq_psn(mine.psn)

@@ -108,9 +108,9 @@ pub struct Args {
     /// Completion moderation: signal one send in this many (default 100).
     #[arg(short = 'Q', long = "cq-mod")]
     pub cq_mod: Option<u32>,
-    /// QP timeout exponent (4.096 us * 2^N).
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
-    pub qp_timeout: u8,
+    /// QP timeout exponent (4.096 us * 2^N; default 14).
+    #[arg(short = 'u', long = "qp-timeout")]
+    pub qp_timeout: Option<u8>,
     /// Service level.
     #[arg(short = 'S', long = "sl", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
     pub sl: u8,
@@ -182,6 +182,19 @@ impl Params {
                 args.connection
             ));
         }
+        if args.rdma_cm {
+            // The CM computes the QPs' path attributes: refuse what it would override.
+            let overridden = [
+                (args.mtu.is_some(), "-m (the path MTU)"),
+                (args.sl != 0, "-S (the service level)"),
+                (args.qp_timeout.is_some(), "-u (the QP timeout)"),
+            ];
+            if let Some((_, what)) = overridden.iter().find(|(given, _)| *given) {
+                return bad(format!(
+                    "with -R the connection manager sets {what}: drop it, or drop -R"
+                ));
+            }
+        }
         if args.source_ip.is_some() && !args.rdma_cm {
             return bad("--source_ip applies to rdma_cm mode only: add -R or drop it".into());
         }
@@ -189,6 +202,26 @@ impl Params {
         if args.bidirectional && lat {
             return bad(format!(
                 "bidirectional mode (-b) is for the bandwidth tests; {} measures latency: drop -b",
+                test.name()
+            ));
+        }
+        if lat {
+            let bw_only = [
+                (args.post_list != 1, "-l (post lists)"),
+                (args.cq_mod.is_some(), "-Q (completion moderation)"),
+                (args.report_gbits, "--report_gbits"),
+            ];
+            if let Some((_, what)) = bw_only.iter().find(|(given, _)| *given) {
+                return bad(format!(
+                    "{what} applies to the bandwidth tests; {} signals and waits for every \
+                     request: drop it",
+                    test.name()
+                ));
+            }
+        }
+        if args.outs.is_some() && !matches!(test.verb(), Verb::Read | Verb::Atomic) {
+            return bad(format!(
+                "-o (outstanding reads/atomics) applies to read and atomic tests, not {}: drop it",
                 test.name()
             ));
         }
@@ -318,6 +351,11 @@ impl Params {
         })
     }
 
+    /// The QP timeout exponent (`-u`, perftest's default 14).
+    pub fn qp_timeout(&self) -> u8 {
+        self.args.qp_timeout.unwrap_or(14)
+    }
+
     /// Whether this side is the server.
     pub fn is_server(&self) -> bool {
         self.args.servername.is_none()
@@ -352,7 +390,7 @@ mod tests {
         assert_eq!(p.tx_depth, 1);
         assert_eq!(p.rx_depth, 512);
         assert_eq!(p.inline_size, 236);
-        assert_eq!(p.args.qp_timeout, 14);
+        assert_eq!(p.qp_timeout(), 14);
         assert!(p.is_server());
 
         let p = parse(Test::WriteBw, &["10.0.0.1"]).unwrap();
@@ -443,6 +481,11 @@ mod tests {
         assert!(msg(Test::AtomicLat, &["-s", "16"]).contains("8 bytes"));
         assert!(msg(Test::SendLat, &["-D", "2"]).contains("use -n"));
         assert!(msg(Test::SendBw, &["--source_ip", "10.0.0.1"]).contains("-R"));
+        assert!(msg(Test::SendBw, &["-R", "-m", "1024"]).contains("-m (the path MTU)"));
+        assert!(msg(Test::SendBw, &["-R", "-u", "10"]).contains("drop -R"));
+        assert!(msg(Test::SendLat, &["-t", "4", "-l", "4"]).contains("-l (post lists)"));
+        assert!(msg(Test::WriteLat, &["-Q", "4"]).contains("bandwidth tests"));
+        assert!(msg(Test::WriteBw, &["-o", "4"]).contains("read and atomic"));
         assert!(msg(Test::SendLat, &["-b"]).contains("drop -b"));
         assert!(msg(Test::WriteBw, &["-b", "-D", "2"]).contains("-b with -n"));
         assert!(msg(Test::SendBw, &["-c", "UD"]).contains("RC"));
