@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use apps::pingpong::{self, Dest};
 use clap::Parser;
+use memory::{Buffer, ClassConfig, Pool, PoolConfig};
 use verbs::{
     AccessFlags, AhAttr, CompletionBuf, Context, Cq, GlobalRoute, LinkLayer, MemoryRegion, Mtu, Qp,
     QpAttr, QpInitAttr, QpState, QpType, RecvRequest, SendRequest, WcOpcode, WrOp,
@@ -77,8 +78,9 @@ struct PingPong {
     send_buf: Option<MemoryRegion>,
     /// Inline copy of the message when the QP can send it inline.
     inline: Option<Vec<u8>>,
-    /// Receive buffers not posted.
-    free_rx: Vec<MemoryRegion>,
+    /// Receive buffers not posted: carved from one registration, so the rx-depth receives
+    /// cover `rx_depth * size` contiguous bytes rather than a page (or more) each.
+    free_rx: Vec<Buffer>,
     size: usize,
 }
 
@@ -211,9 +213,17 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let inline =
         (qp.cap().max_inline_data as usize >= size).then(|| send_buf.as_slice()[..size].to_vec());
     qp.to_init(args.ib_port, AccessFlags::empty())?;
+    // One class of the message size (a multiple of 64), one chunk for every receive.
+    let class = size.max(1).div_ceil(64) * 64;
+    let rx_pool = Pool::on_pd(
+        &pd,
+        PoolConfig::new()
+            .classes([ClassConfig::new(class).chunk_size(class * rx_depth.max(1))])
+            .cap_bytes(class * rx_depth.max(1)),
+    )?;
     let free_rx = (0..rx_depth)
-        .map(|_| pd.reg_mr(size.max(1), AccessFlags::LOCAL_WRITE))
-        .collect::<verbs::Result<Vec<_>>>()?;
+        .map(|_| rx_pool.try_alloc(size.max(1)))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut pp = PingPong {
         qp,
         cq,
@@ -310,7 +320,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
                 }
                 Some(WcOpcode::Recv) => {
                     for r in &mut back {
-                        if let Ok(b) = r.take::<MemoryRegion>() {
+                        if let Ok(b) = r.take::<Buffer>() {
                             pp.free_rx.push(b);
                         }
                     }

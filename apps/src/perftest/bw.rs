@@ -22,7 +22,9 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     let verb = p.test.verb();
     let server = p.is_server();
     let gbits = p.args.report_gbits;
-    if server && verb != Verb::Send {
+    // -b: both sides post and measure; each prints the sum of both sides' results.
+    let duplex = p.args.bidirectional;
+    if server && verb != Verb::Send && !duplex {
         // perftest's server of WRITE/READ only waits for the client's end and its report.
         let mine = s.mine[0];
         s.comm.hand_shake(&mine)?;
@@ -36,10 +38,12 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     let mut poller = Poller::new(64, p.args.events, p.timeout());
     let mut results = Vec::new();
     let mut last = BwStats::compute(0, &[], &[], 1, gbits);
-    // send-bw server: receive buffers, posted before each size's synchronising handshake.
+    // send-bw server (and both sides with -b): receive buffers, posted before each size's
+    // synchronising handshake.
+    let receives = verb == Verb::Send && (server || duplex);
     let nrecv = (p.rx_depth as u64).min((BUF_BUDGET / p.max_size).max(4)) as usize;
     let mut recv_bufs = Vec::new();
-    if server {
+    if receives {
         for _ in 0..nrecv * s.ep.qps.len() {
             recv_bufs.push(
                 s.ep.pd
@@ -50,23 +54,51 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     }
     for &size in &p.sizes {
         let mine = s.mine[0];
-        if verb == Verb::Send && server {
+        if receives {
             for qp in 0..s.ep.qps.len() {
                 for _ in 0..nrecv {
                     post_recv(s, qp, &mut recv_bufs)?;
                 }
             }
         }
-        if verb == Verb::Send {
+        if verb == Verb::Send || duplex {
             s.comm.hand_shake(&mine)?;
         }
-        let (posted, completed) = if server {
+        let (posted, completed) = if server && !duplex {
             serve_sends(p, s, &mut poller, &mut recv_bufs)?
         } else {
-            client(p, s, &mut poller, size)?
+            let recv = (duplex && verb == Verb::Send).then_some(&mut recv_bufs);
+            client(p, s, &mut poller, size, recv)?
         };
-        let cq_mod = if server { 1 } else { p.cq_mod as usize };
-        let st = BwStats::compute(size, &posted, &completed, cq_mod, gbits);
+        let cq_mod = if server && !duplex {
+            1
+        } else {
+            p.cq_mod as usize
+        };
+        let mut st = BwStats::compute(size, &posted, &completed, cq_mod, gbits);
+        if duplex {
+            // perftest: WRITE and READ synchronise after each size of a sweep before the
+            // reports; SEND after the reports (below).
+            if verb != Verb::Send && p.args.all {
+                s.comm.hand_shake(&mine)?;
+            }
+            let theirs = s.comm.bw_reports(&BwReport {
+                size: st.size,
+                iters: st.iters,
+                bw_peak: st.peak,
+                bw_avg: st.avg,
+                msg_rate: st.msg_rate,
+            })?;
+            if theirs.size != st.size {
+                return Err(Error::Peer(format!(
+                    "the peer measured {} B messages, we {} B: do both sides use the same -s / -a?",
+                    theirs.size, st.size
+                )));
+            }
+            st.peak += theirs.bw_peak;
+            st.avg += theirs.bw_avg;
+            st.msg_rate += theirs.msg_rate;
+        }
         match p.args.output {
             Some(Output::Bandwidth) => println!("{:.6}", st.avg),
             Some(Output::MessageRate) => println!("{:.6}", st.msg_rate),
@@ -80,11 +112,11 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
             s.comm.hand_shake(&mine)?;
         }
     }
-    if verb == Verb::Send && server {
+    if receives {
         // Receives still posted are flushed when the QPs go; nothing else to hand back.
         drop(recv_bufs);
     }
-    if verb != Verb::Send {
+    if verb != Verb::Send && !duplex {
         let mine = s.mine[0];
         s.comm.hand_shake(&mine)?;
         s.comm.bw_reports(&BwReport {
@@ -146,12 +178,14 @@ fn serve_sends(
     Ok((vec![Duration::ZERO; total], completed))
 }
 
-/// The sending side of send/write/read bandwidth.
+/// The sending side of send/write/read bandwidth; with `recv` (send-bw -b) it also takes
+/// the peer's `-n` messages per QP, keeping receives posted from `recv`.
 fn client(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
     size: u64,
+    mut recv: Option<&mut Vec<MemoryRegion>>,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {
     let verb = p.test.verb();
     let nqp = s.ep.qps.len();
@@ -196,8 +230,10 @@ fn client(
     let mut posted = 0usize;
     let mut finished = 0usize;
     let mut stop = false;
+    let mut recv_left = vec![if recv.is_some() { iters } else { 0 }; nqp];
+    let mut receiving = recv.is_some();
     let t0 = Instant::now();
-    while finished < posted || (!stop && posted < total) {
+    while finished < posted || (!stop && posted < total) || receiving {
         let mut progress = false;
         // Post on every QP up to its depth, in lists of -l.
         for qp in 0..nqp {
@@ -285,14 +321,29 @@ fn client(
                 }
             }
         }
-        if finished < posted {
+        if finished < posted || receiving {
             if progress {
                 poller.poll_now(&s.ep, &mut done)?;
             } else {
                 poller.wait(&s.ep, &mut done)?;
             }
             let now = t0.elapsed();
-            for d in done.drain(..) {
+            for mut d in done.drain(..) {
+                if d.recv {
+                    recv_left[d.qp] = recv_left[d.qp].saturating_sub(1);
+                    if let Some(bufs) = recv.as_deref_mut() {
+                        for r in &mut d.bufs {
+                            if let Ok(b) = r.take::<MemoryRegion>() {
+                                bufs.push(b);
+                            }
+                        }
+                        if s.ep.qps[d.qp].in_flight().1 < recv_left[d.qp] {
+                            post_recv(s, d.qp, bufs)?;
+                        }
+                    }
+                    receiving = recv_left.iter().any(|&l| l > 0);
+                    continue;
+                }
                 let n = d.bufs.len().max(1);
                 outstanding[d.qp] = outstanding[d.qp].saturating_sub(n);
                 finished += n;

@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use verbs::{
     AccessFlags, AhAttr, CompletionBuf, Context, Cq, Gid, GidType, GlobalRoute, LinkLayer,
-    MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpInitAttr, QpState, QpType, Reclaimed,
+    MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, Reclaimed,
     RemoteSlice, WcOpcode, WcStatus,
 };
 
+use super::cm_link::{server_addr, QpSpec, TestConns};
 use super::exchange::Dest;
 use super::options::Params;
 use super::{Error, Verb};
@@ -167,6 +168,21 @@ pub struct Endpoint {
     pub max_inline: u32,
     /// Outstanding reads/atomics this side accepts.
     pub out_reads: u32,
+    /// What the peer may do on the QPs.
+    qp_access: AccessFlags,
+    /// `-R`: the rdma_cm connections of the QPs.
+    cm: Option<TestConns>,
+}
+
+/// The test QPs' queue sizes (`-t`, `-r`, `-I`).
+fn qp_cap(p: &Params) -> QpCap {
+    QpCap {
+        max_send_wr: p.tx_depth + 1,
+        max_recv_wr: p.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: p.inline_size,
+    }
 }
 
 impl Endpoint {
@@ -219,27 +235,25 @@ impl Endpoint {
             .reg_mr(target_len, target_access)
             .map_err(|e| Error::Verbs("register the buffer the peer accesses (lower -s?)", e))?;
         let mut qps = Vec::new();
-        for _ in 0..p.qps {
-            let init = QpInitAttr::new(QpType::Rc, &cq, &cq)
-                .max_send_wr(p.tx_depth + 1)
-                .max_recv_wr(p.rx_depth)
-                .max_send_sge(1)
-                .max_recv_sge(1)
-                .max_inline_data(p.inline_size);
-            let qp = pd.create_qp(&init).map_err(|e| {
-                Error::Verbs(
-                    "create the QP (the device may not take this -t, -r or -I)",
-                    e,
-                )
-            })?;
-            qp.to_init(dev.port, qp_access)
-                .map_err(|e| Error::Verbs("move the QP to Init", e))?;
-            qps.push(qp);
+        // With -R the QPs come from rdma_cm ([`Endpoint::add_cm_qps`]).
+        if !p.args.rdma_cm {
+            for _ in 0..p.qps {
+                let init = QpInitAttr::new(QpType::Rc, &cq, &cq).cap(qp_cap(p));
+                let qp = pd.create_qp(&init).map_err(|e| {
+                    Error::Verbs(
+                        "create the QP (the device may not take this -t, -r or -I)",
+                        e,
+                    )
+                })?;
+                qp.to_init(dev.port, qp_access)
+                    .map_err(|e| Error::Verbs("move the QP to Init", e))?;
+                qps.push(qp);
+            }
         }
         let max_inline = qps
             .first()
             .map(|q| q.cap().max_inline_data.min(p.inline_size))
-            .unwrap_or(0);
+            .unwrap_or(p.inline_size);
         let out_reads = match verb {
             Verb::Read | Verb::Atomic => p.outs.unwrap_or(dev.max_rd_atom).min(dev.max_rd_atom),
             _ => 1,
@@ -252,7 +266,49 @@ impl Endpoint {
             target,
             max_inline,
             out_reads,
+            qp_access,
+            cm: None,
         })
+    }
+
+    /// `-R`: connects (client) or accepts (server) the test's QPs with rdma_cm on the
+    /// endpoint's PD and CQ, ready to send (perftest's `create_rdma_cm_connection`).
+    pub fn add_cm_qps(&mut self, p: &Params, src: Option<std::net::IpAddr>) -> Result<(), Error> {
+        let rd_atomic = match p.test.verb() {
+            Verb::Read | Verb::Atomic => self.out_reads.min(255) as u8,
+            _ => 0,
+        };
+        let spec = QpSpec {
+            pd: &self.pd,
+            cq: &self.cq,
+            cap: qp_cap(p),
+            access: self.qp_access,
+            rd_atomic,
+        };
+        let n = p.qps as usize;
+        let conns = match &p.args.servername {
+            Some(server) => TestConns::connect(
+                &spec,
+                n,
+                server_addr(server, p.args.port)?,
+                src,
+                p.timeout(),
+            )?,
+            None => TestConns::accept(&spec, n, p.args.port, p.timeout())?,
+        };
+        self.qps = conns.parts.iter().map(|c| c.qp.clone()).collect();
+        if let Some(q) = self.qps.first() {
+            self.max_inline = q.cap().max_inline_data.min(p.inline_size);
+        }
+        self.cm = Some(conns);
+        Ok(())
+    }
+
+    /// `-R`: ends the rdma_cm connections of the test's QPs.
+    pub fn disconnect_cm(&self) {
+        if let Some(c) = &self.cm {
+            c.disconnect();
+        }
     }
 
     /// This side's address message for QP `i` (`set_up_connection`).
@@ -307,7 +363,7 @@ impl Endpoint {
         qp.modify(
             &QpAttr::new()
                 .qp_state(QpState::Rts)
-                .timeout(p.args.qp_timeout)
+                .timeout(p.qp_timeout())
                 .retry_cnt(7)
                 .rnr_retry(7)
                 .sq_psn(mine.psn)

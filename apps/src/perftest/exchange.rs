@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use verbs::Gid;
 
+use super::cm_link::CmLink;
 use super::Error;
 
 /// The protocol version we speak (perftest's `VERSION`).
@@ -22,7 +23,7 @@ pub const KEY_MSG_SIZE: usize = 59;
 pub const KEY_MSG_SIZE_GID: usize = 108;
 
 /// One QP's address as exchanged (`struct pingpong_dest`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Dest {
     /// LID (0 on RoCE).
     pub lid: u16,
@@ -122,12 +123,20 @@ pub struct BwReport {
     pub msg_rate: f64,
 }
 
-/// The TCP connection to the peer.
+/// What the exchange runs on: a TCP connection, or (`-R`) an rdma_cm control connection.
+#[derive(Debug)]
+enum Link {
+    Tcp(TcpStream),
+    Cm(Box<CmLink>),
+}
+
+/// The connection to the peer that carries the exchange.
 #[derive(Debug)]
 pub struct Comm {
-    stream: TcpStream,
+    link: Link,
     client: bool,
     with_gid: bool,
+    gid_index: i32,
     timeout: Duration,
 }
 
@@ -209,11 +218,49 @@ impl Comm {
         stream.set_write_timeout(Some(timeout))?;
         stream.set_nodelay(true)?;
         Ok(Comm {
-            stream,
+            link: Link::Tcp(stream),
             client,
             with_gid: false,
+            gid_index: -1,
             timeout,
         })
+    }
+
+    /// Client of `-R`: the rdma_cm control connection to `server:port`, from `src`.
+    pub fn connect_cm(
+        server: &str,
+        port: u16,
+        src: Option<std::net::IpAddr>,
+        timeout: Duration,
+    ) -> Result<Comm, Error> {
+        let link = CmLink::connect(server, port, src, timeout)?;
+        Ok(Comm::over_cm(link, true, timeout))
+    }
+
+    /// Server of `-R`: waits for the client's rdma_cm control connection on `port`.
+    pub fn accept_cm(port: u16, timeout: Duration) -> Result<Comm, Error> {
+        let link = CmLink::accept(port, timeout)?;
+        Ok(Comm::over_cm(link, false, timeout))
+    }
+
+    fn over_cm(link: CmLink, client: bool, timeout: Duration) -> Comm {
+        Comm {
+            link: Link::Cm(Box::new(link)),
+            client,
+            with_gid: false,
+            gid_index: -1,
+            timeout,
+        }
+    }
+
+    /// Whether the exchange runs over rdma_cm (`-R`).
+    pub fn is_cm(&self) -> bool {
+        matches!(self.link, Link::Cm(_))
+    }
+
+    /// The GID index sent in binary address messages (`-R`); -1 for none.
+    pub fn set_gid_index(&mut self, index: Option<u32>) {
+        self.gid_index = index.map_or(-1, |i| i as i32);
     }
 
     /// Whether address messages carry a GID (both sides must agree: perftest decides by its
@@ -223,7 +270,17 @@ impl Comm {
     }
 
     fn read_exact(&mut self, buf: &mut [u8], what: &str) -> Result<(), Error> {
-        match self.stream.read_exact(buf) {
+        let stream = match &mut self.link {
+            Link::Tcp(s) => s,
+            Link::Cm(c) => {
+                let m = c.recv(what)?;
+                let n = m.len().min(buf.len());
+                buf[..n].copy_from_slice(&m[..n]);
+                buf[n..].fill(0);
+                return Ok(());
+            }
+        };
+        match stream.read_exact(buf) {
             Ok(()) => Ok(()),
             Err(e)
                 if matches!(
@@ -242,7 +299,11 @@ impl Comm {
     }
 
     fn write_all(&mut self, buf: &[u8], what: &str) -> Result<(), Error> {
-        self.stream
+        let stream = match &mut self.link {
+            Link::Tcp(s) => s,
+            Link::Cm(c) => return c.send(buf, what),
+        };
+        stream
             .write_all(buf)
             .map_err(|e| Error::Peer(format!("sending {what} to the peer: {e}")))
     }
@@ -301,10 +362,19 @@ impl Comm {
 
     /// `ctx_hand_shake`: one address message each way.
     pub fn hand_shake(&mut self, mine: &Dest) -> Result<Dest, Error> {
-        let msg = mine.to_wire(self.with_gid);
+        let cm = self.is_cm();
+        let msg = if cm {
+            mine.to_binary(self.gid_index).to_vec()
+        } else {
+            mine.to_wire(self.with_gid)
+        };
         let theirs = self.xchg(&msg, "the address exchange")?;
-        Dest::from_wire(&theirs, self.with_gid)
-            .map_err(|e| Error::Peer(format!("bad address message from the peer: {e}")))
+        if cm {
+            Dest::from_binary(&theirs)
+        } else {
+            Dest::from_wire(&theirs, self.with_gid)
+        }
+        .map_err(|e| Error::Peer(format!("bad address message from the peer: {e}")))
     }
 
     /// `xchg_bw_reports` (peer version >= 5.33: 64-bit iterations).
@@ -320,11 +390,13 @@ impl Comm {
         Ok(out)
     }
 
-    /// `ctx_close_connection`: a last handshake, then `"done"` (which nobody reads).
+    /// `ctx_close_connection`: a last handshake, then (over TCP) `"done"`, which nobody reads.
     pub fn close(mut self, mine: &Dest) -> Result<(), Error> {
         self.hand_shake(mine)?;
-        let _ = self.stream.write_all(b"done\0");
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        if let Link::Tcp(stream) = &mut self.link {
+            let _ = stream.write_all(b"done\0");
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        }
         Ok(())
     }
 }

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 pub mod bw;
+pub mod cm_link;
 pub mod endpoint;
 pub mod exchange;
 pub mod lat;
@@ -194,11 +195,22 @@ pub fn run(p: &Params) -> Result<(), Error> {
         println!("* Waiting for client to connect... *");
         println!("************************************");
     }
-    let mut comm = match &p.args.servername {
-        Some(s) => Comm::connect(s, p.args.port, timeout)?,
-        None => Comm::accept(p.args.port, timeout)?,
+    // -R: the client's source address picks its device (rdma_cm routes by address).
+    let src = p.args.source_ip.or_else(|| {
+        p.args
+            .ib_dev
+            .as_ref()
+            .and_then(|_| dev.gid.to_ipv4_mapped())
+            .map(std::net::IpAddr::V4)
+    });
+    let mut comm = match (&p.args.servername, p.args.rdma_cm) {
+        (Some(s), false) => Comm::connect(s, p.args.port, timeout)?,
+        (None, false) => Comm::accept(p.args.port, timeout)?,
+        (Some(s), true) => Comm::connect_cm(s, p.args.port, src, timeout)?,
+        (None, true) => Comm::accept_cm(p.args.port, timeout)?,
     };
     comm.set_with_gid(dev.gid_index.is_some());
+    comm.set_gid_index(dev.gid_index);
     comm.versions()?;
     comm.sys_data(4096, 64)?;
     let want = match p.args.mtu {
@@ -210,7 +222,15 @@ pub fn run(p: &Params) -> Result<(), Error> {
         Some(theirs) if theirs < want_code => verbs::Mtu::from_bytes(128 << theirs).unwrap_or(want),
         _ => want,
     };
-    let ep = Endpoint::create(&dev, p)?;
+    let mut ep = Endpoint::create(&dev, p)?;
+    if p.args.rdma_cm {
+        // perftest synchronises (with zeroed addresses) before and after the CM connects
+        // the test's QPs.
+        let zero = Dest::default();
+        comm.hand_shake(&zero)?;
+        ep.add_cm_qps(p, src)?;
+        comm.hand_shake(&zero)?;
+    }
     let mine: Vec<Dest> = (0..ep.qps.len())
         .map(|i| ep.dest(&dev, i, random_psn(i)))
         .collect();
@@ -231,7 +251,8 @@ pub fn run(p: &Params) -> Result<(), Error> {
         let r = s.comm.hand_shake(&s.mine[i])?;
         s.remote.push(r);
     }
-    if s.dev.gid_index.is_some()
+    if !p.args.rdma_cm
+        && s.dev.gid_index.is_some()
         && s.mine[0].gid.to_ipv4_mapped().is_some() != s.remote[0].gid.to_ipv4_mapped().is_some()
     {
         return Err(Error::Peer(
@@ -240,7 +261,8 @@ pub fn run(p: &Params) -> Result<(), Error> {
                 .into(),
         ));
     }
-    for i in 0..s.mine.len() {
+    // With -R the CM has connected the QPs already.
+    for i in (0..s.mine.len()).filter(|_| !p.args.rdma_cm) {
         s.ep.connect(&s.dev, p, i, &s.mine[i], &s.remote[i], s.mtu)?;
     }
     if matches!(test, Test::SendLat | Test::SendBw) {
@@ -265,6 +287,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
         let mine0 = s.mine[0];
         s.comm.close(&mine0)?;
     }
+    s.ep.disconnect_cm();
     if !quiet {
         println!("{}", report::RESULT_LINE);
     }

@@ -88,9 +88,13 @@ pub struct Args {
     /// Largest message sent inline (default: 236 for send, 220 for write, 0 otherwise).
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
-    /// Connect the queue pairs with rdma_cm.
+    /// Connect the queue pairs with rdma_cm, and run the exchange over rdma_cm too (on the
+    /// same port).
     #[arg(short = 'R', long = "rdma_cm")]
     pub rdma_cm: bool,
+    /// With -R, the client's source address (default: the address of the -d device's GID).
+    #[arg(long = "source_ip")]
+    pub source_ip: Option<std::net::IpAddr>,
     /// Do not fail on a CPU frequency that varies (this implementation uses the monotonic
     /// clock, so it never does).
     #[arg(short = 'F', long = "CPU-freq")]
@@ -104,9 +108,9 @@ pub struct Args {
     /// Completion moderation: signal one send in this many (default 100).
     #[arg(short = 'Q', long = "cq-mod")]
     pub cq_mod: Option<u32>,
-    /// QP timeout exponent (4.096 us * 2^N).
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 14)]
-    pub qp_timeout: u8,
+    /// QP timeout exponent (4.096 us * 2^N; default 14).
+    #[arg(short = 'u', long = "qp-timeout")]
+    pub qp_timeout: Option<u8>,
     /// Service level.
     #[arg(short = 'S', long = "sl", default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=15))]
     pub sl: u8,
@@ -179,20 +183,51 @@ impl Params {
             ));
         }
         if args.rdma_cm {
-            return bad(
-                "rdma_cm connection (-R) is not supported by this implementation yet; \
-                 drop -R on both sides to use the TCP exchange"
-                    .into(),
-            );
+            // The CM computes the QPs' path attributes: refuse what it would override.
+            let overridden = [
+                (args.mtu.is_some(), "-m (the path MTU)"),
+                (args.sl != 0, "-S (the service level)"),
+                (args.qp_timeout.is_some(), "-u (the QP timeout)"),
+            ];
+            if let Some((_, what)) = overridden.iter().find(|(given, _)| *given) {
+                return bad(format!(
+                    "with -R the connection manager sets {what}: drop it, or drop -R"
+                ));
+            }
         }
-        if args.bidirectional {
-            return bad(
-                "bidirectional mode (-b) is not supported by this implementation yet; \
-                 drop -b on both sides"
-                    .into(),
-            );
+        if args.source_ip.is_some() && !args.rdma_cm {
+            return bad("--source_ip applies to rdma_cm mode only: add -R or drop it".into());
         }
         let lat = test.is_latency();
+        if args.bidirectional && lat {
+            return bad(format!(
+                "bidirectional mode (-b) is for the bandwidth tests; {} measures latency: drop -b",
+                test.name()
+            ));
+        }
+        if lat {
+            let bw_only = [
+                (args.post_list != 1, "-l (post lists)"),
+                (args.cq_mod.is_some(), "-Q (completion moderation)"),
+                (args.report_gbits, "--report_gbits"),
+            ];
+            if let Some((_, what)) = bw_only.iter().find(|(given, _)| *given) {
+                return bad(format!(
+                    "{what} applies to the bandwidth tests; {} signals and waits for every \
+                     request: drop it",
+                    test.name()
+                ));
+            }
+        }
+        if args.outs.is_some() && !matches!(test.verb(), Verb::Read | Verb::Atomic) {
+            return bad(format!(
+                "-o (outstanding reads/atomics) applies to read and atomic tests, not {}: drop it",
+                test.name()
+            ));
+        }
+        if args.bidirectional && args.duration.is_some() {
+            return bad("-b and -D do not go together here: use -b with -n".into());
+        }
         let verb = test.verb();
         if verb == Verb::Atomic && args.size.is_some_and(|s| s != 8) {
             return bad("atomic operations are 8 bytes: drop -s or use -s 8".into());
@@ -316,6 +351,11 @@ impl Params {
         })
     }
 
+    /// The QP timeout exponent (`-u`, perftest's default 14).
+    pub fn qp_timeout(&self) -> u8 {
+        self.args.qp_timeout.unwrap_or(14)
+    }
+
     /// Whether this side is the server.
     pub fn is_server(&self) -> bool {
         self.args.servername.is_none()
@@ -350,7 +390,7 @@ mod tests {
         assert_eq!(p.tx_depth, 1);
         assert_eq!(p.rx_depth, 512);
         assert_eq!(p.inline_size, 236);
-        assert_eq!(p.args.qp_timeout, 14);
+        assert_eq!(p.qp_timeout(), 14);
         assert!(p.is_server());
 
         let p = parse(Test::WriteBw, &["10.0.0.1"]).unwrap();
@@ -423,6 +463,9 @@ mod tests {
         let p = parse(Test::SendLat, &["--size=64", "--iters=300", "--all"]).unwrap();
         assert_eq!(p.sizes.len(), 23);
         assert_eq!((p.sizes[0], p.max_size), (2, 1 << 23));
+        let p = parse(Test::SendBw, &["-b", "-R", "--source_ip", "10.0.0.1", "h"]).unwrap();
+        assert!(p.args.bidirectional && p.args.rdma_cm);
+        assert_eq!(p.args.source_ip, Some("10.0.0.1".parse().unwrap()));
         let p = parse(Test::ReadBw, &["-D", "3"]).unwrap();
         assert_eq!(p.duration, Some(3));
         let p = parse(Test::AtomicLat, &["-A", "CMP_AND_SWAP"]).unwrap();
@@ -437,8 +480,14 @@ mod tests {
         assert!(msg(Test::WriteBw, &["-m", "1500"]).contains("256, 512"));
         assert!(msg(Test::AtomicLat, &["-s", "16"]).contains("8 bytes"));
         assert!(msg(Test::SendLat, &["-D", "2"]).contains("use -n"));
-        assert!(msg(Test::SendBw, &["-R"]).contains("-R"));
-        assert!(msg(Test::SendBw, &["-b"]).contains("-b"));
+        assert!(msg(Test::SendBw, &["--source_ip", "10.0.0.1"]).contains("-R"));
+        assert!(msg(Test::SendBw, &["-R", "-m", "1024"]).contains("-m (the path MTU)"));
+        assert!(msg(Test::SendBw, &["-R", "-u", "10"]).contains("drop -R"));
+        assert!(msg(Test::SendLat, &["-t", "4", "-l", "4"]).contains("-l (post lists)"));
+        assert!(msg(Test::WriteLat, &["-Q", "4"]).contains("bandwidth tests"));
+        assert!(msg(Test::WriteBw, &["-o", "4"]).contains("read and atomic"));
+        assert!(msg(Test::SendLat, &["-b"]).contains("drop -b"));
+        assert!(msg(Test::WriteBw, &["-b", "-D", "2"]).contains("-b with -n"));
         assert!(msg(Test::SendBw, &["-c", "UD"]).contains("RC"));
         assert!(msg(Test::WriteLat, &["-q", "2"]).contains("one QP"));
         assert!(parse(Test::SendLat, &["-x", "65"]).is_err());

@@ -56,8 +56,36 @@ fn server(prog: &str, port: u16, extra: &[&str]) -> ChildGuard {
     ]);
     c.args(["-p", &port.to_string()]).args(extra);
     let mut g = ChildGuard::spawn(c).expect("start server");
-    super::wait_listening(port, &mut g);
+    if extra.contains(&"-R") {
+        wait_cm_listening(port, &mut g);
+    } else {
+        super::wait_listening(port, &mut g);
+    }
     g
+}
+
+/// Waits until an rdma_cm id listens on `port` (`rdma resource show cm_id`).
+fn wait_cm_listening(port: u16, server: &mut ChildGuard) {
+    let needle = format!(":{port} ");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let out = Command::new("rdma")
+            .args(["resource", "show", "cm_id"])
+            .output()
+            .expect("run rdma resource show cm_id");
+        let listing = String::from_utf8_lossy(&out.stdout);
+        if listing
+            .lines()
+            .any(|l| l.contains("state LISTEN") && format!("{l} ").contains(&needle))
+        {
+            return;
+        }
+        if Instant::now() > deadline {
+            server.kill();
+            panic!("server never listened with rdma_cm on port {port}:\n{listing}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn client(prog: &str, port: u16, extra: &[&str]) -> Command {
@@ -65,6 +93,10 @@ fn client(prog: &str, port: u16, extra: &[&str]) -> Command {
     let mut c = Command::new(prog);
     c.args(["-d", &dev.name, "-x", &dev.gid_index.to_string()]);
     c.args(["-p", &port.to_string()]).args(extra);
+    if extra.contains(&"-R") {
+        // rdma_cm routes by address: bind the client to this host's device.
+        c.args(["--source_ip", &dev.addr.to_string()]);
+    }
     c.arg(testkit::peer().device.addr.to_string());
     c
 }
@@ -230,6 +262,48 @@ fn json_matches_the_table() {
                     .unwrap_or_else(|| panic!("{k} missing in {r}"));
                 assert!((j - cell).abs() < 1e-9, "{k}: JSON {j} vs table {cell}");
             }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn rdma_cm_mode_against_perftest_in_both_roles() {
+    // send-lat and write-bw over rdma_cm (-R): the exchange on an rdma_cm control connection
+    // and the test QPs connected by the CM, against perftest's -R in either role and ourselves.
+    for (i, &(ours, theirs, server_rows)) in [TOOLS[0], TOOLS[5]].iter().enumerate() {
+        let port = 18_770 + 3 * i as u16;
+        let extra = ["-R", "-n", "20"];
+        pair(theirs, ours, port, &extra, server_rows);
+        pair(ours, theirs, port + 1, &extra, server_rows);
+        let (s, c) = pair(ours, ours, port + 2, &extra, server_rows);
+        assert!(c.contains("remote address"), "{c}");
+        if server_rows {
+            assert_eq!(rows(&s).len(), 1, "{s}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn bidirectional_bandwidth_against_perftest_in_both_roles() {
+    // -b: both sides post, measure and exchange reports; each prints the sum of both, so the
+    // server's row equals the client's.
+    for (i, &(ours, theirs, _)) in [TOOLS[4], TOOLS[5], TOOLS[6]].iter().enumerate() {
+        let port = 18_780 + 3 * i as u16;
+        let extra = ["-b", "-n", "20", "-s", "4096"];
+        let mut runs = vec![
+            pair(theirs, ours, port, &extra, true),
+            pair(ours, theirs, port + 1, &extra, true),
+        ];
+        if i == 1 {
+            runs.push(pair(ours, ours, port + 2, &extra, true));
+        }
+        for (s, c) in runs {
+            let (sr, cr) = (rows(&s), rows(&c));
+            assert_eq!(sr.len(), 1, "server rows:\n{s}");
+            assert_eq!(sr, cr, "the sides printed different sums");
+            assert!(cr[0][3] > 0.0, "no bandwidth: {cr:?}");
         }
     }
 }
