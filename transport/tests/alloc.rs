@@ -77,17 +77,37 @@ fn small_messages_in_steady_state_allocate_nothing() {
     for i in 0..3000 {
         round(i);
     }
-    ALLOCATIONS.store(0, Ordering::Relaxed);
-    COUNTING.store(true, Ordering::Relaxed);
-    let n = 2000u64;
-    for i in 0..n {
-        round(i);
+    // A thread's first free into a pool class gives it a cache of that class (a one-time
+    // allocation). Send buffers (frames and control frames) are freed by whichever thread
+    // handles their completion, this one included, so free one of each size here first.
+    for conn in [&c, &s] {
+        for len in [0, 64] {
+            drop(conn.alloc(len).unwrap());
+        }
     }
-    COUNTING.store(false, Ordering::Relaxed);
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
-    eprintln!("{allocations} heap allocations in {n} round trips");
+    // Steady state: a window of round trips in which nothing allocates. One-time setup that
+    // warm-up happened not to reach (a thread's first cache of a class) may land in a window;
+    // it cannot repeat, so the next window is clean. An allocation per message shows in every
+    // window.
+    let n = 2000u64;
+    let mut windows = Vec::new();
+    for w in 0..3 {
+        ALLOCATIONS.store(0, Ordering::Relaxed);
+        COUNTING.store(true, Ordering::Relaxed);
+        for i in 0..n {
+            round(w * n + i);
+        }
+        COUNTING.store(false, Ordering::Relaxed);
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+        eprintln!("{allocations} heap allocations in {n} round trips");
+        windows.push(allocations);
+        if allocations == 0 {
+            break;
+        }
+    }
     assert_eq!(
-        allocations, 0,
-        "{allocations} heap allocations in {n} round trips"
+        windows.last(),
+        Some(&0),
+        "heap allocations per window of {n} round trips: {windows:?}"
     );
 }

@@ -76,7 +76,7 @@ impl Pd {
                 raw,
                 max_wr: init.attr.max_wr.max(max_wr),
                 max_sge: init.attr.max_sge.max(max_sge),
-                rq: Mutex::new(InFlight::default()),
+                rq: Mutex::new(InFlight::with_depth(init.attr.max_wr.max(max_wr))),
                 _pd: self.inner.clone(),
             }),
         })

@@ -200,8 +200,16 @@ impl Shared {
 
     /// Polls once, waiting for the progress lock if another thread holds it (so every
     /// completion queued before the call is seen, by this poll or by the other thread's).
+    /// Waits by yielding, not parking: a poll is short, and the first time a thread parks on
+    /// a lock, parking_lot allocates its bookkeeping, which would land in the data path at
+    /// a random moment.
     fn progress_after_arm(&self) -> usize {
-        self.poll_with(self.progress.lock())
+        loop {
+            if let Some(guard) = self.progress.try_lock() {
+                return self.poll_with(guard);
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Handles every completion queued now, waiting for the poller if another thread polls.

@@ -57,7 +57,20 @@ pub(crate) struct InFlight {
     ring: VecDeque<Entry>,
 }
 
+/// Entries a table reserves up front at most: a queue deeper than this may still grow its
+/// table (once) while it fills for the first time.
+const RESERVED_MAX: usize = 1024;
+
 impl InFlight {
+    /// A table with room for a queue of `depth` requests (up to [`RESERVED_MAX`]), so posting
+    /// never allocates once the queue's depth is reserved: completions that come in batches
+    /// (unsignaled sends) would otherwise grow it at whatever moment the queue first peaks.
+    pub(crate) fn with_depth(depth: u32) -> Self {
+        InFlight {
+            ring: VecDeque::with_capacity((depth as usize).min(RESERVED_MAX)),
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.ring.len()
     }
