@@ -22,9 +22,10 @@
 mod baseline;
 #[path = "stream/ours.rs"]
 mod ours;
+#[path = "transport/report.rs"]
+mod report;
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -34,9 +35,8 @@ use transport::{Endpoint, EndpointConfig, Polling};
 
 use baseline::Hosts;
 use ours::Res;
+use report::{baseline, human, Row};
 
-/// The whole run is killed after this, whatever hangs.
-const WATCHDOG: Duration = Duration::from_secs(900);
 const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const ECHO_SIZE: usize = 64;
 const ECHO_WARM: u64 = 100;
@@ -48,54 +48,6 @@ const SETTLE: Duration = Duration::from_millis(2500);
 /// bench runs rstream).
 fn count(size: usize) -> u64 {
     ((8usize << 20) / size).clamp(16, 4000) as u64
-}
-
-/// One comparison row of the JSON.
-struct Row {
-    case: String,
-    metric: &'static str,
-    unit: &'static str,
-    ours: f64,
-    /// The polling mode of our endpoints that gave `ours`.
-    polling: &'static str,
-    baseline: Option<f64>,
-    baseline_name: String,
-    higher: bool,
-    /// The ratio to meet; `None`: reported only.
-    goal: Option<f64>,
-}
-
-impl Row {
-    fn ratio(&self) -> Option<f64> {
-        self.baseline.map(|b| self.ours / b)
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "case": self.case,
-            "metric": self.metric,
-            "unit": self.unit,
-            "ours": self.ours,
-            "baseline": self.baseline,
-            "baseline_name": self.baseline_name,
-            "ratio": self.ratio(),
-            "better": if self.higher { "higher" } else { "lower" },
-            "goal": self.goal,
-            "polling": self.polling,
-        })
-    }
-}
-
-fn baseline(name: &str, r: Result<f64, String>) -> Option<f64> {
-    r.and_then(|v| {
-        if v > 0.0 && v.is_finite() {
-            Ok(v)
-        } else {
-            Err(format!("it reported {v}, not a measurement"))
-        }
-    })
-    .map_err(|e| eprintln!("baseline {name} failed: {e}"))
-    .ok()
 }
 
 fn io(what: &'static str) -> impl Fn(std::io::Error) -> String {
@@ -228,7 +180,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             metric: "throughput",
             unit: "MB/s",
             ours: bw,
-            polling: mode,
+            polling: Some(mode),
             baseline: baseline("rstream", hosts.rstream_bw(size, n as u32, 7571 + i as u16)),
             baseline_name: format!("rstream -S {size} -C {n}"),
             higher: true,
@@ -250,7 +202,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             metric,
             unit: "us",
             ours,
-            polling: mode,
+            polling: Some(mode),
             baseline: rstream_rtt,
             baseline_name: name.clone(),
             higher: false,
@@ -266,7 +218,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             metric,
             unit: "us",
             ours,
-            polling: mode,
+            polling: Some(mode),
             baseline: Some(theirs),
             baseline_name: "tokio TcpStream echo, same addresses".into(),
             higher: false,
@@ -276,85 +228,6 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     Ok(device)
 }
 
-fn human(size: usize) -> String {
-    match size {
-        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
-        s if s >= 1 << 10 => format!("{} KiB", s >> 10),
-        s => format!("{s} B"),
-    }
-}
-
-fn json_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("STREAM_BENCH_JSON").filter(|p| !p.is_empty()) {
-        return path.into();
-    }
-    // The executable is <target>/<profile>/deps/stream-<hash>.
-    let target = std::env::current_exe().ok().and_then(|exe| {
-        let deps = exe.parent()?;
-        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(PathBuf::from))?
-    });
-    target
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("bench")
-        .join("stream.raw.json")
-}
-
-fn print_table(rows: &[Row]) {
-    println!(
-        "\n{:<36} {:>18} {:>10} {:>10} {:>7} {:>6}",
-        "case", "metric", "ours", "baseline", "ratio", "goal"
-    );
-    for r in rows {
-        let b = r.baseline.map_or("-".into(), |b| format!("{b:.2}"));
-        let ratio = r.ratio().map_or("-".into(), |x| format!("{x:.2}"));
-        let goal = r.goal.map_or("-".into(), |g| {
-            format!("{}{g}", if r.higher { ">=" } else { "<=" })
-        });
-        println!(
-            "{:<36} {:>18} {:>10.2} {b:>10} {ratio:>7} {goal:>6}  {} ({})",
-            r.case, r.metric, r.ours, r.unit, r.baseline_name
-        );
-    }
-}
-
 fn main() -> ExitCode {
-    // `cargo test --benches` runs this without `--bench`: it needs two devices, so only say how.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("stream bench: run with `cargo xtask bench stream` (needs two RDMA devices)");
-        return ExitCode::SUCCESS;
-    }
-    std::thread::spawn(|| {
-        std::thread::sleep(WATCHDOG);
-        eprintln!("stream bench: still running after {WATCHDOG:?}, giving up");
-        std::process::exit(2);
-    });
-    let mut rows = Vec::new();
-    let outcome = run(&mut rows);
-    print_table(&rows);
-    let device = match &outcome {
-        Ok(d) => d.clone(),
-        Err(_) => testkit::device().name,
-    };
-    let json = serde_json::json!({
-        "bench": "stream",
-        "device": device,
-        "comparisons": rows.iter().map(Row::json).collect::<Vec<_>>(),
-    });
-    let path = json_path();
-    let written = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&path, format!("{json:#}\n")));
-    if let Err(e) = written {
-        eprintln!("cannot write {}: {e}", path.display());
-        return ExitCode::FAILURE;
-    }
-    println!("JSON: {}", path.display());
-    match outcome {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("stream bench failed: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    report::main("stream", "STREAM_BENCH_JSON", run)
 }

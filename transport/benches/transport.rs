@@ -18,9 +18,10 @@
 mod baseline;
 #[path = "transport/ours.rs"]
 mod ours;
+#[path = "transport/report.rs"]
+mod report;
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::thread;
 use std::time::Duration;
@@ -29,9 +30,8 @@ use transport::Polling;
 
 use baseline::Hosts;
 use ours::{Pair, Res};
+use report::{baseline, human, Row};
 
-/// The whole run is killed after this, whatever hangs.
-const WATCHDOG: Duration = Duration::from_secs(900);
 /// Messages and round trips of the small cases.
 const RATE_N: u64 = 4000;
 const RPC_N: u64 = 1000;
@@ -42,53 +42,9 @@ const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const SETTLE: Duration = Duration::from_millis(2500);
 const CROSSOVER: [usize; 6] = [2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10];
 
-/// One comparison row of the JSON.
-struct Row {
-    case: String,
-    metric: &'static str,
-    unit: &'static str,
-    ours: f64,
-    baseline: Option<f64>,
-    baseline_name: String,
-    higher: bool,
-    goal: f64,
-}
-
-impl Row {
-    fn ratio(&self) -> Option<f64> {
-        self.baseline.map(|b| self.ours / b)
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "case": self.case,
-            "metric": self.metric,
-            "unit": self.unit,
-            "ours": self.ours,
-            "baseline": self.baseline,
-            "baseline_name": self.baseline_name,
-            "ratio": self.ratio(),
-            "better": if self.higher { "higher" } else { "lower" },
-            "goal": self.goal,
-        })
-    }
-}
-
 /// Messages per transfer so that each streaming run moves about `bytes` (at least `min`).
 fn count(bytes: usize, len: usize, min: u64) -> u64 {
     ((bytes / len) as u64).max(min)
-}
-
-fn baseline(name: &str, r: Result<f64, String>) -> Option<f64> {
-    r.and_then(|v| {
-        if v > 0.0 && v.is_finite() {
-            Ok(v)
-        } else {
-            Err(format!("it reported {v}, not a measurement"))
-        }
-    })
-    .map_err(|e| eprintln!("baseline {name} failed: {e}"))
-    .ok()
 }
 
 fn mode_name(p: Polling) -> &'static str {
@@ -160,7 +116,8 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         baseline: baseline("ib_send_bw", hosts.send_bw_rate(RATE_N as u32)),
         baseline_name: "ib_send_bw -s 64 (MsgRate)".into(),
         higher: true,
-        goal: 0.90,
+        goal: Some(0.90),
+        polling: None,
     });
     rows.push(Row {
         case: "RPC round trip 64 B".into(),
@@ -170,7 +127,8 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         baseline: baseline("ib_send_lat", hosts.send_lat_rtt(RPC_N as u32)),
         baseline_name: "ib_send_lat -s 64 (2 x t_typical)".into(),
         higher: false,
-        goal: 1.10,
+        goal: Some(1.10),
+        polling: None,
     });
     rows.push(Row {
         case: "large message 4 MiB throughput".into(),
@@ -180,7 +138,8 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         baseline: baseline("ib_read_bw", hosts.read_bw(48)),
         baseline_name: "ib_read_bw -s 1048576 (BW average)".into(),
         higher: true,
-        goal: 0.90,
+        goal: Some(0.90),
+        polling: None,
     });
     for (i, (size, (bw, rtt))) in SIZES.into_iter().zip(sized).enumerate() {
         let port = 7471 + 2 * i as u16;
@@ -193,7 +152,8 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             baseline: baseline("rstream", hosts.rstream_bw(size, n as u32, port)),
             baseline_name: format!("rstream -S {size} -C {n}"),
             higher: true,
-            goal: 1.0,
+            goal: Some(1.0),
+            polling: None,
         });
         rows.push(Row {
             case: format!("messages {} round trip", human(size)),
@@ -203,7 +163,8 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             baseline: baseline("rstream", hosts.rstream_rtt(size, m as u32, port + 1)),
             baseline_name: format!("rstream -S {size} -I {m} (2 x usec/xfer, mean)"),
             higher: false,
-            goal: 1.0,
+            goal: Some(1.0),
+            polling: None,
         });
     }
 
@@ -250,85 +211,6 @@ fn echo_count(size: usize) -> u64 {
     count(4 << 20, size, 8).min(1000)
 }
 
-fn human(size: usize) -> String {
-    match size {
-        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
-        s if s >= 1 << 10 => format!("{} KiB", s >> 10),
-        s => format!("{s} B"),
-    }
-}
-
-fn json_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("TRANSPORT_BENCH_JSON").filter(|p| !p.is_empty()) {
-        return path.into();
-    }
-    // The executable is <target>/<profile>/deps/transport-<hash>.
-    let target = std::env::current_exe().ok().and_then(|exe| {
-        let deps = exe.parent()?;
-        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(PathBuf::from))?
-    });
-    target
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("bench")
-        .join("transport.raw.json")
-}
-
-fn print_table(rows: &[Row]) {
-    println!(
-        "\n{:<36} {:>12} {:>12} {:>7} {:>8}",
-        "case", "ours", "baseline", "ratio", "goal"
-    );
-    for r in rows {
-        let b = r.baseline.map_or("-".into(), |b| format!("{b:.2}"));
-        let ratio = r.ratio().map_or("-".into(), |x| format!("{x:.2}"));
-        let goal = format!("{}{}", if r.higher { ">=" } else { "<=" }, r.goal);
-        println!(
-            "{:<36} {:>12.2} {b:>12} {ratio:>7} {goal:>8}  {} ({})",
-            r.case, r.ours, r.unit, r.baseline_name
-        );
-    }
-}
-
 fn main() -> ExitCode {
-    // `cargo test --benches` runs this without `--bench`: it needs two devices, so only say how.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!(
-            "transport bench: run with `cargo xtask bench transport` (needs two RDMA devices)"
-        );
-        return ExitCode::SUCCESS;
-    }
-    std::thread::spawn(|| {
-        std::thread::sleep(WATCHDOG);
-        eprintln!("transport bench: still running after {WATCHDOG:?}, giving up");
-        std::process::exit(2);
-    });
-    let mut rows = Vec::new();
-    let outcome = run(&mut rows);
-    print_table(&rows);
-    let device = match &outcome {
-        Ok(d) => d.clone(),
-        Err(_) => testkit::device().name,
-    };
-    let json = serde_json::json!({
-        "bench": "transport",
-        "device": device,
-        "comparisons": rows.iter().map(Row::json).collect::<Vec<_>>(),
-    });
-    let path = json_path();
-    let written = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&path, format!("{json:#}\n")));
-    if let Err(e) = written {
-        eprintln!("cannot write {}: {e}", path.display());
-        return ExitCode::FAILURE;
-    }
-    println!("JSON: {}", path.display());
-    match outcome {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("transport bench failed: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    report::main("transport", "TRANSPORT_BENCH_JSON", run)
 }
