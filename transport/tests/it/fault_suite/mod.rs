@@ -1,0 +1,179 @@
+//! The fault suite: traffic between the two hosts with every byte verified while something
+//! goes wrong, each scenario recording its figures (bytes sent, received, lost and corrupted,
+//! time to detect, whether the survivor kept serving). With `TRANSPORT_FAULTS_REPORT` naming a
+//! directory, each scenario writes them there as `<scenario>.json`; `cargo xtask faults`
+//! collects them into one report.
+//!
+//! - [`netem`]: packet loss, delay with jitter, reordering, duplication and corruption on both
+//!   ends of the veth pair (`tc qdisc ... netem`).
+use std::process::Command;
+
+use crate::support::*;
+
+mod netem;
+
+/// What one run of traffic moved and how it arrived.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Tally {
+    pub sent: u64,
+    pub received: u64,
+    pub corrupted: u64,
+    pub secs: f64,
+}
+
+impl Tally {
+    pub fn lost(&self) -> u64 {
+        self.sent - self.received - self.corrupted
+    }
+
+    pub fn goodput(&self) -> f64 {
+        self.received as f64 / self.secs
+    }
+}
+
+/// The payload of message `seq`: its sequence number, then a pattern of it.
+pub fn payload(seq: u64, len: usize) -> Vec<u8> {
+    let mut v = pattern(seq, len.max(8));
+    v[..8].copy_from_slice(&seq.to_le_bytes());
+    v
+}
+
+/// The network device under an RDMA device's GID (its end of the veth pair).
+pub fn netdev(dev: &testkit::TestDevice) -> String {
+    let path = format!(
+        "/sys/class/infiniband/{}/ports/1/gid_attrs/ndevs/{}",
+        dev.name, dev.gid_index
+    );
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_owned()
+}
+
+pub fn both_netdevs() -> [String; 2] {
+    [netdev(&testkit::device()), netdev(&testkit::peer().device)]
+}
+
+pub fn run(program: &str, args: &[&str]) {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A netem discipline on both ends of the link while alive.
+pub struct Netem([String; 2]);
+
+impl Netem {
+    pub fn new(spec: &str) -> Netem {
+        let devs = both_netdevs();
+        for d in &devs {
+            let mut args = vec!["qdisc", "replace", "dev", d, "root", "netem"];
+            args.extend(spec.split_whitespace());
+            run("tc", &args);
+        }
+        Netem(devs)
+    }
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        for d in &self.0 {
+            let _ = Command::new("tc")
+                .args(["qdisc", "del", "dev", d, "root"])
+                .status();
+        }
+    }
+}
+
+/// One scenario's figures, as the report has them.
+pub struct Figures {
+    pub name: &'static str,
+    pub traffic: &'static str,
+    pub tally: Tally,
+    /// From the fault to the first typed error, for scenarios that end a connection.
+    pub detect_ms: Option<f64>,
+    /// Whether a connection made after the fault (or one that lived through it) still works.
+    pub kept_serving: bool,
+    pub goodput_vs_clean: Option<f64>,
+    /// What else the scenario checked (it passes only if this holds too), and its own figures.
+    pub checks: Vec<(&'static str, bool)>,
+    pub extra: serde_json::Value,
+}
+
+impl Figures {
+    pub fn new(name: &'static str, traffic: &'static str, tally: Tally) -> Figures {
+        Figures {
+            name,
+            traffic,
+            tally,
+            detect_ms: None,
+            kept_serving: false,
+            goodput_vs_clean: None,
+            checks: Vec::new(),
+            extra: serde_json::Value::Null,
+        }
+    }
+
+    pub fn pass(&self) -> bool {
+        self.tally.lost() == 0
+            && self.tally.corrupted == 0
+            && self.kept_serving
+            && self.checks.iter().all(|(_, ok)| *ok)
+    }
+
+    /// Writes the figures for the report (when asked for) and asserts the scenario passed.
+    pub fn record(self) {
+        let t = self.tally;
+        let mut json = serde_json::json!({
+            "device": format!("{},{}", testkit::device().name, testkit::peer().device.name),
+            "name": self.name,
+            "traffic": self.traffic,
+            "bytes_sent": t.sent,
+            "bytes_received": t.received,
+            "bytes_lost": t.lost(),
+            "bytes_corrupted": t.corrupted,
+            "detect_ms": self.detect_ms,
+            "kept_serving": self.kept_serving,
+            "goodput_vs_clean": self.goodput_vs_clean,
+            "checks": self.checks.iter().map(|(what, ok)| serde_json::json!({"check": what, "ok": ok})).collect::<Vec<_>>(),
+            "pass": self.pass(),
+        });
+        if let serde_json::Value::Object(extra) = &self.extra {
+            for (k, v) in extra {
+                json[k] = v.clone();
+            }
+        }
+        eprintln!("fault scenario: {json}");
+        if let Some(dir) = std::env::var_os("TRANSPORT_FAULTS_REPORT") {
+            let dir = std::path::PathBuf::from(dir);
+            std::fs::create_dir_all(&dir).expect("report directory");
+            let file = dir.join(format!("{}.json", file_name(self.name)));
+            std::fs::write(&file, json.to_string()).expect("write the figures");
+        }
+        assert!(self.pass(), "{}: {json}", self.name);
+    }
+}
+
+/// The file a scenario's figures go to, without the extension (`cargo xtask faults` reads it
+/// by the same rule).
+pub fn file_name(scenario: &str) -> String {
+    scenario.replace([' ', '/'], "_")
+}
+
+/// Whether a new connection carries a message both ways.
+pub fn echo_once() -> bool {
+    let (server, client) = pair();
+    let data = pattern(99, 3000);
+    client.send(&data).is_ok()
+        && server
+            .recv(TIMEOUT)
+            .is_ok_and(|m| m.to_vec() == data && server.send(&m.to_vec()).is_ok())
+        && client.recv(TIMEOUT).is_ok_and(|m| m.to_vec() == data)
+}
