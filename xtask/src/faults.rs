@@ -24,6 +24,8 @@ const SCENARIOS: &[&str] = &[
     "reorder 25%",
     "duplicate 5%",
     "corrupt 1%",
+    "link blackholed 1 s",
+    "link blackholed 15 s",
 ];
 
 /// The file a scenario writes its figures to, without the extension (the suite's own rule).

@@ -6,10 +6,13 @@
 //!
 //! - [`netem`]: packet loss, delay with jitter, reordering, duplication and corruption on both
 //!   ends of the veth pair (`tc qdisc ... netem`).
+//! - [`link`]: the link blackholed, or an interface down, for 1 s and for longer than the
+//!   keepalive bound.
 use std::process::Command;
 
 use crate::support::*;
 
+mod link;
 mod netem;
 
 /// What one run of traffic moved and how it arrived.
