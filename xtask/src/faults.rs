@@ -26,6 +26,8 @@ const SCENARIOS: &[&str] = &[
     "corrupt 1%",
     "link blackholed 1 s",
     "link blackholed 15 s",
+    "peer killed: server",
+    "peer killed: client",
 ];
 
 /// The file a scenario writes its figures to, without the extension (the suite's own rule).

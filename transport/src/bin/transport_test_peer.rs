@@ -3,8 +3,10 @@
 //!
 //! `transport-test-peer server --addr IP:PORT`: accepts one connection, prints `accepted`,
 //! then echoes every message until the connection ends.
-//! `transport-test-peer client --src IP --addr IP:PORT`: connects, prints `connected`, then
-//! sends 1 MiB messages until killed.
+//! `transport-test-peer client --src IP --addr IP:PORT [--size BYTES]`: connects, prints
+//! `connected`, then sends messages of `--size` bytes (default 1 MiB) until killed. Message `n`
+//! starts with `n` (8 bytes, little-endian) and goes on with byte `i` equal to `n + i` (mod
+//! 256), so the receiver can check each one and its order.
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -51,13 +53,26 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let ep = Endpoint::with_config(src, config())?;
             let conn = ep.connect(addr)?;
             println!("connected");
-            let data = vec![0x5a; 1 << 20];
-            loop {
-                conn.send(&data)?;
+            let size = match value("--size") {
+                Ok(v) => v.parse::<usize>()?,
+                Err(_) => 1 << 20,
+            };
+            for n in 0u64.. {
+                conn.send(&numbered(n, size))?;
             }
+            Ok(())
         }
         _ => Err("usage: transport-test-peer server|client --addr IP:PORT [--src IP]".into()),
     }
+}
+
+/// Message `n` of `len` bytes (at least 8), as the module docs describe.
+fn numbered(n: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len.max(8))
+        .map(|i| (n as u8).wrapping_add(i as u8))
+        .collect();
+    v[..8].copy_from_slice(&n.to_le_bytes());
+    v
 }
 
 fn main() {

@@ -6,12 +6,14 @@
 //!
 //! - [`netem`]: packet loss, delay with jitter, reordering, duplication and corruption on both
 //!   ends of the veth pair (`tc qdisc ... netem`).
+//! - [`kill`]: the peer process SIGKILLed mid-transfer, as server and as client.
 //! - [`link`]: the link blackholed, or an interface down, for 1 s and for longer than the
 //!   keepalive bound.
 use std::process::Command;
 
 use crate::support::*;
 
+mod kill;
 mod link;
 mod netem;
 

@@ -1,0 +1,304 @@
+//! The peer process is SIGKILLed mid-transfer, in each role, while another connection of the
+//! same endpoint carries verified traffic. The survivor's operations on the dead connection fail
+//! with a typed error within the keepalive bound, what arrived before the kill is an intact,
+//! in-order prefix, the other connection's traffic goes on untouched, and the endpoint's pool
+//! is back to its baseline once the connections are gone (nothing registered leaks).
+//!
+//! For the killed connection, bytes in flight at the kill are reported to the survivor as the
+//! error and are not counted as sent; the figures count the intact prefix and the other
+//! connection's traffic.
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use transport::{Conn, Endpoint, Error};
+
+use super::*;
+use crate::failures::{peer_program, wait_line};
+
+/// Size of the killed connection's messages.
+const MESSAGE: usize = 64 << 10;
+/// Round trips of the other connection before the kill.
+const WARM_UP_ROUNDS: u64 = 20;
+/// How long after the keepalive timeout a detection still counts.
+const DETECT_SLACK: Duration = Duration::from_secs(2);
+
+/// Message `n` as `transport-test-peer client` numbers them.
+fn numbered(n: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len.max(8))
+        .map(|i| (n as u8).wrapping_add(i as u8))
+        .collect();
+    v[..8].copy_from_slice(&n.to_le_bytes());
+    v
+}
+
+/// Echo round trips of verified messages on a healthy connection until told to stop.
+struct Healthy {
+    stop: Arc<AtomicBool>,
+    rounds: Arc<AtomicU64>,
+    thread: JoinHandle<(Tally, Conn, Conn)>,
+}
+
+impl Healthy {
+    /// Starts round trips from `client` to `server` (which echoes them).
+    fn start(server: Conn, client: Conn) -> Healthy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(AtomicU64::new(0));
+        let echo = std::thread::spawn(move || {
+            while let Ok(m) = server.recv(TIMEOUT) {
+                if server.send(&m.to_vec()).is_err() {
+                    break;
+                }
+            }
+            server
+        });
+        let thread = {
+            let (stop, rounds) = (stop.clone(), rounds.clone());
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut t = Tally::default();
+                let mut seq = 0;
+                while !stop.load(Ordering::Acquire) {
+                    let data = payload(1 << 50 | seq, 3000 + (seq as usize % 5000));
+                    t.sent += 2 * data.len() as u64;
+                    client.send(&data).expect("healthy connection: send");
+                    match client.recv(TIMEOUT) {
+                        Ok(m) if m.to_vec() == data => t.received += 2 * data.len() as u64,
+                        Ok(m) => t.corrupted += (data.len() + m.len()) as u64,
+                        Err(e) => panic!("healthy connection: {e}"),
+                    }
+                    seq += 1;
+                    rounds.store(seq, Ordering::Release);
+                }
+                client.close(TIMEOUT).expect("healthy connection: close");
+                let server = echo.join().expect("echo");
+                t.secs = started.elapsed().as_secs_f64();
+                (t, server, client)
+            })
+        };
+        Healthy {
+            stop,
+            rounds,
+            thread,
+        }
+    }
+
+    fn rounds(&self) -> u64 {
+        self.rounds.load(Ordering::Acquire)
+    }
+
+    /// Waits (bounded) until `n` more round trips are done.
+    fn wait_rounds(&self, n: u64) {
+        let target = self.rounds() + n;
+        let deadline = Instant::now() + TIMEOUT;
+        while self.rounds() < target {
+            assert!(Instant::now() < deadline, "healthy connection stalled");
+            assert!(!self.thread.is_finished(), "healthy connection ended");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn stop(self) -> Tally {
+        self.stop.store(true, Ordering::Release);
+        let (t, ..) = self.thread.join().expect("healthy connection");
+        t
+    }
+}
+
+/// Waits (bounded) until the endpoint's pool has no more buffers lent out than `baseline`.
+fn pool_back_to(ep: &Endpoint, baseline: usize) -> bool {
+    let deadline = Instant::now() + TIMEOUT;
+    while ep.pool().stats().buffers_in_use() > baseline {
+        if Instant::now() > deadline {
+            eprintln!("pool not back to {baseline}: {:?}", ep.pool().stats());
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+fn typed(e: &Error) -> bool {
+    matches!(e, Error::Closed { cause: Some(_) })
+}
+
+/// The peer runs the server (it echoes); this host's client sends numbered messages on that
+/// connection and checks the echoes, and also runs a healthy connection on the same endpoint.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
+    let ep = Endpoint::with_config(local_ip(), config()).expect("client endpoint");
+    let baseline = ep.pool().stats().buffers_in_use();
+    let server = Endpoint::with_config(peer_ip(), config()).expect("healthy server endpoint");
+    let listener = server.listen(0).expect("listen");
+    let addr = addr_of(&listener);
+    let accepted = std::thread::spawn(move || listener.accept(TIMEOUT).expect("accept"));
+    let healthy_client = ep.connect(addr).expect("connect healthy");
+    let healthy = Healthy::start(accepted.join().unwrap(), healthy_client);
+
+    let addr = SocketAddr::new(peer_ip(), 23100);
+    let (mut peer, lines) = peer_program(&["server", "--addr", &addr.to_string()]);
+    wait_line(&lines, "listening");
+    let victim = ep.connect(addr).expect("connect to the peer program");
+    wait_line(&lines, "accepted");
+    let sender = {
+        let victim = victim.clone();
+        std::thread::spawn(move || {
+            for n in 0u64.. {
+                if let Err(e) = victim.send_timeout(&numbered(n, MESSAGE), TIMEOUT) {
+                    return (e, Instant::now());
+                }
+            }
+            unreachable!()
+        })
+    };
+    // Read echoes until some have come back, then kill the peer and read on until the error.
+    let (mut prefix, mut corrupted, mut echoes) = (0u64, 0u64, 0u64);
+    let mut killed = None;
+    let receiver_error = loop {
+        match victim.recv(TIMEOUT) {
+            Ok(m) if m.to_vec() == numbered(echoes, MESSAGE) => prefix += MESSAGE as u64,
+            Ok(m) => corrupted += m.len() as u64,
+            Err(e) => break (e, Instant::now()),
+        }
+        echoes += 1;
+        if echoes == 30 {
+            healthy.wait_rounds(WARM_UP_ROUNDS);
+            peer.kill();
+            killed = Some(Instant::now());
+        }
+    };
+    let killed = killed.expect("the peer echoed fewer than 30 messages");
+    let (sender_error, sender_at) = sender.join().expect("sender");
+    let rounds_at_kill = healthy.rounds();
+    healthy.wait_rounds(WARM_UP_ROUNDS);
+    drop(victim);
+    let healthy_tally = healthy.stop();
+    let detect = receiver_error.1.max(sender_at) - killed;
+    let bound = ep.config().proto.keepalive_timeout + DETECT_SLACK;
+
+    let tally = Tally {
+        sent: healthy_tally.sent + 2 * prefix,
+        received: healthy_tally.received + 2 * prefix,
+        corrupted: healthy_tally.corrupted + corrupted,
+        secs: healthy_tally.secs,
+    };
+    let mut figures = Figures::new("peer killed: server", "echo 64 KiB + healthy RPC", tally);
+    figures.detect_ms = Some(detect.as_secs_f64() * 1e3);
+    figures.checks = vec![
+        ("sender failed with a typed error", typed(&sender_error)),
+        (
+            "receiver failed with a typed error",
+            typed(&receiver_error.0),
+        ),
+        ("both within the keepalive bound", detect <= bound),
+        ("pool back to its baseline", pool_back_to(&ep, baseline)),
+    ];
+    figures.kept_serving = true; // the healthy connection's 20 round trips after the kill
+    figures.extra = serde_json::json!({
+        "bound_ms": bound.as_millis() as u64,
+        "killed_connection_prefix_bytes": prefix,
+        "healthy_round_trips": rounds_at_kill + WARM_UP_ROUNDS,
+        "sender_error": sender_error.to_string(),
+        "receiver_error": receiver_error.0.to_string(),
+    });
+    figures.record();
+}
+
+/// The peer runs a client sending numbered messages to this host's listener, whose endpoint
+/// also serves a healthy connection; the listener accepts again after the kill.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
+    let ep = Endpoint::with_config(local_ip(), config()).expect("server endpoint");
+    let baseline = ep.pool().stats().buffers_in_use();
+    let listener = ep.listen(0).expect("listen");
+    let addr = addr_of(&listener);
+    let healthy_ep = Endpoint::with_config(peer_ip(), config()).expect("healthy client endpoint");
+    let healthy_client = {
+        let ep = healthy_ep.clone();
+        std::thread::spawn(move || ep.connect(addr).expect("connect healthy"))
+    };
+    let healthy_server = listener.accept(TIMEOUT).expect("accept healthy");
+    // This host's side sends and checks, so the healthy traffic runs through the endpoint
+    // under test.
+    let healthy = Healthy::start(healthy_client.join().unwrap(), healthy_server);
+
+    let src = peer_ip().to_string();
+    let size = MESSAGE.to_string();
+    let (mut peer, lines) = peer_program(&[
+        "client",
+        "--src",
+        &src,
+        "--addr",
+        &addr.to_string(),
+        "--size",
+        &size,
+    ]);
+    let victim = listener.accept(TIMEOUT).expect("accept the peer program");
+    wait_line(&lines, "connected");
+    let (mut prefix, mut corrupted, mut n) = (0u64, 0u64, 0u64);
+    let mut killed = None;
+    let error = loop {
+        match victim.recv(TIMEOUT) {
+            Ok(m) if m.to_vec() == numbered(n, MESSAGE) => prefix += MESSAGE as u64,
+            Ok(m) => corrupted += m.len() as u64,
+            Err(e) => break (e, Instant::now()),
+        }
+        n += 1;
+        if n == 30 {
+            healthy.wait_rounds(WARM_UP_ROUNDS);
+            peer.kill();
+            killed = Some(Instant::now());
+        }
+    };
+    let killed = killed.expect("the peer sent fewer than 30 messages");
+    let rounds_at_kill = healthy.rounds();
+    healthy.wait_rounds(WARM_UP_ROUNDS);
+    drop(victim);
+    // The listener still accepts.
+    let next = {
+        let ep = healthy_ep.clone();
+        std::thread::spawn(move || {
+            let c = ep.connect(addr)?;
+            c.send(b"next")?;
+            c.close(TIMEOUT)
+        })
+    };
+    let accepts_again = listener
+        .accept(TIMEOUT)
+        .is_ok_and(|c| c.recv(TIMEOUT).is_ok_and(|m| &m.bytes()[..] == b"next"))
+        && next.join().unwrap().is_ok();
+    let healthy_tally = healthy.stop();
+    let detect = error.1 - killed;
+    let bound = ep.config().proto.keepalive_timeout + DETECT_SLACK;
+
+    let tally = Tally {
+        sent: healthy_tally.sent + prefix,
+        received: healthy_tally.received + prefix,
+        corrupted: healthy_tally.corrupted + corrupted,
+        secs: healthy_tally.secs,
+    };
+    let mut figures = Figures::new(
+        "peer killed: client",
+        "stream of 64 KiB + healthy RPC",
+        tally,
+    );
+    figures.detect_ms = Some(detect.as_secs_f64() * 1e3);
+    drop(listener);
+    figures.checks = vec![
+        ("receiver failed with a typed error", typed(&error.0)),
+        ("within the keepalive bound", detect <= bound),
+        ("pool back to its baseline", pool_back_to(&ep, baseline)),
+    ];
+    figures.kept_serving = accepts_again;
+    figures.extra = serde_json::json!({
+        "bound_ms": bound.as_millis() as u64,
+        "killed_connection_prefix_bytes": prefix,
+        "healthy_round_trips": rounds_at_kill + WARM_UP_ROUNDS,
+        "receiver_error": error.0.to_string(),
+    });
+    figures.record();
+}
