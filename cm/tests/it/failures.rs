@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cm::{Connector, Error, Listener, UdConnector, UdListener};
+use cm::{Connector, Error, Listener, UdConnector, UdEndpoint, UdListener};
 use testkit::ChildGuard;
 
 use crate::support::*;
@@ -299,8 +299,9 @@ fn a_source_address_without_rdma_device_is_named() {
     check(r.unwrap_err());
 }
 
-/// The same for UD: a request from, or a listener on, an address without RDMA device is named
-/// as such, and the request fails at once instead of retrying until its timeout.
+/// The same for UD: a request from, or a listener or endpoint on, an address without RDMA
+/// device is named as such, and the request fails at once instead of retrying until its
+/// timeout.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_ud_source_address_without_rdma_device_is_named() {
@@ -321,6 +322,9 @@ fn a_ud_source_address_without_rdma_device_is_named() {
     );
     let r = UdListener::bind(SocketAddr::new(plain, port(12)));
     eprintln!("non-RDMA UD bind: {r:?}");
+    assert_not_rdma_address(plain, r.unwrap_err());
+    let r = UdEndpoint::bind(plain, verbs::QpCap::default(), 16);
+    eprintln!("non-RDMA UD endpoint: {r:?}");
     assert_not_rdma_address(plain, r.unwrap_err());
 }
 
