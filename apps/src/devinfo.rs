@@ -190,9 +190,11 @@ fn device(out: &mut String, ctx: &Context, d: &verbs::DeviceInfo, a: &Args) -> R
             let _ = writeln!(out, "\t\t\tgid_tbl_len:\t\t{}", pa.gid_tbl_len());
             let _ = writeln!(out, "\t\t\tsubnet_timeout:\t\t{}", p.subnet_timeout);
             let _ = writeln!(out, "\t\t\tinit_type_reply:\t{}", p.init_type_reply);
-            let _ = writeln!(out, "\t\t\tactive_width:\t\t{}", p.active_width);
-            let _ = writeln!(out, "\t\t\tactive_speed:\t\t{}", p.active_speed);
-            let _ = writeln!(out, "\t\t\tphys_state:\t\t{}", p.phys_state);
+            let (width, speed) = (pa.active_width(), pa.active_speed());
+            let _ = writeln!(out, "\t\t\tactive_width:\t\t{width} ({})", u8::from(width));
+            let _ = writeln!(out, "\t\t\tactive_speed:\t\t{speed} ({})", u8::from(speed));
+            let phys = pa.phys_state();
+            let _ = writeln!(out, "\t\t\tphys_state:\t\t{phys} ({})", u8::from(phys));
             for e in gids.iter().flatten().filter(|e| e.port == port) {
                 let ip = e
                     .gid

@@ -11,8 +11,9 @@ use crate::{CmId, ConnOptions, Connection, Error, EventKind, PortSpace, Result};
 /// Total time a connection attempt may take by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Longest single address or route resolution handed to librdmacm; a resolution that times
-/// out is retried on a fresh id while the total timeout allows.
+/// Longest single address or route resolution handed to librdmacm, by [`Connector`] and
+/// [`UdConnector`](crate::UdConnector); a resolution that times out is retried on a fresh id
+/// while the total timeout allows.
 pub const RESOLVE_ATTEMPT: Duration = Duration::from_millis(500);
 
 /// How much longer than librdmacm's own timer we wait for its event.
@@ -94,18 +95,7 @@ impl Connector {
     pub fn resolve(&self) -> Result<PendingConnection> {
         let total = self.timeout;
         let deadline = Instant::now() + total;
-        let id = loop {
-            match self.resolve_attempt(deadline) {
-                Ok(id) => break id,
-                Err(Attempt::Retry(_)) if Instant::now() < deadline => continue,
-                Err(Attempt::Retry(err) | Attempt::Fail(err)) => {
-                    return Err(match self.src {
-                        Some(src) => crate::addr::diagnose_local(src.ip(), err),
-                        None => crate::addr::diagnose_route(self.dst, err),
-                    })
-                }
-            }
-        };
+        let id = resolve_in_attempts(PortSpace::Tcp, self.src, self.dst, deadline)?;
         let (pd, cq, qp) = self.opts.resources(&id)?;
         Ok(PendingConnection {
             qp,
@@ -118,64 +108,90 @@ impl Connector {
         })
     }
 
-    /// One attempt at resolving address and route on a fresh id, each step given at most
-    /// [`RESOLVE_ATTEMPT`] (less if the deadline is nearer).
-    fn resolve_attempt(&self, deadline: Instant) -> std::result::Result<CmId, Attempt> {
-        let left = || deadline.saturating_duration_since(Instant::now());
-        // librdmacm's timer and our wait for its event: the event comes when its timer runs
-        // out, so wait a little longer than that.
-        let step = || left().min(RESOLVE_ATTEMPT);
-        let wait = |step: Duration| step + EVENT_GRACE;
-        let id = CmId::with_own_channel(PortSpace::Tcp)?;
-
-        let t = step();
-        id.resolve_addr(self.src, self.dst, t)?;
-        let ev = id.wait_event(wait(t), "address resolution")?;
-        match ev.kind() {
-            Ok(EventKind::AddrResolved) => {}
-            Ok(EventKind::AddrError) => {
-                let source = status_error(ev.status());
-                let timed_out = source.raw_os_error() == Some(libc::ETIMEDOUT);
-                let err = Error::ResolveAddr {
-                    dst: self.dst,
-                    source,
-                };
-                return Err(if timed_out {
-                    Attempt::Retry(err)
-                } else {
-                    Attempt::Fail(err)
-                });
-            }
-            _ => return Err(unexpected(&ev, "address resolution").into()),
-        }
-        drop(ev);
-
-        let t = step();
-        id.resolve_route(t)?;
-        let ev = id.wait_event(wait(t), "route resolution")?;
-        match ev.kind() {
-            Ok(EventKind::RouteResolved) => {}
-            Ok(EventKind::RouteError) => {
-                let source = status_error(ev.status());
-                let timed_out = source.raw_os_error() == Some(libc::ETIMEDOUT);
-                let err = Error::ResolveRoute(source);
-                return Err(if timed_out {
-                    Attempt::Retry(err)
-                } else {
-                    Attempt::Fail(err)
-                });
-            }
-            _ => return Err(unexpected(&ev, "route resolution").into()),
-        }
-        drop(ev);
-        Ok(id)
-    }
-
     /// Resolves, creates the resources and connects: the established connection, or a typed
     /// error (rejected, unreachable, timed out) within the total timeout.
     pub fn connect(&self) -> Result<Connection> {
         self.resolve()?.connect()
     }
+}
+
+/// Resolves address and route to `dst` (from `src`, which also binds) on a fresh id of port
+/// space `ps` per attempt of [`RESOLVE_ATTEMPT`], retrying attempts that time out until
+/// `deadline`. A failure says what is wrong with the addresses where it can: a source address
+/// no RDMA device serves, a route that leaves through a netdev without one.
+pub(crate) fn resolve_in_attempts(
+    ps: PortSpace,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    deadline: Instant,
+) -> Result<CmId> {
+    loop {
+        match resolve_attempt(ps, src, dst, deadline) {
+            Ok(id) => return Ok(id),
+            Err(Attempt::Retry(_)) if Instant::now() < deadline => continue,
+            Err(Attempt::Retry(err) | Attempt::Fail(err)) => {
+                return Err(match src {
+                    Some(src) => crate::addr::diagnose_local(src.ip(), err),
+                    None => crate::addr::diagnose_route(dst, err),
+                })
+            }
+        }
+    }
+}
+
+/// One attempt at resolving address and route on a fresh id, each step given at most
+/// [`RESOLVE_ATTEMPT`] (less if the deadline is nearer).
+fn resolve_attempt(
+    ps: PortSpace,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    deadline: Instant,
+) -> std::result::Result<CmId, Attempt> {
+    let left = || deadline.saturating_duration_since(Instant::now());
+    // librdmacm's timer and our wait for its event: the event comes when its timer runs
+    // out, so wait a little longer than that.
+    let step = || left().min(RESOLVE_ATTEMPT);
+    let wait = |step: Duration| step + EVENT_GRACE;
+    let id = CmId::with_own_channel(ps)?;
+
+    let t = step();
+    id.resolve_addr(src, dst, t)?;
+    let ev = id.wait_event(wait(t), "address resolution")?;
+    match ev.kind() {
+        Ok(EventKind::AddrResolved) => {}
+        Ok(EventKind::AddrError) => {
+            let source = status_error(ev.status());
+            let timed_out = source.raw_os_error() == Some(libc::ETIMEDOUT);
+            let err = Error::ResolveAddr { dst, source };
+            return Err(if timed_out {
+                Attempt::Retry(err)
+            } else {
+                Attempt::Fail(err)
+            });
+        }
+        _ => return Err(unexpected(&ev, "address resolution").into()),
+    }
+    drop(ev);
+
+    let t = step();
+    id.resolve_route(t)?;
+    let ev = id.wait_event(wait(t), "route resolution")?;
+    match ev.kind() {
+        Ok(EventKind::RouteResolved) => {}
+        Ok(EventKind::RouteError) => {
+            let source = status_error(ev.status());
+            let timed_out = source.raw_os_error() == Some(libc::ETIMEDOUT);
+            let err = Error::ResolveRoute(source);
+            return Err(if timed_out {
+                Attempt::Retry(err)
+            } else {
+                Attempt::Fail(err)
+            });
+        }
+        _ => return Err(unexpected(&ev, "route resolution").into()),
+    }
+    drop(ev);
+    Ok(id)
 }
 
 /// Connects to `dst` with `private_data`, default options, within `timeout`.

@@ -155,7 +155,9 @@ mod ud;
 
 pub use admission::{Admission, AdmitHook, IncomingRequest};
 pub use connection::{Connection, ConnectionParts, DRAIN_TIMEOUT};
-pub use connector::{connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT};
+pub use connector::{
+    connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT, RESOLVE_ATTEMPT,
+};
 pub use error::{Error, Result};
 pub use event::{CmEvent, EventChannel, EventKind, PeerParam};
 pub use id::{CmId, PortSpace};

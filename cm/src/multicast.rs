@@ -14,11 +14,12 @@ use crate::{CmId, Error, EventKind, PortSpace, Result, UdEndpoint, UdPeer};
 
 impl UdEndpoint {
     /// A UD endpoint on the device of local address `ip` (bound, not connected): the usual
-    /// start for multicast.
+    /// start for multicast. An address no RDMA device serves is [`Error::NotRdmaAddress`].
     #[doc(alias = "rdma_bind_addr")]
     pub fn bind(ip: IpAddr, cap: QpCap, cq_entries: u32) -> Result<UdEndpoint> {
         let id = CmId::with_own_channel(PortSpace::Udp)?;
-        id.bind_addr(SocketAddr::new(ip, 0))?;
+        id.bind_addr(SocketAddr::new(ip, 0))
+            .map_err(|e| crate::addr::diagnose_local(ip, e))?;
         UdEndpoint::new(id, cap, cq_entries)
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use verbs::{Ah, AhAttr, Cq, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, UdDest};
 
-use crate::connector::{status_error, unexpected};
+use crate::connector::{resolve_in_attempts, unexpected};
 use crate::param::{check_private_data, PrivateDataOp};
 use crate::{CmEvent, CmId, ConnParam, Error, EventKind, PortSpace, Result};
 
@@ -189,7 +189,7 @@ impl UdConnector {
     pub fn connect(&self) -> Result<(UdEndpoint, UdPeer)> {
         let deadline = Instant::now() + self.timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
-        let id = self.resolve(deadline)?;
+        let id = resolve_in_attempts(PortSpace::Udp, self.src, self.dst, deadline)?;
         let ep = UdEndpoint::new(id.clone(), self.cap, self.cq_entries)?;
         id.connect(&ConnParam::new().private_data(&self.private_data)?, &ep.qp)?;
         loop {
@@ -212,50 +212,6 @@ impl UdConnector {
     }
 }
 
-impl UdConnector {
-    /// Resolves address and route on a fresh id per attempt. Each attempt gives librdmacm
-    /// [`RESOLVE_ATTEMPT`]: the kernel re-checks an unresolved neighbour only when an attempt's
-    /// time is up (or on a neighbour event), so one long attempt waits out all of it when the
-    /// first ARP reply comes in before the query is queued.
-    fn resolve(&self, deadline: Instant) -> Result<CmId> {
-        let left = || deadline.saturating_duration_since(Instant::now());
-        loop {
-            let id = CmId::with_own_channel(PortSpace::Udp)?;
-            let attempt = left().min(RESOLVE_ATTEMPT);
-            id.resolve_addr(self.src, self.dst, attempt)?;
-            let ev = id.wait_event(attempt + Duration::from_millis(500), "address resolution");
-            let ev = match ev {
-                Err(Error::Timeout { .. }) if !left().is_zero() => continue,
-                other => other?,
-            };
-            match ev.kind() {
-                Ok(EventKind::AddrResolved) => {}
-                Ok(EventKind::AddrError) if !left().is_zero() => continue,
-                Ok(EventKind::AddrError) => {
-                    return Err(Error::ResolveAddr {
-                        dst: self.dst,
-                        source: status_error(ev.status()),
-                    })
-                }
-                _ => return Err(unexpected(&ev, "address resolution")),
-            }
-            drop(ev);
-            id.resolve_route(left())?;
-            let ev = id.wait_event(left(), "route resolution")?;
-            match ev.kind() {
-                Ok(EventKind::RouteResolved) => return Ok(id),
-                Ok(EventKind::RouteError) => {
-                    return Err(Error::ResolveRoute(status_error(ev.status())))
-                }
-                _ => return Err(unexpected(&ev, "route resolution")),
-            }
-        }
-    }
-}
-
-/// How long one address-resolution attempt may take (rdma-core's `rping` uses 2 s).
-pub const RESOLVE_ATTEMPT: Duration = Duration::from_secs(1);
-
 pub(crate) fn ud_param(ev: &CmEvent) -> Result<UdParam> {
     ev.ud()
         .copied()
@@ -272,11 +228,13 @@ pub struct UdListener {
 }
 
 impl UdListener {
-    /// Binds to `addr` (port 0: any) and listens.
+    /// Binds to `addr` (port 0: any) and listens. An address no RDMA device serves is
+    /// [`Error::NotRdmaAddress`], which lists those that are.
     #[doc(alias = "rdma_listen")]
     pub fn bind(addr: SocketAddr) -> Result<UdListener> {
         let id = CmId::with_own_channel(PortSpace::Udp)?;
-        id.bind_addr(addr)?;
+        id.bind_addr(addr)
+            .map_err(|e| crate::addr::diagnose_local(addr.ip(), e))?;
         id.listen(crate::DEFAULT_BACKLOG)?;
         Ok(UdListener {
             id,

@@ -26,6 +26,8 @@ struct Shared {
     /// Rights granted beyond those asked for (`PoolAccess` bits).
     extra_access: AtomicU32,
     fail_deregister: AtomicBool,
+    /// Report no rkey even for remote access.
+    withhold_rkey: AtomicBool,
     /// Largest chunk reported by `max_chunk` (0: none).
     max_chunk: AtomicUsize,
 }
@@ -54,6 +56,13 @@ impl HostRegistrar {
     /// window is bound): the pool must then leave the chunk's memory mapped.
     pub fn fail_deregister(&self, fail: bool) {
         self.shared.fail_deregister.store(fail, Ordering::Relaxed);
+    }
+
+    /// While `withhold` is true, registrations report no rkey even when remote access was
+    /// asked for (a registrar that cannot say how peers reach the chunk): the pool must then
+    /// refuse the chunk, and deregister it (or leak its memory) rather than drop it.
+    pub fn withhold_rkey(&self, withhold: bool) {
+        self.shared.withhold_rkey.store(withhold, Ordering::Relaxed);
     }
 
     /// Report `bytes` as the largest chunk it registers ([`Registrar::max_chunk`]), as a
@@ -104,7 +113,8 @@ unsafe impl Registrar for HostRegistrar {
             access | PoolAccess::from_bits_truncate(shared.extra_access.load(Ordering::Relaxed));
         Ok(Box::new(HostRegistration {
             lkey: key,
-            rkey: access.is_remote().then_some(key | 0x8000_0000),
+            rkey: (access.is_remote() && !shared.withhold_rkey.load(Ordering::Relaxed))
+                .then_some(key | 0x8000_0000),
             access: granted,
             shared: Arc::clone(shared),
         }))

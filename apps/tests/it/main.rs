@@ -1,4 +1,5 @@
 //! Interop of `rc-pingpong` with rdma-core's `ibv_rc_pingpong`, in both roles (device tier).
+mod devinfo;
 mod perftest;
 mod rping;
 

@@ -21,6 +21,19 @@ fn all(out: &Output) -> String {
 /// both must succeed and print every ping's data. Output goes to pipes read only at the end,
 /// so keep `count * size` well under the pipe buffer (64 KiB).
 fn pair(server: &str, client: &str, port: u16, count: u32, size: usize) {
+    pair_after(server, client, port, count, size, || {});
+}
+
+/// [`pair`], running `before_client` once the server is started, right before the first
+/// client.
+fn pair_after(
+    server: &str,
+    client: &str,
+    port: u16,
+    count: u32,
+    size: usize,
+    before_client: impl FnOnce(),
+) {
     let peer = testkit::peer();
     let peer_addr = peer.device.addr.to_string();
     let port = port.to_string();
@@ -38,6 +51,7 @@ fn pair(server: &str, client: &str, port: u16, count: u32, size: usize) {
     ]);
     let server_child = ChildGuard::spawn(s).expect("start server");
 
+    before_client();
     // The server may not be listening yet: a rejected client is retried.
     let deadline = Instant::now() + TIMEOUT;
     let started = Instant::now();
@@ -86,6 +100,24 @@ fn our_rping_server_with_rdma_core_client() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn rdma_core_rping_server_with_our_client() {
     pair(THEIRS, OURS, 7_302, 10, 64);
+}
+
+/// Forgets every neighbour (ARP) entry of this host and of the peer's host.
+fn flush_neighbours() {
+    for mut c in [Command::new("ip"), testkit::peer().command("ip")] {
+        c.args(["neigh", "flush", "all"]);
+        assert_success("ip neigh flush all", &testkit::run_with_timeout(c, TIMEOUT));
+    }
+}
+
+/// The first connection to a host whose neighbour entry is not cached: our client resolves
+/// in short attempts as rdma-core's does, instead of waiting out its whole timeout for an
+/// answer that came in milliseconds; and our server serves rdma-core's client in that case.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn first_ping_after_a_neighbour_flush_in_both_roles() {
+    pair_after(THEIRS, OURS, 7_307, 3, 64, flush_neighbours);
+    pair_after(OURS, THEIRS, 7_308, 3, 64, flush_neighbours);
 }
 
 #[test]

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cm::{Connector, Error, Listener};
+use cm::{Connector, Error, Listener, UdConnector, UdEndpoint, UdListener};
 use testkit::ChildGuard;
 
 use crate::support::*;
@@ -262,6 +262,23 @@ impl Drop for PlainNetdev {
     }
 }
 
+/// `e` is [`Error::NotRdmaAddress`] for `plain`, listing this host's RDMA address and device.
+fn assert_not_rdma_address(plain: IpAddr, e: Error) {
+    match &e {
+        Error::NotRdmaAddress { addr, served, .. } => {
+            assert_eq!(*addr, plain);
+            assert!(served.contains(&local_ip().to_string()), "{served}");
+        }
+        other => panic!("expected NotRdmaAddress, got {other:?}"),
+    }
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("{plain} is not an address of an RDMA device"))
+            && text.contains(&testkit::device().name),
+        "{text}"
+    );
+}
+
 /// Binding or connecting from an address that is not on an RDMA netdev: the error says so and
 /// lists the addresses that are.
 #[test]
@@ -269,21 +286,7 @@ impl Drop for PlainNetdev {
 fn a_source_address_without_rdma_device_is_named() {
     let _dev = PlainNetdev::add("nordma0", "10.77.9.1/24");
     let plain: IpAddr = "10.77.9.1".parse().unwrap();
-    let check = |e: Error| {
-        match &e {
-            Error::NotRdmaAddress { addr, served, .. } => {
-                assert_eq!(*addr, plain);
-                assert!(served.contains(&local_ip().to_string()), "{served}");
-            }
-            other => panic!("expected NotRdmaAddress, got {other:?}"),
-        }
-        let text = e.to_string();
-        assert!(
-            text.contains("10.77.9.1 is not an address of an RDMA device")
-                && text.contains(&testkit::device().name),
-            "{text}"
-        );
-    };
+    let check = |e: Error| assert_not_rdma_address(plain, e);
     let started = Instant::now();
     let r = Connector::new(SocketAddr::new(peer_ip(), port(12)))
         .src(plain)
@@ -294,6 +297,35 @@ fn a_source_address_without_rdma_device_is_named() {
     let r = Listener::bind(SocketAddr::new(plain, port(12)), cm::ConnOptions::new());
     eprintln!("non-RDMA bind: {r:?}");
     check(r.unwrap_err());
+}
+
+/// The same for UD: a request from, or a listener or endpoint on, an address without RDMA
+/// device is named as such, and the request fails at once instead of retrying until its
+/// timeout.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_ud_source_address_without_rdma_device_is_named() {
+    let _dev = PlainNetdev::add("nordma0", "10.77.9.1/24");
+    let plain: IpAddr = "10.77.9.1".parse().unwrap();
+    let timeout = Duration::from_secs(30);
+    let started = Instant::now();
+    let r = UdConnector::new(SocketAddr::new(peer_ip(), port(12)))
+        .src(plain)
+        .timeout(timeout)
+        .connect();
+    let took = started.elapsed();
+    eprintln!("non-RDMA UD source: {r:?} after {took:?}");
+    assert_not_rdma_address(plain, r.unwrap_err());
+    assert!(
+        took < timeout,
+        "a final error was retried until the timeout"
+    );
+    let r = UdListener::bind(SocketAddr::new(plain, port(12)));
+    eprintln!("non-RDMA UD bind: {r:?}");
+    assert_not_rdma_address(plain, r.unwrap_err());
+    let r = UdEndpoint::bind(plain, verbs::QpCap::default(), 16);
+    eprintln!("non-RDMA UD endpoint: {r:?}");
+    assert_not_rdma_address(plain, r.unwrap_err());
 }
 
 /// Without a source address, a route through a netdev without RDMA device: the error says

@@ -12,7 +12,7 @@ use verbs::{
 
 use crate::support::*;
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
         .collect()
@@ -20,7 +20,9 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 /// Waits for one completion on the endpoint's CQ; returns it, the reclaimed region (if any)
 /// and, for a receive, the raw completion's source-AH material (GRH bytes).
-fn wait_one_ud(ep: &UdEndpoint) -> (Completion, Option<MemoryRegion>, Option<verbs::Ah>) {
+pub(crate) fn wait_one_ud(
+    ep: &UdEndpoint,
+) -> (Completion, Option<MemoryRegion>, Option<verbs::Ah>) {
     let mut buf = CompletionBuf::new(1);
     let deadline = Instant::now() + TIMEOUT;
     loop {
@@ -47,7 +49,7 @@ fn wait_one_ud(ep: &UdEndpoint) -> (Completion, Option<MemoryRegion>, Option<ver
     }
 }
 
-fn post_recv_ud(ep: &UdEndpoint, len: usize) {
+pub(crate) fn post_recv_ud(ep: &UdEndpoint, len: usize) {
     let mr = ep
         .pd()
         .reg_mr(GRH_LEN + len, AccessFlags::LOCAL_WRITE)
@@ -57,7 +59,7 @@ fn post_recv_ud(ep: &UdEndpoint, len: usize) {
         .unwrap();
 }
 
-fn send_ud(ep: &UdEndpoint, data: &[u8], ah: &verbs::Ah, qpn: u32, qkey: u32) {
+pub(crate) fn send_ud(ep: &UdEndpoint, data: &[u8], ah: &verbs::Ah, qpn: u32, qkey: u32) {
     let mut mr = ep
         .pd()
         .reg_mr(data.len(), AccessFlags::LOCAL_WRITE)

@@ -174,12 +174,17 @@ impl Chunk {
                 len,
                 source: io::Error::other("chunk identifiers exhausted"),
             })?;
-        let memory = ChunkMemory::map(len, huge_pages)?;
+        let mut memory = ChunkMemory::map(len, huge_pages)?;
         let registration = registrar.register(&memory, access)?;
         let rkey = registration.rkey();
         // Slice safety follows what was registered, not what was asked for.
         let granted = registration.access();
         if access.is_remote() && rkey.is_none() {
+            // Refused, but registered: remove the registration before unmapping, or leak the
+            // memory if it cannot be removed (as `Chunk::drop` does).
+            if registration.deregister().is_err() {
+                memory.leak();
+            }
             return Err(Error::Register {
                 len,
                 source: io::Error::other(

@@ -70,6 +70,31 @@ fn a_chunk_whose_deregistration_fails_stays_mapped() {
 }
 
 #[test]
+fn a_chunk_refused_for_a_missing_rkey_is_deregistered_not_dropped() {
+    // Remote access asked for, no rkey reported: the chunk is refused. Its registration must
+    // go through `deregister`, whose failure keeps it (and the memory) alive, not be dropped.
+    let registrar = HostRegistrar::new();
+    registrar.withhold_rkey(true);
+    registrar.fail_deregister(true);
+    let pool = one_class(
+        PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ,
+        &registrar,
+    );
+    let e = pool.try_alloc(64).unwrap_err();
+    assert!(e.to_string().contains("no rkey"), "{e}");
+    assert_eq!(
+        registrar.live_registrations(),
+        1,
+        "a registration that could not be removed was dropped (and its memory unmapped)"
+    );
+    // When deregistration works, nothing is left.
+    registrar.fail_deregister(false);
+    pool.try_alloc(64).unwrap_err();
+    assert_eq!(registrar.live_registrations(), 1);
+    assert_eq!(registrar.registrations(), 2);
+}
+
+#[test]
 fn a_chunk_whose_deregistration_works_is_unmapped() {
     let registrar = HostRegistrar::new();
     let pool = one_class(PoolAccess::LOCAL_WRITE, &registrar);

@@ -6,7 +6,7 @@ use super::PortAttr;
 
 c_enum! {
     /// Per-lane signalling rate of a port (`active_speed`).
-    PortSpeed: u8 {
+    PortSpeed: u8, unknown Unknown {
         /// SDR, 2.5 Gb/s.
         Sdr = 1,
         /// DDR, 5 Gb/s.
@@ -27,9 +27,9 @@ c_enum! {
 }
 
 impl PortSpeed {
-    /// The per-lane rate in Gb/s.
-    pub fn gbps(self) -> f64 {
-        match self {
+    /// The per-lane rate in Gb/s (`None` for a speed this crate does not know).
+    pub fn gbps(self) -> Option<f64> {
+        Some(match self {
             PortSpeed::Sdr => 2.5,
             PortSpeed::Ddr => 5.0,
             PortSpeed::Qdr | PortSpeed::Fdr10 => 10.0,
@@ -37,20 +37,24 @@ impl PortSpeed {
             PortSpeed::Edr => 25.0,
             PortSpeed::Hdr => 50.0,
             PortSpeed::Ndr => 100.0,
-        }
+            PortSpeed::Unknown(_) => return None,
+        })
     }
 }
 
 impl fmt::Display for PortSpeed {
-    /// As `ibv_devinfo` prints it: `25.0 Gbps`.
+    /// As `ibv_devinfo` prints it: `25.0 Gbps` (`invalid speed` for an unknown one).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:.1} Gbps", self.gbps())
+        match self.gbps() {
+            Some(gbps) => write!(f, "{gbps:.1} Gbps"),
+            None => f.write_str("invalid speed"),
+        }
     }
 }
 
 c_enum! {
     /// Number of lanes of a port (`active_width`).
-    PortWidth: u8 {
+    PortWidth: u8, unknown Unknown {
         /// One lane.
         X1 = 1,
         /// Four lanes.
@@ -65,28 +69,32 @@ c_enum! {
 }
 
 impl PortWidth {
-    /// The number of lanes.
-    pub fn lanes(self) -> u32 {
-        match self {
+    /// The number of lanes (`None` for a width this crate does not know).
+    pub fn lanes(self) -> Option<u32> {
+        Some(match self {
             PortWidth::X1 => 1,
             PortWidth::X2 => 2,
             PortWidth::X4 => 4,
             PortWidth::X8 => 8,
             PortWidth::X12 => 12,
-        }
+            PortWidth::Unknown(_) => return None,
+        })
     }
 }
 
 impl fmt::Display for PortWidth {
-    /// As `ibv_devinfo` prints it: `4X`.
+    /// As `ibv_devinfo` prints it: `4X` (`invalid width` for an unknown one).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}X", self.lanes())
+        match self.lanes() {
+            Some(lanes) => write!(f, "{lanes}X"),
+            None => f.write_str("invalid width"),
+        }
     }
 }
 
 c_enum! {
     /// Physical state of a port's link (`phys_state`).
-    PhysState: u8 {
+    PhysState: u8, unknown Unknown {
         /// Sleeping.
         Sleep = 1,
         /// Polling for a peer.
@@ -115,29 +123,31 @@ impl fmt::Display for PhysState {
             PhysState::LinkUp => "LINK_UP",
             PhysState::LinkErrorRecovery => "LINK_ERROR_RECOVERY",
             PhysState::PhyTest => "PHY TEST",
+            PhysState::Unknown(_) => "invalid physical state",
         })
     }
 }
 
 impl PortAttr {
-    /// Per-lane speed (`Err` with the raw value for one newer than this crate).
+    /// Per-lane speed (`PortSpeed::Unknown` with the raw value for one newer than this crate).
     #[doc(alias = "ibv_query_port")]
-    pub fn active_speed(&self) -> Result<PortSpeed, u8> {
-        PortSpeed::try_from(self.0.active_speed)
+    pub fn active_speed(&self) -> PortSpeed {
+        PortSpeed::from_c(self.0.active_speed)
     }
-    /// Number of lanes (`Err` with the raw value for one newer than this crate).
+    /// Number of lanes (`PortWidth::Unknown` with the raw value for one newer than this crate).
     #[doc(alias = "ibv_query_port")]
-    pub fn active_width(&self) -> Result<PortWidth, u8> {
-        PortWidth::try_from(self.0.active_width)
+    pub fn active_width(&self) -> PortWidth {
+        PortWidth::from_c(self.0.active_width)
     }
-    /// Physical link state (`Err` with the raw value for one newer than this crate).
+    /// Physical link state (`PhysState::Unknown` with the raw value for one newer than this
+    /// crate).
     #[doc(alias = "ibv_query_port")]
-    pub fn phys_state(&self) -> Result<PhysState, u8> {
-        PhysState::try_from(self.0.phys_state)
+    pub fn phys_state(&self) -> PhysState {
+        PhysState::from_c(self.0.phys_state)
     }
     /// The link's rate in Gb/s: lanes × per-lane speed (`None` if either is unknown).
     pub fn rate_gbps(&self) -> Option<f64> {
-        Some(f64::from(self.active_width().ok()?.lanes()) * self.active_speed().ok()?.gbps())
+        Some(f64::from(self.active_width().lanes()?) * self.active_speed().gbps()?)
     }
 }
 
@@ -157,5 +167,35 @@ mod tests {
         assert_eq!(PortSpeed::try_from(3), Err(3));
         assert_eq!(PortWidth::try_from(2), Ok(PortWidth::X4));
         assert_eq!(PhysState::try_from(9), Err(9));
+        assert_eq!(PortSpeed::Unknown(3).to_string(), "invalid speed");
+        assert_eq!(PortWidth::Unknown(3).to_string(), "invalid width");
+        assert_eq!(PhysState::Unknown(9).to_string(), "invalid physical state");
+    }
+
+    /// The getters return values, whatever the device reports: known codes decoded, others
+    /// kept as `Unknown(raw)` and converted back to the same raw value.
+    #[test]
+    fn getters_are_values_with_unknown_codes_kept() {
+        // SAFETY: ibv_port_attr is plain integers: all-zero is a valid value.
+        let mut raw: verbs_sys::ibv_port_attr = unsafe { std::mem::zeroed() };
+        raw.active_speed = 32;
+        raw.active_width = 2;
+        raw.phys_state = 5;
+        let port = PortAttr(raw);
+        assert_eq!(port.active_speed(), PortSpeed::Edr);
+        assert_eq!(port.active_width(), PortWidth::X4);
+        assert_eq!(port.phys_state(), PhysState::LinkUp);
+        assert_eq!(port.rate_gbps(), Some(100.0));
+
+        raw.active_speed = 3;
+        raw.active_width = 3;
+        raw.phys_state = 9;
+        let port = PortAttr(raw);
+        assert_eq!(port.active_speed(), PortSpeed::Unknown(3));
+        assert_eq!(port.active_width(), PortWidth::Unknown(3));
+        assert_eq!(port.phys_state(), PhysState::Unknown(9));
+        assert_eq!(u8::from(port.active_speed()), 3);
+        assert_eq!(u8::from(port.phys_state()), 9);
+        assert_eq!(port.rate_gbps(), None);
     }
 }

@@ -89,8 +89,8 @@ fn unsupported(what: &'static str) -> Error {
 /// ```no_run
 /// use verbs::{Context, CqExAttr, QpInitAttr, QpType};
 ///
-/// # fn main() -> verbs::Result<()> {
-/// let ctx = Context::open("rxe0")?;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let (ctx, _) = Context::open_by_addr("10.77.0.1".parse()?)?; // the device serving it
 /// let pd = ctx.alloc_pd()?;
 /// let mut cq = ctx.create_cq_ex(CqExAttr::new(64))?;
 /// let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))?;

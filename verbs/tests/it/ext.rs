@@ -1,5 +1,6 @@
 //! Extended CQs (batch polling, timestamps), the `ibv_wr_*` posting API of extended QPs, and
-//! inline sends from `IoSlice`s, over a loopback RC pair with data verified byte for byte.
+//! inline sends from `IoSlice`s, over a loopback RC pair with data verified byte for byte
+//! (`ext_hosts` runs them between the two hosts).
 use std::io::IoSlice;
 use std::time::Instant;
 
@@ -10,14 +11,14 @@ use verbs::{
 
 use crate::support::{connect, open, ALL_REMOTE, TIMEOUT};
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
+pub(crate) fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(17).wrapping_add(seed))
         .collect()
 }
 
 /// Polls `cq` in batches until `n` completions arrived, reclaiming each through `qp`.
-fn drain_ex(cq: &mut CqEx, qp: &Qp, n: usize) -> Vec<(Completion, Vec<Reclaimed>)> {
+pub(crate) fn drain_ex(cq: &mut CqEx, qp: &Qp, n: usize) -> Vec<(Completion, Vec<Reclaimed>)> {
     let deadline = Instant::now() + TIMEOUT;
     let mut out = Vec::new();
     while out.len() < n {

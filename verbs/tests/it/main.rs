@@ -8,6 +8,7 @@ mod device;
 mod errors;
 mod events;
 mod ext;
+mod ext_hosts;
 mod host;
 mod mr;
 mod mw;

@@ -1,0 +1,35 @@
+//! `devinfo -v` prints a port's width, speed and physical state as `ibv_devinfo -v` does
+//! (device tier).
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::assert_success;
+
+/// The value of every line of `program -v -d DEV -i 1` that starts with one of `fields`.
+fn port_fields(program: &str, fields: &[&str]) -> Vec<String> {
+    let mut c = Command::new(program);
+    c.args(["-v", "-d", &testkit::device().name, "-i", "1"]);
+    let out = testkit::run_with_timeout(c, Duration::from_secs(10));
+    assert_success(program, &out);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    fields
+        .iter()
+        .map(|f| {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(f))
+                .unwrap_or_else(|| panic!("no {f} in {program}'s output:\n{text}"))
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn port_width_speed_and_physical_state_as_ibv_devinfo_prints_them() {
+    let fields = ["active_width:", "active_speed:", "phys_state:"];
+    let ours = port_fields(env!("CARGO_BIN_EXE_devinfo"), &fields);
+    let theirs = port_fields("ibv_devinfo", &fields);
+    assert_eq!(ours, theirs);
+    assert!(theirs[2].starts_with("LINK_UP"), "{theirs:?}");
+}
