@@ -24,6 +24,14 @@ const SCENARIOS: &[&str] = &[
     "reorder 25%",
     "duplicate 5%",
     "corrupt 1%",
+    "key: invalid rkey",
+    "key: out of range",
+    "key: read of write-only",
+    "key: write after revoke",
+    "malformed frames",
+    "pool exhausted",
+    "send queue full",
+    "peer not reading",
 ];
 
 /// The file a scenario writes its figures to, without the extension (the suite's own rule).
