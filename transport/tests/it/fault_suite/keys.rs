@@ -11,6 +11,7 @@ use super::*;
 
 /// Bytes of each exposed region.
 const REGION: usize = 4096;
+
 /// What the attacker does with its (forged) token.
 #[derive(Clone, Copy)]
 enum Op {
