@@ -142,11 +142,24 @@ impl Conn {
     }
 
     /// Sends a rendezvous message: the peer reads it with RDMA READ, chunk by chunk, while
-    /// this side copies the next chunks into the pool.
+    /// this side copies the next chunks into the pool. All or nothing: the first chunk is
+    /// copied into the pool before the message is announced, so a timeout while waiting for
+    /// it or for room sends nothing. Once announced, the message is finished whatever the
+    /// timeout: chunks that cannot be added in time are copied and added in the background
+    /// (a half-announced message would hold back every later message of the connection).
     fn send_large(&self, class: Class, data: &[u8], timeout: Duration) -> Result<Option<CallId>> {
         let deadline = Instant::now() + timeout;
         let left = || deadline.saturating_duration_since(Instant::now());
         let total = data.len() as u64;
+        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
+        let first = chunk.min(data.len());
+        let mut buf = self
+            .inner
+            .shared
+            .pool
+            .alloc(first, left())
+            .map_err(pool_error)?;
+        buf.copy_from_slice(&data[..first]);
         let large = self.wait("send", left(), |conn, st| {
             if let Some(e) = st.ended() {
                 return Some(Err(e));
@@ -161,11 +174,50 @@ impl Conn {
                 Err(kind) => Some(Err(send_error(kind, st))),
             }
         })?;
-        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
+        let mut next = Some(buf);
         for (i, part) in data.chunks(chunk).enumerate() {
-            self.add_chunk_blocking(large.msg, i * chunk, part, left())?;
+            let offset = i * chunk;
+            let added = match next.take() {
+                Some(buf) => self.add_chunk_buf(large.msg, offset, buf, left()),
+                None => self.add_chunk_blocking(large.msg, offset, part, left()),
+            };
+            match added {
+                Ok(()) => {}
+                Err(Error::TimedOut { .. }) => {
+                    self.finish_in_background(large.msg, offset, data[offset..].to_vec());
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(large.call)
+    }
+
+    /// Adds the rest of rendezvous message `msg` (`rest`, from byte `offset`) on a thread of
+    /// its own (on this one if no thread can be started), so the peer gets the whole
+    /// message. Gives up only when the connection ends.
+    pub(crate) fn finish_in_background(&self, msg: MsgId, offset: usize, rest: Vec<u8>) {
+        let rest = Arc::new(rest);
+        let (conn, mine) = (self.clone(), rest.clone());
+        let spawned = std::thread::Builder::new()
+            .name("transport-send-rest".into())
+            .spawn(move || conn.finish_rest(msg, offset, &mine));
+        if spawned.is_err() {
+            self.finish_rest(msg, offset, &rest);
+        }
+    }
+
+    fn finish_rest(&self, msg: MsgId, offset: usize, rest: &[u8]) {
+        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
+        let mut at = 0;
+        while at < rest.len() {
+            let part = &rest[at..rest.len().min(at + chunk)];
+            match self.add_chunk_blocking(msg, offset + at, part, DEFAULT_OP_TIMEOUT) {
+                Ok(()) => at += part.len(),
+                Err(Error::TimedOut { .. }) if !self.is_closed() => {}
+                Err(_) => return,
+            }
+        }
     }
 
     /// Copies `part` (bytes `offset..` of rendezvous message `msg`) into the pool and adds it
@@ -178,17 +230,33 @@ impl Conn {
         timeout: Duration,
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let left = || deadline.saturating_duration_since(Instant::now());
         let mut buf = self
             .inner
             .shared
             .pool
-            .alloc(part.len(), left())
+            .alloc(part.len(), timeout)
             .map_err(pool_error)?;
         buf.copy_from_slice(part);
+        self.add_chunk_buf(
+            msg,
+            offset,
+            buf,
+            deadline.saturating_duration_since(Instant::now()),
+        )
+    }
+
+    /// Adds `buf` (bytes `offset..` of rendezvous message `msg`, already copied) to the
+    /// message, waiting up to `timeout` for room.
+    fn add_chunk_buf(
+        &self,
+        msg: MsgId,
+        offset: usize,
+        buf: memory::Buffer,
+        timeout: Duration,
+    ) -> Result<()> {
         let chunk = remote_chunk(&buf)?;
         let mut buf = Some(buf);
-        self.wait("send", left(), |conn, st| {
+        self.wait("send", timeout, |conn, st| {
             if let Some(e) = st.ended() {
                 return Some(Err(e));
             }
@@ -249,7 +317,10 @@ impl Conn {
         self.send_timeout(data, DEFAULT_OP_TIMEOUT)
     }
 
-    /// Sends `data`, waiting up to `timeout` for credit and buffers.
+    /// Sends `data`, waiting up to `timeout` for credit and buffers. All or nothing: on
+    /// [`Error::TimedOut`] nothing was sent (retrying sends it once). A rendezvous message
+    /// whose first chunk was announced within the timeout is delivered whole: chunks that
+    /// need longer (an exhausted pool, a slow reader) are finished in the background.
     pub fn send_timeout(&self, data: &[u8], timeout: Duration) -> Result<()> {
         self.send_class(Class::Message, data, timeout).map(drop)
     }

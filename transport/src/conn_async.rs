@@ -420,26 +420,8 @@ impl Drop for Finish<'_> {
         if self.offset >= self.data.len() || self.conn.is_closed() {
             return;
         }
-        let conn = self.conn.clone();
-        let (msg, mut offset) = (self.msg, self.offset);
-        let rest = self.data[offset..].to_vec();
-        let _ = std::thread::Builder::new()
-            .name("transport-send-rest".into())
-            .spawn(move || {
-                let chunk = conn.inner.shared.cfg.proto.rndv_chunk_size as usize;
-                let base = offset;
-                while offset < base + rest.len() {
-                    let n = chunk.min(base + rest.len() - offset);
-                    let part = &rest[offset - base..offset - base + n];
-                    if conn
-                        .add_chunk_blocking(msg, offset, part, crate::DEFAULT_OP_TIMEOUT)
-                        .is_err()
-                    {
-                        return;
-                    }
-                    offset += n;
-                }
-            });
+        self.conn
+            .finish_in_background(self.msg, self.offset, self.data[self.offset..].to_vec());
     }
 }
 

@@ -46,8 +46,9 @@
 //! - One-sided: [`Endpoint::expose`] a [`Region`], give its [`Token`] to the peer, which uses
 //!   [`Conn::read`] / [`Conn::write`]; ranges are checked before anything is sent.
 //! - Flow control: credits (see `PROTOCOL.md`): a sender never sends without a receive posted
-//!   at the peer. No credit is backpressure: `try_*` says [`Error::WouldBlock`], blocking calls
-//!   wait up to their timeout.
+//!   at the peer. No credit, a full send queue or an exhausted pool is backpressure: `try_*`
+//!   says [`Error::WouldBlock`], blocking calls wait up to their timeout. A send that times out
+//!   sent nothing; a rendezvous message that started is always delivered whole.
 //! - Failure: a dead peer (disconnect, or silence past the keepalive timeout) fails every
 //!   pending operation of that connection with [`Error::Closed`] naming the cause; the
 //!   endpoint keeps serving its other connections. With `TRANSPORT_DEBUG` set in the

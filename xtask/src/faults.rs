@@ -28,6 +28,14 @@ const SCENARIOS: &[&str] = &[
     "link blackholed 15 s",
     "peer killed: server",
     "peer killed: client",
+    "key: invalid rkey",
+    "key: out of range",
+    "key: read of write-only",
+    "key: write after revoke",
+    "malformed frames",
+    "pool exhausted",
+    "send queue full",
+    "peer not reading",
 ];
 
 /// The file a scenario writes its figures to, without the extension (the suite's own rule).

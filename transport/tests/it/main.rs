@@ -5,8 +5,8 @@
 //!
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
-//! `calls`, `one_sided`, `failures`, `many`, the fault suite (`fault_suite`: netem, and more scenarios each in a file,
-//! reported by `cargo xtask faults`), the async core (`async_conn`), and the byte stream:
+//! `calls`, `one_sided`, `failures`, `many`, the fault suite (`fault_suite`: netem, bad keys,
+//! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the async core (`async_conn`), and the byte stream:
 //! `stream`, `stream_executor`, `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
 
 mod close;

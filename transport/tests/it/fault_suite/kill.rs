@@ -8,20 +8,17 @@
 //! error and are not counted as sent; the figures count the intact prefix and the other
 //! connection's traffic.
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use transport::{Conn, Endpoint, Error};
+use transport::{Endpoint, Error};
 
 use super::*;
 use crate::failures::{peer_program, wait_line};
 
 /// Size of the killed connection's messages.
 const MESSAGE: usize = 64 << 10;
-/// Round trips of the other connection before the kill.
-const WARM_UP_ROUNDS: u64 = 20;
+/// Messages of the other connection before the kill, and again after it.
+const BYSTANDER_MESSAGES: u64 = 20;
 /// How long after the keepalive timeout a detection still counts.
 const DETECT_SLACK: Duration = Duration::from_secs(2);
 
@@ -32,79 +29,6 @@ fn numbered(n: u64, len: usize) -> Vec<u8> {
         .collect();
     v[..8].copy_from_slice(&n.to_le_bytes());
     v
-}
-
-/// Echo round trips of verified messages on a healthy connection until told to stop.
-struct Healthy {
-    stop: Arc<AtomicBool>,
-    rounds: Arc<AtomicU64>,
-    thread: JoinHandle<(Tally, Conn, Conn)>,
-}
-
-impl Healthy {
-    /// Starts round trips from `client` to `server` (which echoes them).
-    fn start(server: Conn, client: Conn) -> Healthy {
-        let stop = Arc::new(AtomicBool::new(false));
-        let rounds = Arc::new(AtomicU64::new(0));
-        let echo = std::thread::spawn(move || {
-            while let Ok(m) = server.recv(TIMEOUT) {
-                if server.send(&m.to_vec()).is_err() {
-                    break;
-                }
-            }
-            server
-        });
-        let thread = {
-            let (stop, rounds) = (stop.clone(), rounds.clone());
-            std::thread::spawn(move || {
-                let started = Instant::now();
-                let mut t = Tally::default();
-                let mut seq = 0;
-                while !stop.load(Ordering::Acquire) {
-                    let data = payload(1 << 50 | seq, 3000 + (seq as usize % 5000));
-                    t.sent += 2 * data.len() as u64;
-                    client.send(&data).expect("healthy connection: send");
-                    match client.recv(TIMEOUT) {
-                        Ok(m) if m.to_vec() == data => t.received += 2 * data.len() as u64,
-                        Ok(m) => t.corrupted += (data.len() + m.len()) as u64,
-                        Err(e) => panic!("healthy connection: {e}"),
-                    }
-                    seq += 1;
-                    rounds.store(seq, Ordering::Release);
-                }
-                client.close(TIMEOUT).expect("healthy connection: close");
-                let server = echo.join().expect("echo");
-                t.secs = started.elapsed().as_secs_f64();
-                (t, server, client)
-            })
-        };
-        Healthy {
-            stop,
-            rounds,
-            thread,
-        }
-    }
-
-    fn rounds(&self) -> u64 {
-        self.rounds.load(Ordering::Acquire)
-    }
-
-    /// Waits (bounded) until `n` more round trips are done.
-    fn wait_rounds(&self, n: u64) {
-        let target = self.rounds() + n;
-        let deadline = Instant::now() + TIMEOUT;
-        while self.rounds() < target {
-            assert!(Instant::now() < deadline, "healthy connection stalled");
-            assert!(!self.thread.is_finished(), "healthy connection ended");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn stop(self) -> Tally {
-        self.stop.store(true, Ordering::Release);
-        let (t, ..) = self.thread.join().expect("healthy connection");
-        t
-    }
 }
 
 /// Waits (bounded) until the endpoint's pool has no more buffers lent out than `baseline`.
@@ -136,7 +60,7 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
     let addr = addr_of(&listener);
     let accepted = std::thread::spawn(move || listener.accept(TIMEOUT).expect("accept"));
     let healthy_client = ep.connect(addr).expect("connect healthy");
-    let healthy = Healthy::start(accepted.join().unwrap(), healthy_client);
+    let healthy = Bystander::start(accepted.join().unwrap(), healthy_client);
 
     let addr = SocketAddr::new(peer_ip(), 23100);
     let (mut peer, lines) = peer_program(&["server", "--addr", &addr.to_string()]);
@@ -165,17 +89,17 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
         }
         echoes += 1;
         if echoes == 30 {
-            healthy.wait_rounds(WARM_UP_ROUNDS);
+            healthy.wait_for(BYSTANDER_MESSAGES);
             peer.kill();
             killed = Some(Instant::now());
         }
     };
     let killed = killed.expect("the peer echoed fewer than 30 messages");
     let (sender_error, sender_at) = sender.join().expect("sender");
-    let rounds_at_kill = healthy.rounds();
-    healthy.wait_rounds(WARM_UP_ROUNDS);
+    let delivered_at_kill = healthy.delivered();
+    healthy.wait_for(BYSTANDER_MESSAGES);
     drop(victim);
-    let healthy_tally = healthy.stop();
+    let (healthy_tally, healthy_messages) = healthy.finish();
     let detect = receiver_error.1.max(sender_at) - killed;
     let bound = ep.config().proto.keepalive_timeout + DETECT_SLACK;
 
@@ -185,7 +109,7 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
         corrupted: healthy_tally.corrupted + corrupted,
         secs: healthy_tally.secs,
     };
-    let mut figures = Figures::new("peer killed: server", "echo 64 KiB + healthy RPC", tally);
+    let mut figures = Figures::new("peer killed: server", "echo 64 KiB + bystander msgs", tally);
     figures.detect_ms = Some(detect.as_secs_f64() * 1e3);
     figures.checks = vec![
         ("sender failed with a typed error", typed(&sender_error)),
@@ -196,11 +120,13 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
         ("both within the keepalive bound", detect <= bound),
         ("pool back to its baseline", pool_back_to(&ep, baseline)),
     ];
-    figures.kept_serving = true; // the healthy connection's 20 round trips after the kill
+    // The other connection delivered its messages after the kill (`wait_for` checked).
+    figures.kept_serving = true;
     figures.extra = serde_json::json!({
         "bound_ms": bound.as_millis() as u64,
         "killed_connection_prefix_bytes": prefix,
-        "healthy_round_trips": rounds_at_kill + WARM_UP_ROUNDS,
+        "bystander_messages": healthy_messages,
+        "bystander_messages_at_kill": delivered_at_kill,
         "sender_error": sender_error.to_string(),
         "receiver_error": receiver_error.0.to_string(),
     });
@@ -222,9 +148,8 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         std::thread::spawn(move || ep.connect(addr).expect("connect healthy"))
     };
     let healthy_server = listener.accept(TIMEOUT).expect("accept healthy");
-    // This host's side sends and checks, so the healthy traffic runs through the endpoint
-    // under test.
-    let healthy = Healthy::start(healthy_client.join().unwrap(), healthy_server);
+    // The healthy connection's server side is on the endpoint under test.
+    let healthy = Bystander::start(healthy_client.join().unwrap(), healthy_server);
 
     let src = peer_ip().to_string();
     let size = MESSAGE.to_string();
@@ -249,14 +174,14 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         }
         n += 1;
         if n == 30 {
-            healthy.wait_rounds(WARM_UP_ROUNDS);
+            healthy.wait_for(BYSTANDER_MESSAGES);
             peer.kill();
             killed = Some(Instant::now());
         }
     };
     let killed = killed.expect("the peer sent fewer than 30 messages");
-    let rounds_at_kill = healthy.rounds();
-    healthy.wait_rounds(WARM_UP_ROUNDS);
+    let delivered_at_kill = healthy.delivered();
+    healthy.wait_for(BYSTANDER_MESSAGES);
     drop(victim);
     // The listener still accepts.
     let next = {
@@ -271,7 +196,7 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         .accept(TIMEOUT)
         .is_ok_and(|c| c.recv(TIMEOUT).is_ok_and(|m| &m.bytes()[..] == b"next"))
         && next.join().unwrap().is_ok();
-    let healthy_tally = healthy.stop();
+    let (healthy_tally, healthy_messages) = healthy.finish();
     let detect = error.1 - killed;
     let bound = ep.config().proto.keepalive_timeout + DETECT_SLACK;
 
@@ -281,11 +206,7 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         corrupted: healthy_tally.corrupted + corrupted,
         secs: healthy_tally.secs,
     };
-    let mut figures = Figures::new(
-        "peer killed: client",
-        "stream of 64 KiB + healthy RPC",
-        tally,
-    );
+    let mut figures = Figures::new("peer killed: client", "64 KiB msgs + bystander msgs", tally);
     figures.detect_ms = Some(detect.as_secs_f64() * 1e3);
     drop(listener);
     figures.checks = vec![
@@ -297,7 +218,8 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
     figures.extra = serde_json::json!({
         "bound_ms": bound.as_millis() as u64,
         "killed_connection_prefix_bytes": prefix,
-        "healthy_round_trips": rounds_at_kill + WARM_UP_ROUNDS,
+        "bystander_messages": healthy_messages,
+        "bystander_messages_at_kill": delivered_at_kill,
         "receiver_error": error.0.to_string(),
     });
     figures.record();

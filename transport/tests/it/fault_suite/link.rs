@@ -17,8 +17,6 @@ use transport::{Conn, EndpointConfig, Error};
 
 use super::*;
 
-/// Message sizes, cycled: eager, a full frame, and rendezvous.
-const SIZES: [usize; 3] = [64, 4000, 64 << 10];
 /// Messages of one run; the outage starts after `OUTAGE_AFTER` have arrived.
 const MESSAGES: u64 = 300;
 const OUTAGE_AFTER: u64 = 50;

@@ -7,14 +7,28 @@
 //! - [`netem`]: packet loss, delay with jitter, reordering, duplication and corruption on both
 //!   ends of the veth pair (`tc qdisc ... netem`).
 //! - [`kill`]: the peer process SIGKILLed mid-transfer, as server and as client.
-//! - [`link`]: the link blackholed, or an interface down, for 1 s and for longer than the
-//!   keepalive bound.
+//! - [`link`]: the link blackholed for 1 s and for longer than the keepalive bound.
+//! - [`keys`]: one-sided access with bad keys (an rkey naming nothing, a token forged past
+//!   the exposed bytes, a read of a write-only region, a revoked key), refused by the device.
+//! - [`malformed`]: a peer on raw verbs, admitted by the handshake, sends garbage and broken
+//!   frames; each such connection ends with the protocol error while others keep serving.
+//! - [`exhaustion`]: the data pool exhausted, the send queue full, a peer that stops reading:
+//!   backpressure or typed errors, then every byte delivered once.
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use transport::{Conn, Endpoint, Listener};
 
 use crate::support::*;
 
+mod exhaustion;
+mod keys;
 mod kill;
 mod link;
+mod malformed;
 mod netem;
 
 /// What one run of traffic moved and how it arrived.
@@ -181,4 +195,108 @@ pub fn echo_once() -> bool {
             .recv(TIMEOUT)
             .is_ok_and(|m| m.to_vec() == data && server.send(&m.to_vec()).is_ok())
         && client.recv(TIMEOUT).is_ok_and(|m| m.to_vec() == data)
+}
+
+/// Message sizes of the bystanders' and the afterwards traffic, cycled: eager, a full frame,
+/// rendezvous.
+pub const SIZES: [usize; 3] = [64, 4000, 64 << 10];
+
+/// Verified messages one way on a connection, on a thread of their own until told to stop
+/// (and at least a few, whatever the fault's timing).
+pub struct Bystander {
+    stop: Arc<AtomicBool>,
+    delivered: Arc<AtomicU64>,
+    thread: JoinHandle<(Tally, u64)>,
+}
+
+impl Bystander {
+    pub fn start(server: Conn, client: Conn) -> Bystander {
+        let stop = Arc::new(AtomicBool::new(false));
+        let delivered = Arc::new(AtomicU64::new(0));
+        let (flag, progress) = (stop.clone(), delivered.clone());
+        let thread = std::thread::spawn(move || {
+            let started = Instant::now();
+            let mut t = Tally::default();
+            let mut seq = 0u64;
+            while !flag.load(Ordering::Acquire) || seq < 6 {
+                let len = SIZES[seq as usize % SIZES.len()];
+                let data = payload(seq, len);
+                t.sent += len as u64;
+                if client.send_timeout(&data, TIMEOUT).is_err() {
+                    break;
+                }
+                match server.recv(TIMEOUT) {
+                    Ok(m) if m.to_vec() == data => t.received += len as u64,
+                    Ok(m) => t.corrupted += (m.len() as u64).min(len as u64),
+                    Err(_) => break,
+                }
+                seq += 1;
+                progress.store(seq, Ordering::Release);
+            }
+            t.secs = started.elapsed().as_secs_f64();
+            (t, seq)
+        });
+        Bystander {
+            stop,
+            delivered,
+            thread,
+        }
+    }
+
+    /// Messages delivered intact so far.
+    pub fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Acquire)
+    }
+
+    /// Waits (bounded by `TIMEOUT`) until `n` more messages are delivered; panics if the
+    /// traffic stalls or ends.
+    pub fn wait_for(&self, n: u64) {
+        let target = self.delivered() + n;
+        let deadline = Instant::now() + TIMEOUT;
+        while self.delivered() < target {
+            assert!(!self.thread.is_finished(), "bystander traffic ended");
+            assert!(Instant::now() < deadline, "bystander traffic stalled");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Stops the traffic: what it moved, and how many messages.
+    pub fn finish(self) -> (Tally, u64) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().expect("bystander thread")
+    }
+}
+
+/// Accepts one connection on `listener` from a new endpoint of this host: (server side,
+/// client side).
+pub fn connect(listener: &Listener) -> (Conn, Conn) {
+    let client = Endpoint::with_config(local_ip(), config()).expect("client endpoint");
+    let addr = addr_of(listener);
+    let c = std::thread::spawn(move || client.connect(addr).expect("connect"));
+    let s = listener.accept(TIMEOUT).expect("accept");
+    (s, c.join().expect("connect thread"))
+}
+
+/// Six messages (each size twice) from the client, each echoed back by the server and
+/// checked both ways.
+pub fn echo_traffic(server: &Conn, client: &Conn, seed: u64) -> Tally {
+    let started = Instant::now();
+    let mut t = Tally::default();
+    for seq in 0..SIZES.len() as u64 * 2 {
+        let len = SIZES[seq as usize % SIZES.len()];
+        let data = payload(seed | seq, len);
+        t.sent += 2 * len as u64;
+        let ok = client.send_timeout(&data, TIMEOUT).is_ok()
+            && server.recv(TIMEOUT).is_ok_and(|m| {
+                m.to_vec() == data && server.send_timeout(&m.to_vec(), TIMEOUT).is_ok()
+            })
+            && client.recv(TIMEOUT).is_ok_and(|m| m.to_vec() == data);
+        if ok {
+            t.received += 2 * len as u64;
+        } else {
+            break;
+        }
+    }
+    t.secs = started.elapsed().as_secs_f64();
+    t
 }
