@@ -116,9 +116,10 @@ impl EndpointConfig {
         self.max_connections.saturating_mul(self.proto.window)
     }
 
-    /// Send-queue entries of each QP: the protocol's plus the one-sided operations.
+    /// Send-queue entries of each QP: the protocol's, the one-sided operations, and one for
+    /// the keepalive probe.
     pub(crate) fn qp_send_depth(&self) -> u32 {
-        self.proto.sq_depth + self.max_one_sided
+        self.proto.sq_depth + self.max_one_sided + 1
     }
 
     /// Completion queue entries: every send queue and every receive.

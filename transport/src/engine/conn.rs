@@ -14,18 +14,23 @@ use verbs::{Qp, RemoteSlice, SendRequest};
 
 use super::Shared;
 use crate::proto::{
-    self, Action, Body, CallError, ConnError, Delivery, PeerGone, ReadId, RemoteChunk, HEADER_LEN,
+    self, Action, Body, CallError, ConnError, Delivery, Kind, PeerGone, ReadId, RemoteChunk,
+    HEADER_LEN,
 };
 
 /// What a posted send-queue request was, in post order. Frames are signaled one in
-/// [`signal_every`]; READs and one-sided operations always. A completion finishes its request
-/// and every unsignaled one before it (the send queue completes in order).
+/// [`signal_every`]; PINGs, READs and one-sided operations always. A completion finishes its
+/// request and every unsignaled one before it (the send queue completes in order).
 #[derive(Debug)]
 pub(crate) enum SqOp {
     /// A protocol frame.
     Frame,
+    /// A protocol frame whose completion the device must report (a PING).
+    SignaledFrame,
     /// A rendezvous READ.
     Read(ReadId),
+    /// A keepalive probe: a zero-length RDMA WRITE the peer's device acknowledges.
+    Probe,
     /// A one-sided operation of the user, finished into `ConnState::one_sided_done`.
     OneSided(u64),
 }
@@ -78,6 +83,8 @@ pub(crate) struct ConnState {
     pub teardown: Option<Instant>,
     /// One-sided operations in flight, and finished ones by id.
     pub one_sided_in_flight: u32,
+    /// A keepalive probe is in flight (in the send-queue slot kept for it).
+    pub probe_in_flight: bool,
     pub one_sided_done: HashMap<u64, OneSidedResult>,
     pub next_one_sided: u64,
     /// Async tasks to wake on any change.
@@ -104,6 +111,7 @@ impl ConnState {
             ended_at: None,
             teardown: None,
             one_sided_in_flight: 0,
+            probe_in_flight: false,
             one_sided_done: HashMap::new(),
             next_one_sided: 1,
             wakers: Vec::new(),
@@ -163,6 +171,7 @@ impl ConnShared {
             match action {
                 Action::Send { header, body } => self.post_frame(st, header, body),
                 Action::Read { id, remote, len } => self.post_read(st, id, remote, len),
+                Action::Probe => self.post_probe(st),
                 Action::Release(buf) => drop(buf),
                 Action::Deliver(d) => match d.class {
                     proto::Received::Message => {
@@ -269,7 +278,34 @@ impl ConnShared {
                 }
             },
         };
-        self.post(st, request, SqOp::Frame);
+        // A PING is signaled: its completion is the peer device's acknowledgement, the sign
+        // of life that keeps a connection whose peer's frames are held back from looking dead.
+        let op = if header[0] == Kind::Ping as u8 {
+            SqOp::SignaledFrame
+        } else {
+            SqOp::Frame
+        };
+        self.post(st, request, op);
+    }
+
+    /// Posts a keepalive probe, a zero-length RDMA WRITE (no key is checked for zero bytes,
+    /// no receive is consumed), unless one is still in flight: its successful completion tells
+    /// the protocol the peer's device is alive.
+    fn post_probe(&self, st: &mut ConnState) {
+        if st.probe_in_flight {
+            return;
+        }
+        let remote = RemoteSlice {
+            addr: 0,
+            len: 0,
+            rkey: 0,
+        };
+        st.probe_in_flight = true;
+        self.post(
+            st,
+            Ok(SendRequest::new(verbs::WrOp::RdmaWrite(remote))),
+            SqOp::Probe,
+        );
     }
 
     /// Queues a READ behind any the pool had no buffer for, and posts what it can, in order.
@@ -341,12 +377,22 @@ impl ConnShared {
             }
             let buf = request.take::<Buffer>().ok();
             match (op, status) {
-                (SqOp::Frame, Ok(())) => {
+                (SqOp::Frame | SqOp::SignaledFrame, Ok(())) => {
                     drop(buf);
                     frames += 1;
                 }
+                (SqOp::Probe, status) => {
+                    st.probe_in_flight = false;
+                    match (status, st.proto.as_mut()) {
+                        (Ok(()), Some(p)) => p.on_peer_acknowledged(Instant::now()),
+                        (Ok(()), None) => {}
+                        (Err(_), _) => self.fail(st, PeerGone::QueuePairError),
+                    }
+                }
                 (SqOp::Read(id), Ok(())) => {
                     if let (Some(p), Some(buf)) = (st.proto.as_mut(), buf) {
+                        // The peer's device answered the READ: a sign of life too.
+                        p.on_peer_acknowledged(Instant::now());
                         p.on_read_complete(id, buf, Instant::now());
                     }
                 }
@@ -371,6 +417,7 @@ impl ConnShared {
         if frames > 0 {
             if let Some(p) = st.proto.as_mut() {
                 p.on_send_complete(frames);
+                p.on_peer_acknowledged(Instant::now());
             }
         }
         self.drive(st);

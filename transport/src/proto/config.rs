@@ -36,13 +36,19 @@ pub struct Config {
     pub rndv_chunk_size: u32,
     /// Chunks of one message announced and not yet acknowledged.
     pub max_chunks_in_flight: u32,
-    /// RDMA READs in flight per connection.
+    /// RDMA READs in flight per connection. With `rndv_chunk_size`, what a lost packet can
+    /// cost: the device sends again everything after it (4 x 64 KiB by default).
     pub max_reads_in_flight: u32,
     /// Largest message accepted or sent.
     pub max_message: u64,
     /// Send PING after this long without receiving anything.
     pub keepalive_interval: Duration,
-    /// The peer is dead after this long without receiving anything.
+    /// The peer is dead after this long without a sign of life: no frame from it, and no
+    /// acknowledgement from its device of a frame or keepalive probe of ours. So a peer whose
+    /// frames are held back (behind a long READ in its send queue, or by retransmissions) is
+    /// alive while its device answers; a dead host, a dead link or a killed process (its queue
+    /// pair gone) is detected. Like TCP's keepalive, it does not detect a process that is hung
+    /// while its device still answers: use call timeouts for that.
     pub keepalive_timeout: Duration,
 }
 
@@ -55,7 +61,7 @@ impl Default for Config {
             frame_size: 4096 + HEADER_LEN as u32,
             rndv_chunk_size: 64 << 10,
             max_chunks_in_flight: 16,
-            max_reads_in_flight: 16,
+            max_reads_in_flight: 4,
             max_message: 1 << 30,
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(10),

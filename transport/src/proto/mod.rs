@@ -199,6 +199,12 @@ pub enum Action<B> {
         /// Bytes to read.
         len: u32,
     },
+    /// Ask the peer's device for an acknowledgement that needs no credit and no receive (a
+    /// zero-length RDMA WRITE: no key is checked for zero bytes); report its success with
+    /// [`Connection::on_peer_acknowledged`]. Emitted once per keepalive interval without a
+    /// frame from the peer, beside the PING (which needs a credit the held-back peer may never
+    /// return). At most one is in flight: the driver keeps a send-queue slot for it.
+    Probe,
     /// A buffer the connection no longer needs (an acknowledged chunk, or any held buffer
     /// after the connection failed).
     Release(B),

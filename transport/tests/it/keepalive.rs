@@ -84,3 +84,58 @@ fn live_idle_peers_keep_each_other_alive() {
     let pings = sim.hosts[0].conn.stats().pings_sent + sim.hosts[1].conn.stats().pings_sent;
     assert!(pings >= 100, "idle peers probed each other ({pings} pings)");
 }
+
+#[test]
+fn acknowledged_probes_keep_a_peer_alive_whose_frames_are_held_back() {
+    let mut cfg = small_config(8, 2, 8, 2, 2);
+    cfg.keepalive_interval = Duration::from_millis(100);
+    cfg.keepalive_timeout = Duration::from_millis(350);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let start = sim.now;
+    // Host 1's frames never arrive (held back behind a long READ in its send queue, say), so
+    // host 0 soon has no credit left for PINGs; but host 1's device acknowledges every probe,
+    // and host 0 must not call it dead.
+    let mut last_ack = start;
+    for _ in 0..1000 {
+        sim.now += Duration::from_millis(1);
+        let now = sim.now;
+        sim.hosts[0].conn.on_timeout(now);
+        let before = sim.hosts[0].probes;
+        sim.pump();
+        sim.wires[0].clear();
+        sim.hosts[0].complete_sends();
+        if sim.hosts[0].probes > before {
+            sim.hosts[0].conn.on_peer_acknowledged(now);
+            last_ack = now;
+        }
+        assert!(
+            sim.hosts[0].closed.is_empty(),
+            "declared dead at {:?} although its device acknowledged every probe",
+            now - start
+        );
+    }
+    assert_eq!(
+        sim.hosts[0].probes, 10,
+        "one probe per interval without a frame from the peer"
+    );
+    // The acknowledgements stop (the peer's host is gone): dead one timeout after the last.
+    let dead_at = last_ack + Duration::from_millis(350);
+    loop {
+        let next = sim.hosts[0].conn.poll_timeout().expect("still open");
+        assert!(next <= dead_at, "woken at {next:?}, past {dead_at:?}");
+        sim.now = next;
+        sim.hosts[0].conn.on_timeout(next);
+        sim.pump();
+        sim.wires[0].clear();
+        if !sim.hosts[0].closed.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(sim.now, dead_at);
+    assert_eq!(
+        sim.hosts[0].closed,
+        vec![Some(ConnError::PeerDead {
+            silent_for: Duration::from_millis(350)
+        })]
+    );
+}

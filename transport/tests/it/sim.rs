@@ -106,6 +106,8 @@ pub struct Host {
     pub calls: Vec<(CallId, usize)>,
     pub calls_done: Vec<(CallId, Result<Vec<u8>, CallError>)>,
     pub closed: Vec<Option<ConnError>>,
+    /// Probes asked for (zero-length WRITEs the peer's device would acknowledge).
+    pub probes: usize,
     /// Requests received are answered with the request's bytes reversed.
     pub echo_requests: bool,
 }
@@ -133,6 +135,7 @@ impl Host {
             calls: Vec::new(),
             calls_done: Vec::new(),
             closed: Vec::new(),
+            probes: 0,
             echo_requests: false,
         }
     }
@@ -306,6 +309,7 @@ impl Host {
                     });
                     self.calls_done.push((id, r));
                 }
+                Action::Probe => self.probes += 1,
                 Action::Closed { error } => self.closed.push(error),
             }
         }

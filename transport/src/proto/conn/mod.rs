@@ -117,7 +117,11 @@ pub struct Connection<B: Payload> {
     close_sent: bool,
     close_received: bool,
     last_recv: Instant,
+    /// The last sign of life: a frame received, or one of ours acknowledged by the peer's
+    /// device ([`on_peer_acknowledged`](Self::on_peer_acknowledged)).
+    last_heard: Instant,
     last_ping: Option<Instant>,
+    last_probe: Option<Instant>,
     held: u32,
     stats: Stats,
 }
@@ -166,6 +170,8 @@ impl<B: Payload> Connection<B> {
             close_sent: false,
             close_received: false,
             last_recv: now,
+            last_heard: now,
+            last_probe: None,
             last_ping: None,
             held: 0,
             stats: Stats::default(),
@@ -228,13 +234,25 @@ impl<B: Payload> Connection<B> {
         }
     }
 
+    /// The peer's device acknowledged a frame of ours (a send completed successfully): its
+    /// queue pair is alive even if its frames to us are held back (behind a long READ in its
+    /// send queue, say), so the keepalive timeout counts from now. PINGs still go out after
+    /// each keepalive interval without a frame from the peer; the driver should have the
+    /// device report their completion.
+    pub fn on_peer_acknowledged(&mut self, now: Instant) {
+        if now > self.last_heard {
+            self.last_heard = now;
+        }
+    }
+
     /// Time passed: expires calls, sends PING when the peer was silent for the keepalive
-    /// interval, fails the connection when it was silent for the keepalive timeout.
+    /// interval, fails the connection when there was no sign of life from it (no frame, no
+    /// acknowledged frame of ours) for the keepalive timeout.
     pub fn on_timeout(&mut self, now: Instant) {
         if self.state != State::Open {
             return;
         }
-        let silent = now.saturating_duration_since(self.last_recv);
+        let silent = now.saturating_duration_since(self.last_heard);
         if silent >= self.keepalive_timeout {
             self.fail(ConnError::PeerDead { silent_for: silent });
             return;
@@ -249,6 +267,18 @@ impl<B: Payload> Connection<B> {
             self.ping_due = true;
             self.last_ping = Some(now);
         }
+        if now >= self.next_probe() {
+            self.last_probe = Some(now);
+            self.actions.push_back(Action::Probe);
+        }
+    }
+
+    fn next_probe(&self) -> Instant {
+        let base = match self.last_probe {
+            Some(p) if p > self.last_recv => p,
+            _ => self.last_recv,
+        };
+        base + self.keepalive_interval
     }
 
     fn next_ping(&self) -> Instant {
@@ -285,10 +315,11 @@ impl<B: Payload> Connection<B> {
         if self.state != State::Open {
             return None;
         }
-        let mut t = self.last_recv + self.keepalive_timeout;
+        let mut t = self.last_heard + self.keepalive_timeout;
         if !self.ping_due {
             t = t.min(self.next_ping());
         }
+        t = t.min(self.next_probe());
         if let Some(d) = self.calls.next_deadline() {
             t = t.min(d);
         }

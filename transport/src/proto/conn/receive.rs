@@ -26,6 +26,7 @@ impl<B: Payload> Connection<B> {
             return Ok(());
         }
         self.last_recv = now;
+        self.last_heard = self.last_heard.max(now);
         self.stats.frames_received += 1;
         match self.receive(head, len, buf) {
             Ok(()) => {

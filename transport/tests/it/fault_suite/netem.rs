@@ -23,8 +23,6 @@ const STREAM_BYTES: usize = 256 << 10;
 const STREAM_WRITE: usize = 16 << 10;
 /// Bound of every wait under faults: retransmissions make everything slower.
 const FAULT_TIMEOUT: Duration = Duration::from_secs(120);
-/// The keepalive timeout of the suite's connections (see [`lossy_link_config`]).
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `MESSAGES` messages one way, checked in order by the server, then `CALLS` calls whose
 /// echoed responses the client checks, then `LARGE_MESSAGES` large messages, then the byte
@@ -103,15 +101,10 @@ fn traffic(server: Conn, client: Conn) -> (Tally, Conn, Conn) {
     (t, server, client)
 }
 
-/// The suite's connections: a keepalive timeout for a lossy link. On rxe every lost packet
-/// of a READ's response costs a retransmission timeout, and the READ holds back the frames
-/// posted after it (the device sends nothing past 128 unacknowledged packets), keepalive
-/// frames included: a 1 MiB READ at 1% loss can keep a connection silent for longer than the
-/// default timeout of 10 s, which then ends a live connection.
-fn lossy_link_config() -> transport::EndpointConfig {
+/// The suite's connections: the defaults (keepalive included), but connection management
+/// gets 60 s, since its packets are lost too and its retries take seconds.
+fn suite_config() -> transport::EndpointConfig {
     let mut c = config();
-    c.proto.keepalive_timeout = KEEPALIVE_TIMEOUT;
-    // Connection management packets are lost too; its retries take seconds.
     c.connect_timeout = Duration::from_secs(60);
     c
 }
@@ -123,7 +116,7 @@ fn stream_traffic() -> Tally {
     let data = pattern(1 << 42, STREAM_BYTES);
     let rt = crate::stream::runtime();
     let got = rt.block_on(async {
-        let (listener, client) = endpoints(lossy_link_config(), lossy_link_config());
+        let (listener, client) = endpoints(suite_config(), suite_config());
         let listener = transport::stream::StreamListener::from_listener(listener);
         let addr = listener.local_addr().expect("stream listener address");
         let (c, s) = tokio::join!(
@@ -162,7 +155,7 @@ fn stream_traffic() -> Tally {
 fn clean_goodput() -> f64 {
     static CLEAN: OnceLock<f64> = OnceLock::new();
     *CLEAN.get_or_init(|| {
-        let (server, client) = pair_with(lossy_link_config(), lossy_link_config());
+        let (server, client) = pair_with(suite_config(), suite_config());
         let (t, _s, _c) = traffic(server, client);
         assert_eq!((t.lost(), t.corrupted), (0, 0), "clean run: {t:?}");
         t.goodput()
@@ -172,7 +165,7 @@ fn clean_goodput() -> f64 {
 /// Traffic under a netem discipline; then, with it removed, a new connection still works.
 fn under_netem(name: &'static str, spec: &str) {
     let clean = clean_goodput();
-    let (server, client) = pair_with(lossy_link_config(), lossy_link_config());
+    let (server, client) = pair_with(suite_config(), suite_config());
     let (tally, ..) = {
         let _netem = Netem::new(spec);
         traffic(server, client)
