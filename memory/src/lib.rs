@@ -160,6 +160,7 @@ mod error;
 mod local;
 mod pool;
 mod registered;
+mod starved;
 mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
