@@ -270,3 +270,50 @@ fn a_failed_deregistration_leaks_the_chunk_and_keeps_its_bytes_counted() {
         "the pool unmapped memory the device may still access"
     );
 }
+
+/// Eight threads use four classes under a cap of three chunks, so classes keep taking chunks
+/// from each other: every wait ends with a buffer (no lost wake-up, no deadlock between
+/// classes), no buffer is handed out twice, and every registration is accounted for.
+#[test]
+fn eight_threads_trade_chunks_between_classes_under_a_tight_cap() {
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 1500;
+    const SIZES: [usize; 4] = [64, 256, 1024, 4096];
+    let registrar = HostRegistrar::new();
+    let config = PoolConfig::new()
+        .classes(SIZES.map(|size| ClassConfig::new(size).chunk_size(16 << 10)))
+        .cap_bytes(3 * (16 << 10));
+    let pool = Pool::new(config, registrar.clone()).unwrap();
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let pool = &pool;
+            s.spawn(move || {
+                for round in 0..ROUNDS {
+                    let size = SIZES[(t + round / 7) % SIZES.len()];
+                    let mark = (t * ROUNDS + round) as u8;
+                    let mut buf = pool
+                        .alloc(size, Duration::from_secs(30))
+                        .unwrap_or_else(|e| panic!("thread {t}, round {round}: {e}"));
+                    buf.fill(mark);
+                    thread::yield_now();
+                    assert!(buf.iter().all(|&b| b == mark), "a buffer handed out twice");
+                }
+            });
+        }
+    });
+    let stats = pool.stats();
+    assert_eq!(stats.buffers_in_use(), 0);
+    assert!(stats.bytes_registered <= 3 * (16 << 10), "{stats:?}");
+    assert!(
+        stats.reclaimed_chunks > 0,
+        "four classes never fit in three chunks"
+    );
+    assert_eq!(stats.leaked_chunks, 0);
+    assert_eq!(registrar.live_registrations(), stats.chunks);
+    assert_eq!(
+        registrar.registrations(),
+        stats.chunks + stats.reclaimed_chunks
+    );
+    drop(pool);
+    assert_eq!(registrar.live_registrations(), 0);
+}
