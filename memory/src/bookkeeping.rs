@@ -1,7 +1,11 @@
 //! Allocator bookkeeping without memory: free lists, counts, caps and high-water marks.
 //!
 //! Pure state, generic over what a free slot is (the pool stores slot tokens, tests store
-//! numbers), so it is tested on the host against a model. No unsafe, no pointers.
+//! numbered pairs), so it is tested on the host against a model. No unsafe, no pointers.
+//!
+//! Each class also counts the free slots of each of its chunks, so that a chunk whose slots
+//! are all free can be found and taken out of the class ([`ClassBook::remove_chunk`]) when
+//! another class needs its bytes of the pool's cap.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -32,7 +36,8 @@ impl Budget {
             .is_ok()
     }
 
-    /// Give back a reservation whose chunk could not be created.
+    /// Give back a reservation whose chunk could not be created, or the bytes of a chunk
+    /// that was deregistered.
     pub(crate) fn release(&self, bytes: usize) {
         self.registered.fetch_sub(bytes, Ordering::AcqRel);
     }
@@ -44,6 +49,17 @@ impl Budget {
     pub(crate) fn cap(&self) -> usize {
         self.cap
     }
+
+    /// Bytes that may still be reserved.
+    pub(crate) fn slack(&self) -> usize {
+        self.cap.saturating_sub(self.registered())
+    }
+}
+
+/// A free slot names the chunk it belongs to.
+pub(crate) trait ChunkSlot {
+    /// Id of the slot's chunk; a class adds its chunks in ascending id order.
+    fn chunk(&self) -> u32;
 }
 
 /// Outcome of [`ClassBook::take`].
@@ -54,8 +70,12 @@ pub(crate) enum Take<T> {
     /// No free slot, but the caps allow another chunk and its bytes are reserved in the budget:
     /// create it and call [`ClassBook::add_chunk`], or [`Budget::release`] the reservation.
     Grow { chunk_bytes: usize },
-    /// No free slot and the named cap forbids another chunk.
+    /// No free slot and the class's own cap (`cap_bytes`) forbids another chunk.
     Exhausted { cap_bytes: usize },
+    /// No free slot, the class's own cap allows another chunk of `chunk_bytes`, but the pool's
+    /// budget has no room for it: chunks of other classes whose slots are all free may give
+    /// their bytes back ([`ClassBook::remove_chunk`]).
+    PoolFull { chunk_bytes: usize },
 }
 
 /// State of one size class.
@@ -63,16 +83,19 @@ pub(crate) enum Take<T> {
 pub(crate) struct ClassBook<T> {
     class: ValidClass,
     chunks: usize,
+    /// Per chunk, ascending by id: (chunk id, free slots of it in `free`).
+    chunk_free: Vec<(u32, u32)>,
     free: Vec<T>,
     in_use: usize,
     high_water: usize,
 }
 
-impl<T> ClassBook<T> {
+impl<T: ChunkSlot> ClassBook<T> {
     pub(crate) fn new(class: ValidClass) -> Self {
         Self {
             class,
             chunks: 0,
+            chunk_free: Vec::new(),
             free: Vec::new(),
             in_use: 0,
             high_water: 0,
@@ -97,15 +120,21 @@ impl<T> ClassBook<T> {
         if budget.try_reserve(chunk_bytes) {
             Take::Grow { chunk_bytes }
         } else {
-            Take::Exhausted {
-                cap_bytes: budget.cap(),
-            }
+            Take::PoolFull { chunk_bytes }
         }
+    }
+
+    /// Whether the class's own cap forbids another chunk.
+    pub(crate) fn at_class_cap(&self) -> bool {
+        self.class
+            .cap_bytes
+            .is_some_and(|cap| self.registered() + self.class.chunk_bytes > cap)
     }
 
     /// Take a free slot, if any, without considering growth.
     pub(crate) fn pop(&mut self) -> Option<T> {
         let slot = self.free.pop()?;
+        *self.free_of(slot.chunk()) -= 1;
         self.in_use += 1;
         self.high_water = self.high_water.max(self.in_use);
         Some(slot)
@@ -116,23 +145,66 @@ impl<T> ClassBook<T> {
         !self.free.is_empty()
     }
 
-    /// Add the free slots of a new chunk, whose bytes [`take`](Self::take) reserved.
+    /// Add the free slots of a new chunk `id`, whose bytes [`take`](Self::take) reserved.
     /// Slots are handed out in the order given.
-    pub(crate) fn add_chunk(&mut self, slots: impl DoubleEndedIterator<Item = T>) {
+    pub(crate) fn add_chunk(&mut self, id: u32, slots: impl DoubleEndedIterator<Item = T>) {
+        debug_assert!(self.chunk_free.last().map_or(true, |&(last, _)| last < id));
         let before = self.free.len();
         self.free.extend(slots.rev());
-        debug_assert_eq!(
-            self.free.len() - before,
-            self.class.slots_per_chunk as usize
-        );
+        let added = self.free.len() - before;
+        debug_assert_eq!(added, self.class.slots_per_chunk as usize);
+        debug_assert!(self.free[before..].iter().all(|slot| slot.chunk() == id));
+        self.chunk_free.push((id, added as u32));
         self.chunks += 1;
     }
 
-    /// Return a slot taken from this class.
-    pub(crate) fn put(&mut self, slot: T) {
+    /// Return a slot taken from this class. True if every slot of its chunk is now free.
+    pub(crate) fn put(&mut self, slot: T) -> bool {
         debug_assert!(self.in_use > 0);
         self.in_use -= 1;
+        let slots = self.class.slots_per_chunk;
+        let free = self.free_of(slot.chunk());
+        *free += 1;
+        let whole = *free == slots;
         self.free.push(slot);
+        whole
+    }
+
+    /// Ids of the chunks whose slots are all free, newest first.
+    pub(crate) fn free_chunks(&self) -> impl Iterator<Item = u32> + '_ {
+        let slots = self.class.slots_per_chunk;
+        self.chunk_free
+            .iter()
+            .rev()
+            .filter(move |&&(_, free)| free == slots)
+            .map(|&(id, _)| id)
+    }
+
+    /// Take chunk `id`, whose slots are all free, out of the class: its slots leave the free
+    /// list and its bytes no longer count as the class's. The caller deregisters it and gives
+    /// its bytes back to the budget.
+    ///
+    /// Panics if the chunk is not the class's or has a slot in use (a bug in the caller).
+    pub(crate) fn remove_chunk(&mut self, id: u32) {
+        let index = self.chunk_index(id);
+        assert_eq!(
+            self.chunk_free[index].1, self.class.slots_per_chunk,
+            "only a chunk whose slots are all free leaves its class"
+        );
+        self.chunk_free.remove(index);
+        self.free.retain(|slot| slot.chunk() != id);
+        self.chunks -= 1;
+    }
+
+    fn chunk_index(&self, id: u32) -> usize {
+        self.chunk_free
+            .binary_search_by_key(&id, |&(chunk, _)| chunk)
+            .expect("a slot's chunk belongs to its class")
+    }
+
+    fn free_of(&mut self, id: u32) -> &mut u32 {
+        let index = self.chunk_index(id);
+        &mut self.chunk_free[index].1
     }
 
     /// Bytes registered by this class.
@@ -167,14 +239,22 @@ mod tests {
         }
     }
 
+    /// Test slots are numbers: chunk `c` holds slots `16 * c ..`, at most 16 of them.
+    impl ChunkSlot for u32 {
+        fn chunk(&self) -> u32 {
+            self / 16
+        }
+    }
+
     /// Take a slot, growing by chunks numbered from `next_id` when allowed.
     fn take(book: &mut ClassBook<u32>, budget: &Budget, next_id: &mut u32) -> Take<u32> {
         match book.take(budget) {
             Take::Grow { .. } => {
                 let n = book.class().slots_per_chunk;
-                let first = *next_id;
-                *next_id += n;
-                book.add_chunk(first..first + n);
+                assert!(n <= 16);
+                let id = *next_id;
+                *next_id += 1;
+                book.add_chunk(id, 16 * id..16 * id + n);
                 book.take(budget)
             }
             other => other,
@@ -191,7 +271,7 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            vec![Take::Slot(0), Take::Slot(1), Take::Slot(2), Take::Slot(3)]
+            vec![Take::Slot(0), Take::Slot(1), Take::Slot(16), Take::Slot(17)]
         );
         assert_eq!(
             take(&mut book, &budget, &mut next),
@@ -222,7 +302,7 @@ mod tests {
         assert_eq!(budget.registered(), 256);
         assert_eq!(
             take(&mut large, &budget, &mut next),
-            Take::Exhausted { cap_bytes: 256 }
+            Take::PoolFull { chunk_bytes: 128 }
         );
         // The small class still has a free slot in its chunk.
         assert!(matches!(
@@ -231,8 +311,54 @@ mod tests {
         ));
         assert_eq!(
             take(&mut small, &budget, &mut next),
-            Take::Exhausted { cap_bytes: 256 }
+            Take::PoolFull { chunk_bytes: 128 }
         );
+        assert!(!small.at_class_cap() && !large.at_class_cap());
+    }
+
+    #[test]
+    fn a_chunk_whose_slots_are_all_free_can_leave_its_class() {
+        let budget = Budget::new(256);
+        let mut small = ClassBook::new(class(64, 2, None));
+        let mut large = ClassBook::new(class(128, 1, None));
+        let mut next = 0;
+        let a = take(&mut small, &budget, &mut next);
+        let b = take(&mut small, &budget, &mut next);
+        let (Take::Slot(a), Take::Slot(b)) = (a, b) else {
+            panic!("the small class grows once");
+        };
+        assert!(matches!(
+            take(&mut large, &budget, &mut next),
+            Take::Slot(_)
+        ));
+        assert_eq!(small.free_chunks().count(), 0, "both slots are in use");
+        assert!(!small.put(a), "one slot of the chunk is still in use");
+        assert_eq!(small.free_chunks().count(), 0);
+        assert!(small.put(b), "the last slot of the chunk came back");
+        let free: Vec<u32> = small.free_chunks().collect();
+        assert_eq!(free, vec![a / 16]);
+        small.remove_chunk(free[0]);
+        budget.release(small.class().chunk_bytes);
+        let stats = small.stats();
+        assert_eq!((stats.chunks, stats.capacity, stats.free), (0, 0, 0));
+        assert_eq!(small.registered(), 0);
+        assert!(!small.has_free());
+        // Its bytes serve the other class.
+        assert!(matches!(
+            take(&mut large, &budget, &mut next),
+            Take::Slot(_)
+        ));
+        assert_eq!(budget.registered(), 256);
+    }
+
+    #[test]
+    #[should_panic(expected = "all free")]
+    fn a_chunk_with_a_slot_in_use_never_leaves_its_class() {
+        let budget = Budget::new(256);
+        let mut book = ClassBook::new(class(64, 2, None));
+        let mut next = 0;
+        assert_eq!(take(&mut book, &budget, &mut next), Take::Slot(0));
+        book.remove_chunk(0);
     }
 
     #[test]
@@ -268,10 +394,11 @@ mod tests {
             }
         }
 
-        /// Against a model: a slot is never handed out twice, counts add up, caps hold.
+        /// Against a model: a slot is never handed out twice, counts add up, caps hold, and
+        /// exactly the chunks with no slot in use can leave the class.
         #[test]
         fn bookkeeping_matches_model(
-            ops in proptest::collection::vec((any::<bool>(), any::<prop::sample::Index>()), 1..200),
+            ops in proptest::collection::vec((0u8..5, any::<prop::sample::Index>()), 1..200),
             slots in 1u32..5,
             class_chunks in proptest::option::of(1usize..4),
             pool_chunks in 1usize..6,
@@ -282,32 +409,67 @@ mod tests {
             let mut book = ClassBook::new(class(size, slots, class_chunks.map(|c| c * chunk)));
             let mut next = 0;
             let mut held: Vec<u32> = Vec::new();
+            // Ids of the class's chunks.
+            let mut chunks: Vec<u32> = Vec::new();
             let mut high = 0;
             let max_chunks = class_chunks.unwrap_or(usize::MAX).min(pool_chunks);
-            for (alloc, index) in ops {
-                if alloc || held.is_empty() {
+            for (op, index) in ops {
+                let before = book.stats();
+                if op == 4 {
+                    // Take a chunk whose slots are all free out of the class, if there is one.
+                    let idle: Vec<u32> = chunks
+                        .iter()
+                        .rev()
+                        .copied()
+                        .filter(|&c| held.iter().all(|&slot| slot / 16 != c))
+                        .collect();
+                    prop_assert_eq!(book.free_chunks().collect::<Vec<_>>(), idle.clone());
+                    if let Some(&id) = idle.get(index.index(idle.len().max(1))) {
+                        book.remove_chunk(id);
+                        budget.release(chunk);
+                        chunks.retain(|&c| c != id);
+                    }
+                } else if op < 2 || held.is_empty() {
                     let expect_exhausted = held.len() == max_chunks * slots as usize;
                     match take(&mut book, &budget, &mut next) {
                         Take::Slot(slot) => {
                             prop_assert!(!expect_exhausted);
                             prop_assert!(!held.contains(&slot), "slot {} handed out twice", slot);
+                            if !chunks.contains(&(slot / 16)) {
+                                prop_assert_eq!(before.free, 0, "grew with a slot free");
+                                chunks.push(slot / 16);
+                            }
                             held.push(slot);
                         }
-                        Take::Exhausted { .. } => prop_assert!(expect_exhausted),
+                        Take::Exhausted { cap_bytes } => {
+                            prop_assert!(expect_exhausted);
+                            prop_assert!(class_chunks.is_some_and(|c| c <= pool_chunks));
+                            prop_assert_eq!(Some(cap_bytes), class_chunks.map(|c| c * chunk));
+                            prop_assert!(book.at_class_cap());
+                        }
+                        Take::PoolFull { chunk_bytes } => {
+                            prop_assert!(expect_exhausted);
+                            prop_assert!(class_chunks.map_or(true, |c| c > pool_chunks));
+                            prop_assert_eq!(chunk_bytes, chunk);
+                            prop_assert!(!book.at_class_cap());
+                        }
                         Take::Grow { .. } => prop_assert!(false, "take after growth must succeed"),
                     }
                 } else {
-                    book.put(held.swap_remove(index.index(held.len())));
+                    let slot = held.swap_remove(index.index(held.len()));
+                    let whole = book.put(slot);
+                    prop_assert_eq!(whole, held.iter().all(|&s| s / 16 != slot / 16));
                 }
                 high = high.max(held.len());
                 let stats = book.stats();
                 prop_assert_eq!(stats.in_use, held.len());
                 prop_assert_eq!(stats.in_use + stats.free, stats.capacity);
+                prop_assert_eq!(stats.capacity, chunks.len() * slots as usize);
+                prop_assert_eq!(stats.chunks, chunks.len());
                 prop_assert_eq!(stats.high_water, high);
                 prop_assert_eq!(budget.registered(), stats.chunks * chunk);
                 prop_assert!(budget.registered() <= budget.cap());
-                // Grown only when needed: fewest chunks that hold the high-water mark.
-                prop_assert_eq!(stats.chunks, high.div_ceil(slots as usize));
+                prop_assert_eq!(book.has_free(), stats.free > 0);
             }
         }
     }

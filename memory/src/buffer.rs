@@ -190,9 +190,13 @@ impl Buffer {
 
     /// The descriptor a peer needs for remote access to the buffer's current length;
     /// `None` if the pool allows no remote access.
+    ///
+    /// Handing out the key exposes the buffer's whole chunk for as long as the peer keeps it,
+    /// which the pool cannot know: a chunk whose key was handed out stays registered until the
+    /// pool and its buffers are gone, and is never reclaimed for another class.
     pub fn remote(&self) -> Option<RemoteDescriptor> {
         let slot = self.slot();
-        slot.rkey().map(|rkey| RemoteDescriptor {
+        slot.expose_rkey().map(|rkey| RemoteDescriptor {
             addr: slot.addr(),
             len: self.len as u32,
             rkey,

@@ -38,9 +38,10 @@ pub enum Error {
         max: usize,
     },
 
-    /// Every buffer of the class is in use and the cap forbids registering another chunk.
-    /// Backpressure: retry after buffers are dropped, or use [`Pool::alloc`](crate::Pool::alloc)
-    /// to wait for one.
+    /// Every buffer of the class is in use and the cap forbids registering another chunk (when
+    /// it is the pool's cap: even after reclaiming the idle chunks of other classes).
+    /// Backpressure: retry after buffers of the class, or every buffer of another class's
+    /// chunk, are dropped, or use [`Pool::alloc`](crate::Pool::alloc) to wait for that.
     #[error("pool exhausted: no free {class_size}-byte buffer and the cap of {cap_bytes} bytes is reached")]
     Exhausted {
         /// Size of the class that ran out.

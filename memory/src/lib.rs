@@ -9,7 +9,9 @@
 //! - **Size classes** ([`PoolConfig`]): a request gets the smallest class that holds it
 //!   (64 B to 1 MiB by default). Each class grows one chunk (one registration) at a time, up to
 //!   the pool's cap on registered bytes and the class's own cap, if any. Chunks stay registered
-//!   until the pool and all its buffers are dropped.
+//!   until the pool and all its buffers are dropped, except that a class the pool's cap keeps
+//!   from growing takes over the bytes of other classes' idle chunks
+//!   ([below](#reclaiming-idle-chunks)).
 //! - **Buffers** deref to their bytes (copy with `read`/`write` in pools peers may write) and give their [`Sge`] and, in pools created with remote
 //!   access ([`PoolAccess`]), a [`RemoteDescriptor`] carrying the rkey. Local-only pools have no
 //!   remote key at all.
@@ -119,31 +121,78 @@
 //! [`Buffer::write`], once the peer has said (by a message) that it is done writing.
 //!
 //! # Exhaustion is backpressure
-//! When a class has no free buffer and the cap forbids another chunk, [`Pool::try_alloc`]
-//! returns [`Error::Exhausted`] at once and [`Pool::alloc`] waits for a buffer of that class to
-//! be dropped, up to its timeout, then returns [`Error::Timeout`]. Neither panics; the pool
-//! stays usable. Failing to map or register a chunk is an error too: [`Error::MemlockLimit`]
-//! says which limit to raise.
+//! When a class has no free buffer and the cap forbids another chunk (after
+//! [reclaiming](#reclaiming-idle-chunks) what it can), [`Pool::try_alloc`] returns
+//! [`Error::Exhausted`] at once and [`Pool::alloc`] waits for a buffer of that class to be
+//! dropped (or, when the pool's cap is what stops it, for a chunk of another class to become
+//! idle), up to its timeout, then returns [`Error::Timeout`]. Neither panics; the pool stays
+//! usable. Failing to map or register a chunk is an error too: [`Error::MemlockLimit`] says
+//! which limit to raise.
+//!
+//! # Reclaiming idle chunks
+//! The pool's cap is shared by all classes, and chunks belong to a class. So that a burst in
+//! some classes cannot starve the others for good, a class that needs a chunk when the pool's
+//! cap is full deregisters *idle* chunks of other classes and registers its own in their bytes:
+//! - idle means every buffer of the chunk is back in the pool (slots cached by threads are
+//!   taken back first) and no buffer of it ever gave out its remote key ([`Buffer::remote`]):
+//!   a peer may keep a key as long as it likes, so such a chunk stays until the end;
+//! - reclaim happens only under cap pressure, when an allocation finds its class empty and the
+//!   cap reached, and takes only as many chunks as the new one needs; use within the cap never
+//!   registers or deregisters anything after warm-up;
+//! - every class keeps one chunk, unless only last chunks are idle and the cap cannot hold a
+//!   chunk of each class in use: then those go too (size the cap for a chunk of each class in
+//!   use to keep registration off the data path);
+//! - a thread waiting in [`Pool::alloc`] for a class the cap stops is woken when a chunk of
+//!   another class becomes idle;
+//! - a chunk whose deregistration fails is leaked (its memory stays mapped, as the device may
+//!   still reach it) and its bytes stay counted against the cap.
+//!
+//! [`PoolStats::reclaimed_chunks`] counts the chunks given up so far, and
+//! [`PoolStats::leaked_chunks`] those that could not be deregistered.
+//! ```
+//! use memory::testing::HostRegistrar;
+//! use memory::{ClassConfig, Pool, PoolConfig};
+//!
+//! # fn main() -> memory::Result<()> {
+//! // Room for two 64 KiB chunks, of either class.
+//! let classes = [64, 4096].map(|size| ClassConfig::new(size).chunk_size(64 << 10));
+//! let pool = Pool::new(
+//!     PoolConfig::new().classes(classes).cap_bytes(128 << 10),
+//!     HostRegistrar::new(),
+//! )?;
+//! let burst: Vec<_> = (0..2048).map(|_| pool.try_alloc(64)).collect::<Result<_, _>>()?;
+//! assert!(pool.try_alloc(4096).is_err()); // the 64 B class holds the whole cap
+//! drop(burst);
+//! let big = pool.try_alloc(4096)?; // one idle 64 B chunk gave its bytes back
+//! let stats = pool.stats();
+//! assert_eq!((stats.reclaimed_chunks, stats.classes[0].chunks), (1, 1));
+//! # drop(big);
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Thread safety
 //! [`Pool`] is `Clone + Send + Sync`; [`Buffer`] is `Send + Sync` and may be dropped on any
 //! thread. Each class has its own lock, so classes do not contend with each other. A class
 //! registers a new chunk with its lock released: buffers of the class keep coming back
 //! meanwhile, and a caller finding the class empty waits for that growth instead of starting
-//! another.
+//! another. Reclaiming for a starved class is part of its growth: it takes one other class's
+//! lock at a time, never two, and deregisters with no lock held.
 //!
 //! A thread caches up to 8 free slots per class; dropping a buffer puts its slot there unless
-//! the cache is full or a thread waits for the class. Cached slots count as free in
-//! [`Pool::stats`], and before a class grows, reports [`Error::Exhausted`] or waits, it takes
-//! every thread's cached slots back, so caching never causes exhaustion or extra chunks
-//! (the caches go back to their classes when a thread exits, and are emptied when the pool
-//! is dropped). [`ClassStats::high_water`]
+//! the cache is full, a thread waits for the class, or a thread waits for a class the pool's
+//! cap stops. Cached slots count as free in [`Pool::stats`], and before a class grows,
+//! reports [`Error::Exhausted`] or waits, and before a chunk is judged idle, every thread's
+//! cached slots of that class are taken back, so caching never causes exhaustion or extra
+//! chunks (the caches go back to their classes when a thread exits, and are emptied when the
+//! pool is dropped). [`ClassStats::high_water`]
 //! counts slots held in other threads' caches as in use, so with several threads it is an
 //! upper bound.
 //!
 //! # Cleanup
 //! A buffer keeps its chunk registered and mapped, and its pool alive, until it is dropped.
-//! A chunk is deregistered, then unmapped, when the pool and all its buffers are gone.
+//! A chunk is deregistered, then unmapped, when the pool and all its buffers are gone, or
+//! earlier when it is reclaimed for another class.
 //!
 //! # Unsafe code
 //! Only the `registered` module contains `unsafe`: mapping memory, turning a slot into a
@@ -160,6 +209,7 @@ mod error;
 mod local;
 mod pool;
 mod registered;
+mod starved;
 mod stats;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -12,14 +12,21 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoolStats {
-    /// Chunks registered, over all classes.
+    /// Chunks registered: those of the classes, plus [`leaked_chunks`](Self::leaked_chunks).
     pub chunks: usize,
-    /// Chunks that got huge pages.
+    /// Chunks registered that got huge pages.
     pub huge_page_chunks: usize,
-    /// Bytes registered, over all classes (chunks are kept until the pool is dropped).
+    /// Bytes registered, over the same chunks as [`chunks`](Self::chunks). A chunk stays
+    /// registered until the pool is dropped, unless it is reclaimed for another class.
     pub bytes_registered: usize,
     /// The pool's cap on registered bytes.
     pub cap_bytes: usize,
+    /// Chunks deregistered since the pool was made, to give their bytes to a class that the
+    /// cap kept from growing (chunks whose buffers were all free). Steady use reclaims none.
+    pub reclaimed_chunks: usize,
+    /// Chunks taken out of their class to be reclaimed whose deregistration failed: they stay
+    /// registered, their memory is leaked, and their bytes count against the cap for good.
+    pub leaked_chunks: usize,
     /// Bytes of class capacity held by live buffers.
     pub bytes_in_use: usize,
     /// Per size class, ascending, with each class's high-water mark.

@@ -20,7 +20,9 @@
 //!   a safe RDMA WRITE to the chunk's rkey) may write any slot at any time, so such slots give
 //!   no slices at all, only volatile copies (`read_volatile`, `write_volatile`).
 //! - Deregistration: a chunk whose registration cannot be removed keeps its memory mapped
-//!   forever (`ChunkMemory::leak`), since the device may still access it.
+//!   forever (`ChunkMemory::leak`), since the device may still access it. The pool
+//!   deregisters a chunk before the end only through [`Chunk::deregister`], which consumes
+//!   the chunk: it needs the chunk's last reference, so no slot of it is lent out.
 //!
 //! Soundness towards the device (`device`):
 //! - Registration: a chunk is registered once, by its [`Registrar`], and `Chunk::drop`
@@ -43,7 +45,7 @@ mod mmap;
 use std::fmt;
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 pub use device::PdRegistrar;
@@ -52,6 +54,7 @@ pub use memlock::{memlock_limit, registration_error};
 pub(crate) use mmap::reserved_huge_pages;
 pub use mmap::ChunkMemory;
 
+use crate::bookkeeping::ChunkSlot;
 use crate::{Error, HugePages, PoolAccess, Result};
 
 /// A live registration of a chunk with the device.
@@ -126,6 +129,12 @@ pub(crate) struct SlotToken {
     index: u32,
 }
 
+impl ChunkSlot for SlotToken {
+    fn chunk(&self) -> u32 {
+        self.chunk
+    }
+}
+
 impl SlotToken {
     /// Id of the chunk the slot belongs to.
     pub(crate) fn chunk(&self) -> u32 {
@@ -145,9 +154,12 @@ pub(crate) struct Chunk {
     slots: u32,
     lkey: u32,
     rkey: Option<u32>,
-    /// Taken in `Drop` so that deregistration precedes unmapping.
     /// Peers may write the chunk (remote write or atomic rights): no slices of it.
     remotely_writable: bool,
+    /// The rkey was handed out (a buffer's remote descriptor): a peer may hold it for as long
+    /// as it likes, so the pool keeps the chunk registered until the end.
+    exposed: AtomicBool,
+    /// Taken in `Drop` (or `deregister`) so that deregistration precedes unmapping.
     registration: Option<Box<dyn Registration>>,
     memory: ChunkMemory,
 }
@@ -200,6 +212,7 @@ impl Chunk {
             rkey: rkey.filter(|_| access.is_remote() || granted.is_remote()),
             remotely_writable: (access | granted)
                 .intersects(PoolAccess::REMOTE_WRITE | PoolAccess::REMOTE_ATOMIC),
+            exposed: AtomicBool::new(false),
             registration: Some(registration),
             memory,
         });
@@ -213,6 +226,34 @@ impl Chunk {
 
     pub(crate) fn is_huge_pages(&self) -> bool {
         self.memory.is_huge_pages()
+    }
+
+    /// Bytes of the chunk.
+    pub(crate) fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    /// Whether the chunk's rkey was ever handed out (see [`SlotMemory::expose_rkey`]).
+    pub(crate) fn is_exposed(&self) -> bool {
+        self.exposed.load(Ordering::Relaxed)
+    }
+
+    /// Deregister now and unmap: true if the registration is gone. If the device refuses,
+    /// the memory stays mapped forever (leaked), as in `Drop`, and the bytes stay registered.
+    ///
+    /// Takes the chunk itself, so its caller had the last reference: no slot of it is lent out.
+    pub(crate) fn deregister(mut self) -> bool {
+        let Some(registration) = self.registration.take() else {
+            return true;
+        };
+        match registration.deregister() {
+            Ok(()) => true,
+            Err(_) => {
+                self.memory.leak();
+                false
+            }
+        }
+        // `self` drops here: without its registration, `Drop` only unmaps (unless leaked).
     }
 
     /// Exchange a token of this chunk for the memory of its slot.
@@ -356,6 +397,17 @@ impl SlotMemory {
 
     pub(crate) fn rkey(&self) -> Option<u32> {
         self.chunk.rkey
+    }
+
+    /// The rkey, to hand to a peer: marks the chunk as exposed, so it stays registered while
+    /// the pool lives (the pool never knows when a peer has forgotten a key).
+    pub(crate) fn expose_rkey(&self) -> Option<u32> {
+        let rkey = self.chunk.rkey?;
+        // Load first: after the first descriptor, the chunk's line is only read.
+        if !self.chunk.exposed.load(Ordering::Relaxed) {
+            self.chunk.exposed.store(true, Ordering::Relaxed);
+        }
+        Some(rkey)
     }
 
     /// Give up the memory and get the token back, for the free list.

@@ -1,6 +1,6 @@
 //! Device tier: pool buffers registered on a real device and used in SEND, RDMA WRITE and READ
 //! with the data verified; a local-only pool refusing remote access; exhaustion and recovery
-//! under 8 threads.
+//! under 8 threads; a class starved by the cap served from other classes' idle chunks.
 
 use std::thread;
 use std::time::Duration;
@@ -351,4 +351,86 @@ fn the_device_registrar_reports_its_chunk_limit() {
     // A pool whose chunks fit is accepted and allocates.
     let pool = pool(&pd, PoolAccess::LOCAL_WRITE);
     drop(pool.try_alloc(64).unwrap());
+}
+
+/// A burst of 64 B and 256 B buffers takes the whole cap of a pool registered on the device;
+/// once they are all dropped, 1 KiB and 4 KiB buffers are served from the registered bytes of
+/// deregistered idle chunks (a waiter among them, woken by the drops), and they work in a
+/// SEND whose bytes arrive intact.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_class_starved_by_the_cap_is_served_once_other_classes_are_idle() {
+    const CHUNK: usize = 64 << 10;
+    let pd = pd();
+    let p = Pair::on(&pd);
+    let config = PoolConfig::new()
+        .classes([64, 256, 1024, 4096].map(|size| ClassConfig::new(size).chunk_size(CHUNK)))
+        .cap_bytes(4 * CHUNK);
+    let pool = Pool::on_pd(&pd, config).unwrap();
+
+    // The burst: small buffers until both small classes are exhausted.
+    let mut burst = Vec::new();
+    for len in [64, 256].into_iter().cycle() {
+        match pool.try_alloc(len) {
+            Ok(buf) => burst.push(buf),
+            Err(Error::Exhausted { .. }) if len == 256 => break,
+            Err(Error::Exhausted { .. }) => {}
+            Err(other) => panic!("unexpected {other}"),
+        }
+    }
+    while let Ok(buf) = pool.try_alloc(64) {
+        burst.push(buf);
+    }
+    let stats = pool.stats();
+    assert_eq!(stats.bytes_registered, 4 * CHUNK, "{stats:?}");
+    assert!(matches!(
+        pool.try_alloc(1000),
+        Err(Error::Exhausted {
+            class_size: 1024,
+            ..
+        })
+    ));
+
+    let (tx, rx) = thread::scope(|s| {
+        // Waits while the burst is still held: woken when its chunks become idle.
+        let waiter = s.spawn(|| pool.alloc(1000, TIMEOUT));
+        thread::sleep(Duration::from_millis(50));
+        drop(std::mem::take(&mut burst));
+        let tx = waiter
+            .join()
+            .unwrap()
+            .expect("a 1 KiB buffer once the burst is gone");
+        let rx = pool
+            .alloc(4096, TIMEOUT)
+            .expect("a 4 KiB buffer once the burst is gone");
+        (tx, rx)
+    });
+    let stats = pool.stats();
+    assert_eq!(stats.reclaimed_chunks, 2, "{stats:?}");
+    assert_eq!(stats.leaked_chunks, 0);
+    assert_eq!((stats.chunks, stats.bytes_registered), (4, 4 * CHUNK));
+    assert!(
+        stats.classes.iter().all(|c| c.chunks >= 1),
+        "each class keeps a chunk: {stats:?}"
+    );
+
+    // The new registrations work on the device.
+    let data = pattern(1000, 9);
+    let mut tx = tx;
+    tx.copy_from_slice(&data);
+    let rid = p.b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    let sid =
+        p.a.post_send(SendRequest::send(tx, ..1000).unwrap())
+            .unwrap();
+    let (sc, tx): (_, Buffer) = one(&p.cq_a, &p.a);
+    assert_eq!((sc.wr_id, sc.status), (sid, Ok(())));
+    let (rc, mut back): (_, Buffer) = one(&p.cq_b, &p.b);
+    assert_eq!((rc.wr_id, rc.status, rc.byte_len), (rid, Ok(()), 1000));
+    back.set_len(1000).unwrap();
+    assert!(back[..] == data[..], "the bytes differ");
+    drop((tx, back));
+
+    // The small classes still serve from the chunk each kept.
+    drop((pool.try_alloc(64).unwrap(), pool.try_alloc(256).unwrap()));
+    assert_eq!(pool.stats().reclaimed_chunks, 2);
 }

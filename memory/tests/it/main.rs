@@ -5,6 +5,7 @@
 mod device;
 mod model;
 mod pool;
+mod reclaim;
 mod registrar;
 mod support;
 mod threads;

@@ -43,7 +43,7 @@ fn rights_granted_as_requested_keep_slices() {
 }
 
 /// Whether `addr` lies in a mapping of this process (`/proc/self/maps`).
-fn is_mapped(addr: u64) -> bool {
+pub(crate) fn is_mapped(addr: u64) -> bool {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     maps.lines().any(|line| {
         let range = line.split_whitespace().next().unwrap();

@@ -1,4 +1,5 @@
-//! The pool: per-class free lists over registered chunks, growth up to the cap, waiting.
+//! The pool: per-class free lists over registered chunks, growth up to the cap, reclaim of
+//! idle chunks for classes the cap starves, waiting.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -15,8 +16,11 @@ use crate::local::{self, Shard};
 use crate::registered::{
     reserved_huge_pages, Chunk, ChunkLimit, PdRegistrar, Registrar, SlotMemory, SlotToken,
 };
+use crate::starved::{Starved, Starving};
 use crate::stats::{ClassStats, PoolStats};
 use crate::{Error, HugePages, PoolAccess, PoolConfig, Result};
+
+mod reclaim;
 
 /// A pool of registered memory handing out [`Buffer`]s by size class.
 ///
@@ -34,7 +38,15 @@ struct PoolInner {
     /// reference count, lock or counter.
     states: Box<[Arc<ClassShared>]>,
     budget: Budget,
+    /// Threads starved by the cap, and the news that memory came free; shared with the classes.
+    starved: Arc<Starved>,
     huge_page_chunks: AtomicUsize,
+    /// Chunks deregistered to give their bytes to another class.
+    reclaimed_chunks: AtomicUsize,
+    /// Chunks taken out of their class whose deregistration failed: still registered, their
+    /// memory leaked, their bytes still counted in the budget.
+    leaked_chunks: AtomicUsize,
+    leaked_bytes: AtomicUsize,
     access: PoolAccess,
     huge_pages: HugePages,
     registrar: Box<dyn Registrar>,
@@ -57,6 +69,8 @@ pub(crate) struct ClassShared {
     id: u64,
     /// The pool is gone: freed slots go to the class, not to per-thread caches.
     closed: AtomicBool,
+    /// The pool's news for starved classes.
+    starved: Arc<Starved>,
 }
 
 /// Ends a growth, also if the registrar panics: clears the flag and wakes those waiting on it.
@@ -113,7 +127,8 @@ impl Pool {
                     .into(),
             });
         }
-        let states = classes
+        let starved = Arc::new(Starved::default());
+        let states: Box<[Arc<ClassShared>]> = classes
             .iter()
             .map(|&class| {
                 Arc::new(ClassShared {
@@ -127,15 +142,21 @@ impl Pool {
                     waiters: AtomicUsize::new(0),
                     id: local::class_id(),
                     closed: AtomicBool::new(false),
+                    starved: Arc::clone(&starved),
                 })
             })
             .collect();
+        starved.set_classes(&states);
         Ok(Self {
             inner: Arc::new(PoolInner {
                 classes: SizeClasses::new(classes.iter().map(|c| c.size)),
                 states,
                 budget: Budget::new(config.get_cap_bytes()),
+                starved,
                 huge_page_chunks: AtomicUsize::new(0),
+                reclaimed_chunks: AtomicUsize::new(0),
+                leaked_chunks: AtomicUsize::new(0),
+                leaked_bytes: AtomicUsize::new(0),
                 access: config.get_access(),
                 huge_pages: config.get_huge_pages(),
                 registrar: Box::new(registrar),
@@ -151,7 +172,9 @@ impl Pool {
 
     /// A buffer of `len` bytes from the smallest class that holds it, without waiting.
     ///
-    /// Registers a new chunk if the class has no free buffer and the caps allow it.
+    /// Registers a new chunk if the class has no free buffer and the caps allow it. When the
+    /// pool's cap is what stops the class, first deregisters chunks of other classes whose
+    /// buffers are all free (see [the crate docs](crate#reclaiming-idle-chunks)).
     /// Errors: [`Error::ZeroLength`], [`Error::TooLarge`], [`Error::Exhausted`] (backpressure),
     /// or a failure to create a chunk ([`Error::Allocate`], [`Error::Register`],
     /// [`Error::MemlockLimit`]).
@@ -168,7 +191,9 @@ impl Pool {
     }
 
     /// Like [`try_alloc`](Self::try_alloc), but when the class is exhausted, wait up to
-    /// `timeout` for a buffer of the class to be dropped; [`Error::Timeout`] if none is.
+    /// `timeout` for a buffer of the class to be dropped, or, when the pool's cap stops the
+    /// class, for a chunk of another class to become idle; [`Error::Timeout`] if neither
+    /// happens.
     pub fn alloc(&self, len: usize, timeout: Duration) -> Result<Buffer> {
         let class = self.inner.classes.select(len)?;
         let start = Instant::now();
@@ -178,7 +203,9 @@ impl Pool {
             return Ok(Buffer::new(class, slot, len));
         }
         let mut state = shared.state.lock();
+        let mut starving = None;
         loop {
+            let seen = self.inner.starved.generation();
             match self.inner.take(class, &mut state) {
                 Ok(slot) => {
                     drop(state);
@@ -187,14 +214,22 @@ impl Pool {
                 Err(Error::Exhausted { .. }) => {}
                 Err(other) => return Err(other),
             }
+            if starving.is_none() && !state.book.at_class_cap() {
+                // The pool's cap stops the class. From now on frees in every class go to
+                // their class, whose chunk then tells when it is idle; look once more (taking
+                // back what threads cached before), then wait for that news.
+                starving = Some(Starving::new(&self.inner.starved));
+                continue;
+            }
+            let seen = starving.is_some().then_some(seen);
             match deadline {
                 Some(deadline) if Instant::now() >= deadline => {
                     return Err(Error::Timeout {
                         waited: start.elapsed(),
                     })
                 }
-                Some(deadline) => shared.wait(&mut state, Some(deadline)),
-                None => shared.wait(&mut state, None),
+                Some(deadline) => shared.wait(&mut state, Some(deadline), seen),
+                None => shared.wait(&mut state, None, seen),
             }
         }
     }
@@ -207,11 +242,18 @@ impl Pool {
             .iter()
             .map(|shared| shared.state.lock().stats())
             .collect();
+        let leaked_chunks = inner.leaked_chunks.load(Ordering::Relaxed);
         PoolStats {
-            chunks: classes.iter().map(|c| c.chunks).sum(),
+            chunks: classes.iter().map(|c| c.chunks).sum::<usize>() + leaked_chunks,
             huge_page_chunks: inner.huge_page_chunks.load(Ordering::Relaxed),
-            bytes_registered: classes.iter().map(|c| c.chunks * c.chunk_bytes).sum(),
+            bytes_registered: classes
+                .iter()
+                .map(|c| c.chunks * c.chunk_bytes)
+                .sum::<usize>()
+                + inner.leaked_bytes.load(Ordering::Relaxed),
             cap_bytes: inner.budget.cap(),
+            reclaimed_chunks: inner.reclaimed_chunks.load(Ordering::Relaxed),
+            leaked_chunks,
             bytes_in_use: classes.iter().map(|c| c.in_use * c.size).sum(),
             classes,
         }
@@ -269,31 +311,19 @@ impl PoolInner {
                     return Ok(chunk.claim(token));
                 }
                 Take::Grow { chunk_bytes } => {
-                    let valid = *state.book.class();
-                    shared.growing.store(true, Ordering::Relaxed);
-                    let growing = Growing(shared);
-                    let created = MutexGuard::unlocked(state, || {
-                        Chunk::create(
-                            valid.size,
-                            valid.slots_per_chunk,
-                            self.huge_pages,
-                            self.access,
-                            &*self.registrar,
-                        )
-                    });
-                    drop(growing);
-                    match created {
-                        Ok((chunk, tokens)) => {
-                            if chunk.is_huge_pages() {
-                                self.huge_page_chunks.fetch_add(1, Ordering::Relaxed);
-                            }
-                            state.chunks.push(chunk);
-                            state.book.add_chunk(tokens);
+                    self.grow(class, state, chunk_bytes, true)?;
+                }
+                Take::PoolFull { chunk_bytes } => {
+                    if !self.grow(class, state, chunk_bytes, false)? {
+                        // Nothing to reclaim; buffers of the class may have come back meanwhile.
+                        state.reclaim_cached();
+                        if state.book.has_free() {
+                            continue;
                         }
-                        Err(err) => {
-                            self.budget.release(chunk_bytes);
-                            return Err(err);
-                        }
+                        return Err(Error::Exhausted {
+                            class_size: self.classes.size(class),
+                            cap_bytes: self.budget.cap(),
+                        });
                     }
                 }
                 Take::Exhausted { cap_bytes } => {
@@ -303,6 +333,54 @@ impl PoolInner {
                     })
                 }
             }
+        }
+    }
+
+    /// Add a chunk of `chunk_bytes` to `class`, with the class lock released meanwhile. If
+    /// `reserved` is false the pool's cap is full: the bytes are first reclaimed from idle
+    /// chunks of other classes, and `Ok(false)` says there were not enough.
+    fn grow(
+        &self,
+        class: usize,
+        state: &mut MutexGuard<'_, ClassState>,
+        chunk_bytes: usize,
+        reserved: bool,
+    ) -> Result<bool> {
+        let shared = &self.states[class];
+        let valid = *state.book.class();
+        shared.growing.store(true, Ordering::Relaxed);
+        let growing = Growing(shared);
+        let created = MutexGuard::unlocked(state, || {
+            if !reserved && !self.reclaim(class, chunk_bytes) {
+                return None;
+            }
+            let created = Chunk::create(
+                valid.size,
+                valid.slots_per_chunk,
+                self.huge_pages,
+                self.access,
+                &*self.registrar,
+            );
+            if created.is_err() {
+                // Back to the budget, and news for the starved (with no class lock held).
+                self.budget.release(chunk_bytes);
+                self.starved.wake();
+            }
+            Some(created)
+        });
+        drop(growing);
+        match created {
+            None => Ok(false),
+            Some(Ok((chunk, tokens))) => {
+                if chunk.is_huge_pages() {
+                    self.huge_page_chunks.fetch_add(1, Ordering::Relaxed);
+                }
+                let id = chunk.id();
+                state.chunks.push(chunk);
+                state.book.add_chunk(id, tokens);
+                Ok(true)
+            }
+            Some(Err(err)) => Err(err),
         }
     }
 }
@@ -315,17 +393,35 @@ impl ClassShared {
             Err(refused) => refused,
         };
         let token = slot.release();
-        this.state.lock().book.put(token);
+        let idle = this.state.lock().book.put(token);
         this.returned.notify_one();
+        if idle {
+            this.starved.chunk_freed();
+        }
     }
 
     pub(crate) fn id(&self) -> u64 {
         self.id
     }
 
-    /// Whether freed slots must go to the class: a thread waits for one, or the pool is gone.
+    /// Whether freed slots must go to the class: a thread waits for one, a thread is starved
+    /// by the pool's cap, or the pool is gone.
     pub(crate) fn refuses_caching(&self) -> bool {
-        self.waiters.load(Ordering::SeqCst) > 0 || self.closed.load(Ordering::SeqCst)
+        self.waiters.load(Ordering::SeqCst) > 0
+            || self.closed.load(Ordering::SeqCst)
+            || self.starved.any()
+    }
+
+    /// Whether a thread waits in `alloc` for the class.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+    }
+
+    /// Wake every waiter of the class. Takes the class lock first, so that a waiter between
+    /// its last check and its sleep is not missed.
+    pub(crate) fn notify_waiters(&self) {
+        drop(self.state.lock());
+        self.returned.notify_all();
     }
 
     /// The pool is gone: take the cached slots back and cache no more, so that the caches
@@ -338,10 +434,19 @@ impl ClassShared {
     /// Wait (until `deadline`, if any) for a buffer of the class to come back. Counts itself as
     /// a waiter first, so no further slot goes to a per-thread cache, then takes the cached
     /// slots back; waits only if there still is no free slot.
-    fn wait(&self, state: &mut MutexGuard<'_, ClassState>, deadline: Option<Instant>) {
+    ///
+    /// A thread starved by the pool's cap passes the [`Starved`] generation it read before its
+    /// last attempt (`seen`), and also wakes when memory came free in another class since.
+    fn wait(
+        &self,
+        state: &mut MutexGuard<'_, ClassState>,
+        deadline: Option<Instant>,
+        seen: Option<u64>,
+    ) {
         self.waiters.fetch_add(1, Ordering::SeqCst);
         state.reclaim_cached();
-        if !state.book.has_free() {
+        let news = seen.is_some_and(|seen| self.starved.changed_since(seen));
+        if !state.book.has_free() && !news {
             match deadline {
                 Some(deadline) => {
                     self.returned.wait_until(state, deadline);
@@ -363,12 +468,16 @@ impl ClassShared {
         state.shards.retain(|s| !Arc::ptr_eq(s, shard));
         let slots = shard.drain();
         let any = !slots.is_empty();
+        let mut idle = false;
         for (slot, _class) in slots {
-            state.book.put(slot.release());
+            idle |= state.book.put(slot.release());
         }
         drop(state);
         if any {
             self.returned.notify_all();
+        }
+        if idle {
+            self.starved.chunk_freed();
         }
     }
 }
