@@ -62,6 +62,71 @@
 //! - [`stream`]: a byte stream (`TcpStream`-like) with std, `futures-io` and (feature `tokio`)
 //!   tokio I/O traits.
 //!
+//! # Faults: what holds
+//!
+//! Proved on a real device between two hosts by the fault suite (`cargo xtask faults`, part of
+//! `cargo xtask test`), every byte verified:
+//!
+//! - **Network faults** (loss 1% and 5%, delay with jitter, reordering, duplication,
+//!   corruption): messages, RPC calls, large messages and the byte stream arrive complete, in
+//!   order and intact; nothing is lost or duplicated. The device retransmits; the cost is
+//!   goodput. Rendezvous READs are kept small ([`proto::Config::rndv_chunk_size`]) because a
+//!   lost packet makes the device send again everything after it.
+//! - **The link gone**: an outage shorter than the keepalive timeout is survived with nothing
+//!   lost. A longer one ends the connection on both sides with [`Error::Closed`] naming
+//!   [`proto::ConnError::PeerDead`] (or the queue pair's error) within the keepalive timeout;
+//!   what arrived is an intact prefix of what was sent, the rest is reported as that error, and
+//!   a new connection works once the link is back.
+//! - **The peer process killed**: every pending operation of that connection fails with a
+//!   typed [`Error::Closed`] within the keepalive bound (usually at once: the peer's queue pair
+//!   is gone); the endpoint's other connections keep their traffic, its listener keeps
+//!   accepting, and its pool returns to its baseline (nothing registered leaks).
+//! - **Bad keys**: an rkey naming nothing, a token forged past the exposed bytes, a read of a
+//!   write-only region, a write after revoke are refused by the device (the attacker gets
+//!   [`Error::Completion`] with a remote access error); the target memory is unchanged and the
+//!   victim keeps serving. What a token allows is checked locally before anything is sent.
+//! - **Broken frames** from a peer that passed the handshake end only that connection, with
+//!   [`proto::ConnError::Protocol`] naming the violation; nothing panics, other connections
+//!   lose nothing. The frame decoder is fuzzed on the host (100,000 cases a run).
+//! - **Exhaustion** (the pool, the send queue, a peer that stops reading) is backpressure:
+//!   `try_*` says [`Error::WouldBlock`], blocking calls wait up to their timeout and then say
+//!   [`Error::TimedOut`] having sent nothing; once the pressure lifts every message arrives once
+//!   and in order.
+//! - **Keepalive**: a connection whose peer shows no sign of life for `keepalive_timeout` (no
+//!   frame, and its device acknowledges none of our frames, READs or keepalive probes) fails
+//!   with [`proto::ConnError::PeerDead`]. A peer whose frames are only held back is alive. A
+//!   hung process whose device still answers is not detected (as with TCP): bound calls with
+//!   timeouts.
+//!
+//! Figures of one run on rxe (emulated on 2 shared cores, so times are indicative; goodput is
+//! relative to one clean run of the same traffic, and values above 1 are that noise):
+//!
+//! | scenario | traffic | bytes sent | lost | corrupted | detect ms | goodput vs clean | kept serving |
+//! |---|---|---|---|---|---|---|---|
+//! | loss 1% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.82x | yes |
+//! | loss 5% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.05x | yes |
+//! | delay 5 ms jitter 2 ms | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 1.10x | yes |
+//! | reorder 25% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.73x | yes |
+//! | duplicate 5% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 1.42x | yes |
+//! | corrupt 1% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.97x | yes |
+//! | link blackholed 1 s | messages 64 B-64 KiB, link out 1 s | 6960000 | 0 | 0 | - | - | yes |
+//! | link blackholed 15 s | messages 64 B-64 KiB, link out 15 s | 1674464 | 0 | 0 | 5539 | - | yes |
+//! | peer killed: server | echo 64 KiB + bystander msgs | 10655424 | 0 | 0 | 416 | - | yes |
+//! | peer killed: client | 64 KiB msgs + bystander msgs | 6584576 | 0 | 0 | 397 | - | yes |
+//! | key: invalid rkey | bad READ/WRITE + msgs 64 B-64 KiB | 569088 | 0 | 0 | 13 | - | yes |
+//! | key: out of range | bad READ/WRITE + msgs 64 B-64 KiB | 638688 | 0 | 0 | 9 | - | yes |
+//! | key: read of write-only | bad READ/WRITE + msgs 64 B-64 KiB | 708288 | 0 | 0 | 20 | - | yes |
+//! | key: write after revoke | bad READ/WRITE + msgs 64 B-64 KiB | 634592 | 0 | 0 | 2 | - | yes |
+//! | malformed frames | raw peer: 7 kinds of broken frame | 2927264 | 0 | 0 | 27 | - | yes |
+//! | pool exhausted | 4 senders, 64 B-200 KiB | 2324032 | 0 | 0 | - | - | yes |
+//! | send queue full | 8 senders, sq_depth 4 | 13514112 | 0 | 0 | - | - | yes |
+//! | peer not reading | 3 s pause, 64 B-200 KiB | 6757056 | 0 | 0 | - | - | yes |
+//!
+//! Not covered: taking a host's interface administratively down. rxe then fails every
+//! transmission locally, so a queue pair that sends during the outage (data or only
+//! acknowledgements) goes to the error state at once (the connection ends with a typed error),
+//! and the device could not connect again for tens of seconds after the interface returned.
+//!
 //! [`proto`] is the protocol core: per-connection state without I/O, tested on the host; its
 //! wire format is specified in `PROTOCOL.md`.
 #![forbid(unsafe_code)]

@@ -19,6 +19,8 @@ use crate::failures::{peer_program, wait_line};
 const MESSAGE: usize = 64 << 10;
 /// Messages of the other connection before the kill, and again after it.
 const BYSTANDER_MESSAGES: u64 = 20;
+/// Messages of the killed connection received before the kill.
+const KILL_AFTER: u64 = 30;
 /// How long after the keepalive timeout a detection still counts.
 const DETECT_SLACK: Duration = Duration::from_secs(2);
 
@@ -42,6 +44,34 @@ fn pool_back_to(ep: &Endpoint, baseline: usize) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     true
+}
+
+/// Receives numbered messages on `victim`, kills the peer program after `KILL_AFTER` (once
+/// the bystander has delivered some too), and goes on until the error. Returns the bytes of the
+/// intact prefix, the bytes corrupted, the error with when it came, and when the peer was
+/// killed.
+fn read_then_kill(
+    victim: &transport::Conn,
+    bystander: &Bystander,
+    peer: &mut testkit::ChildGuard,
+) -> (u64, u64, (Error, Instant), Instant) {
+    let (mut prefix, mut corrupted, mut n) = (0u64, 0u64, 0u64);
+    let mut killed = None;
+    let error = loop {
+        match victim.recv(TIMEOUT) {
+            Ok(m) if m.to_vec() == numbered(n, MESSAGE) => prefix += MESSAGE as u64,
+            Ok(m) => corrupted += m.len() as u64,
+            Err(e) => break (e, Instant::now()),
+        }
+        n += 1;
+        if n == KILL_AFTER {
+            bystander.wait_for(BYSTANDER_MESSAGES);
+            peer.kill();
+            killed = Some(Instant::now());
+        }
+    };
+    let killed = killed.unwrap_or_else(|| panic!("fewer than {KILL_AFTER} messages: {error:?}"));
+    (prefix, corrupted, error, killed)
 }
 
 fn typed(e: &Error) -> bool {
@@ -79,22 +109,7 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
         })
     };
     // Read echoes until some have come back, then kill the peer and read on until the error.
-    let (mut prefix, mut corrupted, mut echoes) = (0u64, 0u64, 0u64);
-    let mut killed = None;
-    let receiver_error = loop {
-        match victim.recv(TIMEOUT) {
-            Ok(m) if m.to_vec() == numbered(echoes, MESSAGE) => prefix += MESSAGE as u64,
-            Ok(m) => corrupted += m.len() as u64,
-            Err(e) => break (e, Instant::now()),
-        }
-        echoes += 1;
-        if echoes == 30 {
-            healthy.wait_for(BYSTANDER_MESSAGES);
-            peer.kill();
-            killed = Some(Instant::now());
-        }
-    };
-    let killed = killed.expect("the peer echoed fewer than 30 messages");
+    let (prefix, corrupted, receiver_error, killed) = read_then_kill(&victim, &healthy, &mut peer);
     let (sender_error, sender_at) = sender.join().expect("sender");
     let delivered_at_kill = healthy.delivered();
     healthy.wait_for(BYSTANDER_MESSAGES);
@@ -164,22 +179,7 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
     ]);
     let victim = listener.accept(TIMEOUT).expect("accept the peer program");
     wait_line(&lines, "connected");
-    let (mut prefix, mut corrupted, mut n) = (0u64, 0u64, 0u64);
-    let mut killed = None;
-    let error = loop {
-        match victim.recv(TIMEOUT) {
-            Ok(m) if m.to_vec() == numbered(n, MESSAGE) => prefix += MESSAGE as u64,
-            Ok(m) => corrupted += m.len() as u64,
-            Err(e) => break (e, Instant::now()),
-        }
-        n += 1;
-        if n == 30 {
-            healthy.wait_for(BYSTANDER_MESSAGES);
-            peer.kill();
-            killed = Some(Instant::now());
-        }
-    };
-    let killed = killed.expect("the peer sent fewer than 30 messages");
+    let (prefix, corrupted, error, killed) = read_then_kill(&victim, &healthy, &mut peer);
     let delivered_at_kill = healthy.delivered();
     healthy.wait_for(BYSTANDER_MESSAGES);
     drop(victim);
