@@ -1,4 +1,4 @@
-//! `rc-pingpong`: the RC ping-pong of rdma-core's `ibv_rc_pingpong`, on the safe verbs layer.
+//! `rc-pingpong`: the RC ping-pong of rdma-core's `ibv_rc_pingpong`, on our verbs layer.
 //! Same options, same out-of-band exchange, same result lines: it interoperates with the C
 //! program in either role.
 //!
