@@ -254,9 +254,11 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 let r = pingpong_bench::report(&device, &samples, pingpong_bench::ITERS);
                 for c in &r.comparisons {
                     println!(
-                        "{}: median ratio {:.3}x, per-pair ratio median {:.3}x, fastest runs {:.1} vs {:.1} usec/iter",
+                        "{}: median ratio {:.3}x, quiet runs' median ratio {:.3}x ({} runs), per-pair ratio median {:.3}x, fastest runs {:.1} vs {:.1} usec/iter",
                         c.case,
                         c.ratio(),
+                        c.extra["quiet_median_ratio"].as_f64().unwrap_or(f64::NAN),
+                        c.extra["quiet_runs"],
                         c.extra["pair_ratio_median"].as_f64().unwrap_or(f64::NAN),
                         c.extra["ours_min"].as_f64().unwrap_or(f64::NAN),
                         c.extra["baseline_min"].as_f64().unwrap_or(f64::NAN),

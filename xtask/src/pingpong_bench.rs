@@ -2,8 +2,8 @@
 //! per iteration at 64 B and 4 KiB. A noisy host (shared cores, emulation) drifts by more than
 //! the gap to measure, so the two alternate in one run (ours, theirs, ours, theirs, ...: the
 //! same number of runs each, server on the peer, client here) and each side's median is
-//! compared; the median of the per-pair ratios and each side's fastest run (the least
-//! disturbed) are kept beside it.
+//! compared; the median of the per-pair ratios, each side's fastest run, and the medians of
+//! the runs within 2x of the fastest (those the host did not hold up) are kept beside it.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -84,6 +84,10 @@ pub fn parse(lines: &[String]) -> Samples {
     out
 }
 
+/// A run slower than this many times the fastest run of its size (either side) was held up
+/// by the host rather than by the program: [`report`] gives medians without such runs too.
+pub const QUIET_FACTOR: f64 = 2.0;
+
 /// The median of `v` (NaN when empty).
 pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
@@ -121,6 +125,26 @@ pub fn report(device: &str, samples: &Samples, iters: u64) -> Report {
         let min = |v: &[(usize, f64)]| v.iter().map(|(_, u)| *u).fold(f64::INFINITY, f64::min);
         extra.insert("ours_min".into(), json!(min(o)));
         extra.insert("baseline_min".into(), json!(min(b)));
+        // Medians of the runs the host did not hold up (within QUIET_FACTOR of the fastest
+        // run of this size, of either side).
+        let fastest = min(o).min(min(b));
+        let quiet = |v: &[(usize, f64)]| {
+            v.iter()
+                .map(|(_, u)| *u)
+                .filter(|u| *u <= fastest * QUIET_FACTOR)
+                .collect::<Vec<_>>()
+        };
+        let (qo, qb) = (quiet(o), quiet(b));
+        extra.insert("quiet_runs".into(), json!([qo.len(), qb.len()]));
+        let quiet_ratio = median(qo) / median(qb);
+        extra.insert(
+            "quiet_median_ratio".into(),
+            if quiet_ratio.is_finite() {
+                json!(quiet_ratio)
+            } else {
+                json!(null)
+            },
+        );
         let pr = median(pair_ratios);
         extra.insert(
             "pair_ratio_median".into(),
@@ -206,6 +230,9 @@ mod tests {
             (c.extra["ours_min"].clone(), c.extra["baseline_min"].clone()),
             (json!(90.0), json!(100.0))
         );
+        // 200 is more than twice the fastest run (90): left out of the quiet medians.
+        assert_eq!(c.extra["quiet_runs"], json!([2, 3]));
+        assert_eq!(c.extra["quiet_median_ratio"], json!(1.0));
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
     }
 }
