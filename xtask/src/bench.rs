@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::compare::{Better, Comparison, Report};
 use crate::test::{acquire, stream, Target};
 use crate::util::{self, Error, Result};
-use crate::{apt, guest, perftest_bench};
+use crate::{apt, guest, perftest_bench, pingpong_bench};
 
 /// How a benchmark runs.
 enum Kind {
@@ -26,6 +26,8 @@ enum Kind {
     },
     /// Our perftest tools against perftest (release builds of `apps`).
     Perftest,
+    /// Our `rc-pingpong` alternating with `ibv_rc_pingpong` (release build).
+    Pingpong,
 }
 
 struct Bench {
@@ -70,6 +72,11 @@ const BENCHES: &[Bench] = &[
         kind: Kind::Perftest,
         about:
             "our send/write/read/atomic latency and bandwidth tools vs perftest's ib_*, two hosts",
+    },
+    Bench {
+        name: "pingpong",
+        kind: Kind::Pingpong,
+        about: "rc-pingpong vs ibv_rc_pingpong, usec/iter at 64 B and 4 KiB, runs alternating",
     },
 ];
 
@@ -139,12 +146,26 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 let bins = util::target_dir().join("release");
                 script.push_str(&perftest_bench::script(&perftest_bench::cases(), &bins));
             }
+            Kind::Pingpong => {
+                let mut cmd = util::cargo();
+                cmd.args(["build", "--release", "-p", "apps", "--bin", "rc-pingpong"]);
+                util::status(cmd, "cargo build --release -p apps --bin rc-pingpong")?;
+                let exe = util::target_dir().join("release").join("rc-pingpong");
+                script.push_str(&pingpong_bench::script(
+                    &exe,
+                    &pingpong_bench::SIZES,
+                    pingpong_bench::PAIRS,
+                    pingpong_bench::ITERS,
+                ));
+            }
         }
     }
     script.push_str("echo '@@bench end'\nexit $fail\n");
 
-    // Run: lines of the perftest section are kept for parsing (its case markers are shown).
+    // Run: lines of the perftest and pingpong sections are kept for parsing (their case
+    // markers are shown).
     let mut lines: Vec<String> = Vec::new();
+    let mut pp_lines: Vec<String> = Vec::new();
     let mut section = String::new();
     let mut on_line = |line: &str| {
         if let Some(name) = line.strip_prefix("@@bench ") {
@@ -161,6 +182,13 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 println!("  ({line})");
             }
             lines.push(line.to_string());
+        } else if section == "pingpong" {
+            if let Some(run) = line.strip_prefix("@@pp ") {
+                println!("  {run}");
+            } else {
+                println!("{line}");
+            }
+            pp_lines.push(line.to_string());
         } else {
             println!("{line}");
         }
@@ -221,6 +249,31 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 }
                 r
             }
+            Kind::Pingpong => {
+                let samples = pingpong_bench::parse(&pp_lines);
+                let r = pingpong_bench::report(&device, &samples, pingpong_bench::ITERS);
+                for c in &r.comparisons {
+                    println!(
+                        "{}: median ratio {:.3}x, quiet runs' median ratio {:.3}x ({} runs), per-pair ratio median {:.3}x, fastest runs {:.1} vs {:.1} usec/iter",
+                        c.case,
+                        c.ratio(),
+                        c.extra["quiet_median_ratio"].as_f64().unwrap_or(f64::NAN),
+                        c.extra["quiet_runs"],
+                        c.extra["pair_ratio_median"].as_f64().unwrap_or(f64::NAN),
+                        c.extra["ours_min"].as_f64().unwrap_or(f64::NAN),
+                        c.extra["baseline_min"].as_f64().unwrap_or(f64::NAN),
+                    );
+                }
+                let want = pingpong_bench::SIZES.len() * pingpong_bench::PAIRS * 2;
+                let got: usize = samples.values().map(Vec::len).sum();
+                if got < want {
+                    eprintln!(
+                        "xtask: bench pingpong: {got} of {want} runs gave a result (see above)"
+                    );
+                    all_ok = false;
+                }
+                r
+            }
         };
         report.write(&path)?;
         println!("\nbench {}:\n{}", b.name, report.table());
@@ -231,7 +284,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 ("latency (99.9th percentile)", "perftest-latency-p99.svg"),
                 ("bandwidth", "perftest-bw.svg"),
             ],
-            Kind::Cargo { .. } => &[],
+            Kind::Cargo { .. } | Kind::Pingpong => &[],
         };
         md.push_str(&report.markdown(charts));
     }

@@ -10,6 +10,7 @@ mod demo;
 mod faults;
 mod guest;
 mod perftest_bench;
+mod pingpong_bench;
 mod rxe;
 mod test;
 mod util;

@@ -1,17 +1,22 @@
-//! `rc-pingpong`: the RC ping-pong of rdma-core's `ibv_rc_pingpong`, on the safe verbs layer.
+//! `rc-pingpong`: the RC ping-pong of rdma-core's `ibv_rc_pingpong`, on our verbs layer.
 //! Same options, same out-of-band exchange, same result lines: it interoperates with the C
 //! program in either role.
-#![forbid(unsafe_code)]
+//!
+//! Its loop is the C program's: one registered buffer that every send reads and every receive
+//! writes (the contents are never looked at); receives are posted as borrowed work requests
+//! ([`Qp::post_recv_unchecked`], in chains), the send as one `ibv_post_send` of a request built
+//! on the stack, and completions are told apart by their `wr_id`, so an iteration costs no
+//! in-flight bookkeeping, no allocation and no lock.
 
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use apps::pingpong::{self, Dest};
 use clap::Parser;
-use memory::{Buffer, ClassConfig, Pool, PoolConfig};
+use verbs::sys;
 use verbs::{
-    AccessFlags, AhAttr, CompletionBuf, Context, Cq, GlobalRoute, LinkLayer, MemoryRegion, Mtu, Qp,
-    QpAttr, QpInitAttr, QpState, QpType, RecvRequest, SendRequest, WcOpcode, WrOp,
+    AccessFlags, AhAttr, CompletionBuf, Context, Cq, GlobalRoute, LinkLayer, LocalSlice,
+    MemoryRegion, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags,
 };
 
 /// Ping-pong over an RC QP (compatible with ibv_rc_pingpong).
@@ -70,63 +75,79 @@ fn main() -> ExitCode {
     }
 }
 
+/// `wr_id` of the receives and of the send (the C program's `PINGPONG_RECV_WRID` and
+/// `PINGPONG_SEND_WRID`, also its `pending` bits).
+const RECV: u64 = 1;
+const SEND: u64 = 2;
+
+/// Receives posted per call when refilling the queue (one doorbell each).
+const RECV_CHAIN: usize = 64;
+
 struct PingPong {
+    // Field order is drop order: the QP (and its posted requests) goes before the buffer.
     qp: Qp,
     cq: Cq,
-    /// The send buffer: moved into each send and back out of its completion (only one send
-    /// is ever in flight), so a send costs no reference counting.
-    send_buf: Option<MemoryRegion>,
-    /// Inline copy of the message when the QP can send it inline.
-    inline: Option<Vec<u8>>,
-    /// Receive buffers not posted: carved from one registration, so the rx-depth receives
-    /// cover `rx_depth * size` contiguous bytes rather than a page (or more) each.
-    free_rx: Vec<Buffer>,
-    size: usize,
+    /// The message: every send reads `sge`, every receive writes it. Once the first request
+    /// is posted the program neither reads nor writes it; it stays registered until the QP is
+    /// gone (fields drop in order).
+    _buf: MemoryRegion,
+    /// `buf[..size]`.
+    sge: [LocalSlice; 1],
+    /// SIGNALED, and INLINE when the QP takes `size` bytes inline.
+    send_flags: SendFlags,
 }
 
 impl PingPong {
-    fn post_send(&mut self) -> Result<(), BoxError> {
-        let req = match &self.inline {
-            Some(data) => SendRequest::inline(WrOp::Send, data)?,
-            None => {
-                let buf = self
-                    .send_buf
-                    .take()
-                    .ok_or("the send buffer is still in flight")?;
-                SendRequest::send(buf, 0..self.size)?
-            }
+    /// Posts the send as the C program does: one work request built on the stack and one
+    /// `ibv_post_send` (the borrowed-request path of `verbs` would allocate its chain).
+    fn post_send(&self) -> Result<(), BoxError> {
+        let mut sge = sys::ibv_sge {
+            addr: self.sge[0].addr,
+            length: self.sge[0].len,
+            lkey: self.sge[0].lkey,
         };
-        if let Err(e) = self.qp.post_send(req) {
-            if let Ok(b) = e.unposted.into_buffers().take() {
-                self.send_buf = Some(b);
-            }
-            return Err(e.error.into());
+        // SAFETY: ibv_send_wr is integers, raw pointers and unions of those: all-zero is a
+        // valid value (no next request, no remote address).
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = SEND;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = sys::ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags = self.send_flags.bits();
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: the QP is alive (owned by `self`); `wr` and `sge` live across the call; the
+        // memory `sge` describes lies in the registered buffer, which stays allocated and
+        // registered while the QP lives (drop order) and is never written by the program
+        // once posting starts (an inline send is copied during the call anyway).
+        let r = unsafe { sys::ibv_post_send(self.qp.as_raw(), &mut wr, &mut bad) };
+        if r != 0 {
+            return Err(format!(
+                "Couldn't post send: {}",
+                std::io::Error::from_raw_os_error(r)
+            )
+            .into());
         }
         Ok(())
     }
 
-    /// Posts up to `n` receives as one chain; returns how many were posted.
-    fn post_recv(&mut self, n: usize) -> usize {
-        let k = n.min(self.free_rx.len());
-        let mut reqs = Vec::with_capacity(k);
-        for buf in self.free_rx.drain(self.free_rx.len() - k..) {
-            match RecvRequest::new(buf, 0..self.size) {
-                Ok(r) => reqs.push(r),
-                // The range fits every buffer (all are `size` bytes), so this does not happen.
-                Err(_) => break,
+    /// Posts `n` receives into the buffer; returns how many were posted.
+    fn post_recv(&self, n: usize) -> usize {
+        let wr = RecvWr {
+            wr_id: RECV,
+            sges: &self.sge,
+        };
+        let chain = [wr; RECV_CHAIN];
+        let mut posted = 0;
+        while posted < n {
+            let k = (n - posted).min(RECV_CHAIN);
+            // SAFETY: as for sends: `buf` outlives the QP's requests and the program never
+            // reads or writes it once posting starts.
+            if unsafe { self.qp.post_recv_unchecked(&chain[..k]) }.is_err() {
+                break;
             }
+            posted += k;
         }
-        match self.qp.post_recv_batch(reqs) {
-            Ok(ids) => ids.len(),
-            Err(e) => {
-                for r in e.unposted {
-                    if let Ok(b) = r.into_buffers().take() {
-                        self.free_rx.push(b);
-                    }
-                }
-                e.posted.len()
-            }
-        }
+        posted
     }
 }
 
@@ -200,8 +221,8 @@ fn run(args: &Args) -> Result<(), BoxError> {
         None
     };
     let pd = ctx.alloc_pd()?;
-    let mut send_buf = pd.reg_mr(size.max(1), AccessFlags::LOCAL_WRITE)?;
-    send_buf.as_mut_slice().fill(0x7b);
+    let mut buf = pd.reg_mr(size.max(1), AccessFlags::LOCAL_WRITE)?;
+    buf.as_mut_slice().fill(0x7b);
     let cq = ctx.create_cq(args.rx_depth + 1, channel)?;
     let qp = pd.create_qp(
         &QpInitAttr::new(QpType::Rc, &cq, &cq)
@@ -210,27 +231,18 @@ fn run(args: &Args) -> Result<(), BoxError> {
             .max_send_sge(1)
             .max_recv_sge(1),
     )?;
-    let inline =
-        (qp.cap().max_inline_data as usize >= size).then(|| send_buf.as_slice()[..size].to_vec());
+    let mut send_flags = SendFlags::SIGNALED;
+    if qp.cap().max_inline_data as usize >= size {
+        send_flags |= SendFlags::INLINE;
+    }
     qp.to_init(args.ib_port, AccessFlags::empty())?;
-    // One class of the message size (a multiple of 64), one chunk for every receive.
-    let class = size.max(1).div_ceil(64) * 64;
-    let rx_pool = Pool::on_pd(
-        &pd,
-        PoolConfig::new()
-            .classes([ClassConfig::new(class).chunk_size(class * rx_depth.max(1))])
-            .cap_bytes(class * rx_depth.max(1)),
-    )?;
-    let free_rx = (0..rx_depth)
-        .map(|_| rx_pool.try_alloc(size.max(1)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut pp = PingPong {
+    let sge = [buf.local(..size)?];
+    let pp = PingPong {
         qp,
         cq,
-        send_buf: Some(send_buf),
-        inline,
-        free_rx,
-        size,
+        _buf: buf,
+        sge,
+        send_flags,
     };
     let mut routs = pp.post_recv(rx_depth);
     if routs < rx_depth {
@@ -276,8 +288,6 @@ fn run(args: &Args) -> Result<(), BoxError> {
         )?;
     }
 
-    const RECV: u8 = 1;
-    const SEND: u8 = 2;
     let mut pending = RECV;
     if args.servername.is_some() {
         pp.post_send()?;
@@ -288,19 +298,14 @@ fn run(args: &Args) -> Result<(), BoxError> {
     let iters = args.iters as usize;
     let (mut rcnt, mut scnt) = (0usize, 0usize);
     let mut wcs = CompletionBuf::new(2);
-    // What completions hand back; reused, so reclaiming does not allocate.
-    let mut back = Vec::with_capacity(2);
     while rcnt < iters || scnt < iters {
         if args.events {
             pp.cq.get_event(None)?;
             pp.cq.req_notify(false)?;
         }
-        // Poll (busy, unless in event mode); the completions borrow only `wcs`, so the
-        // buffers they return can be reposted while iterating.
+        // Busy, unless in event mode.
         let polled = pp.cq.poll(&mut wcs)?;
         for wc in &polled {
-            back.clear();
-            pp.qp.reclaim_into(wc, &mut back);
             if let Err(e) = wc.status() {
                 return Err(format!(
                     "Failed status {:?} ({}) for wr_id {}",
@@ -308,22 +313,9 @@ fn run(args: &Args) -> Result<(), BoxError> {
                 )
                 .into());
             }
-            let bit = match wc.opcode() {
-                Some(WcOpcode::Send) => {
-                    for r in &mut back {
-                        if let Ok(b) = r.take::<MemoryRegion>() {
-                            pp.send_buf = Some(b);
-                        }
-                    }
-                    scnt += 1;
-                    SEND
-                }
-                Some(WcOpcode::Recv) => {
-                    for r in &mut back {
-                        if let Ok(b) = r.take::<Buffer>() {
-                            pp.free_rx.push(b);
-                        }
-                    }
+            match wc.wr_id() {
+                SEND => scnt += 1,
+                RECV => {
                     routs -= 1;
                     if routs <= 1 {
                         routs += pp.post_recv(rx_depth - routs);
@@ -332,11 +324,10 @@ fn run(args: &Args) -> Result<(), BoxError> {
                         }
                     }
                     rcnt += 1;
-                    RECV
                 }
-                other => return Err(format!("Completion for unknown operation {other:?}").into()),
-            };
-            pending &= !bit;
+                other => return Err(format!("Completion for unknown wr_id {other}").into()),
+            }
+            pending &= !wc.wr_id();
             if scnt < iters && pending == 0 {
                 pp.post_send()?;
                 pending = RECV | SEND;

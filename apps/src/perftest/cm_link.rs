@@ -362,15 +362,12 @@ impl TestConns {
         Ok(TestConns { parts })
     }
 
-    /// Server: listens on `port` again and accepts `n` QPs.
-    pub fn accept(
-        spec: &QpSpec<'_>,
-        n: usize,
-        port: u16,
-        timeout: Duration,
-    ) -> Result<TestConns, Error> {
+    /// Server: listens on `port` again for the test's QPs. This must happen before the
+    /// handshake that lets the client connect them: perftest's client gives up (and crashes
+    /// on its retry) when its first connect request finds nobody listening.
+    pub fn listen(spec: &QpSpec<'_>, port: u16) -> Result<Listener, Error> {
         let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
-        let listener = Listener::bind(addr, spec.options()).map_err(|e| match e {
+        Listener::bind(addr, spec.options()).map_err(|e| match e {
             cm::Error::PdOnOtherDevice { .. } => Error::Usage(format!(
                 "{e}: with -R the device is the one of the address the client connects to; \
                  pick it with -d"
@@ -378,7 +375,16 @@ impl TestConns {
             e => Error::Usage(format!(
                 "cannot listen with rdma_cm on port {port} for the test QPs: {e}"
             )),
-        })?;
+        })
+    }
+
+    /// Server: accepts `n` QPs on `listener` (from [`TestConns::listen`]).
+    pub fn accept(
+        spec: &QpSpec<'_>,
+        listener: &Listener,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<TestConns, Error> {
         let mut parts = Vec::with_capacity(n);
         for _ in 0..n {
             let req = listener.get_request(timeout).map_err(|e| match e {

@@ -172,6 +172,8 @@ pub struct Endpoint {
     qp_access: AccessFlags,
     /// `-R`: the rdma_cm connections of the QPs.
     cm: Option<TestConns>,
+    /// `-R` server: the listener for the test's QPs, bound before the client may connect them.
+    cm_listener: Option<cm::Listener>,
 }
 
 /// The test QPs' queue sizes (`-t`, `-r`, `-I`).
@@ -268,23 +270,38 @@ impl Endpoint {
             out_reads,
             qp_access,
             cm: None,
+            cm_listener: None,
         })
     }
 
-    /// `-R`: connects (client) or accepts (server) the test's QPs with rdma_cm on the
-    /// endpoint's PD and CQ, ready to send (perftest's `create_rdma_cm_connection`).
-    pub fn add_cm_qps(&mut self, p: &Params, src: Option<std::net::IpAddr>) -> Result<(), Error> {
+    fn cm_spec(&self, p: &Params) -> QpSpec<'_> {
         let rd_atomic = match p.test.verb() {
             Verb::Read | Verb::Atomic => self.out_reads.min(255) as u8,
             _ => 0,
         };
-        let spec = QpSpec {
+        QpSpec {
             pd: &self.pd,
             cq: &self.cq,
             cap: qp_cap(p),
             access: self.qp_access,
             rd_atomic,
-        };
+        }
+    }
+
+    /// `-R` server: listens for the test's QPs on the test's port, before the handshake
+    /// after which the client connects them (a client does nothing here).
+    pub fn listen_cm(&mut self, p: &Params) -> Result<(), Error> {
+        if p.args.servername.is_none() {
+            self.cm_listener = Some(TestConns::listen(&self.cm_spec(p), p.args.port)?);
+        }
+        Ok(())
+    }
+
+    /// `-R`: connects (client) or accepts (server, on the listener of
+    /// [`Endpoint::listen_cm`]) the test's QPs with rdma_cm on the endpoint's PD and CQ,
+    /// ready to send (perftest's `create_rdma_cm_connection`).
+    pub fn add_cm_qps(&mut self, p: &Params, src: Option<std::net::IpAddr>) -> Result<(), Error> {
+        let spec = self.cm_spec(p);
         let n = p.qps as usize;
         let conns = match &p.args.servername {
             Some(server) => TestConns::connect(
@@ -294,8 +311,16 @@ impl Endpoint {
                 src,
                 p.timeout(),
             )?,
-            None => TestConns::accept(&spec, n, p.args.port, p.timeout())?,
+            None => {
+                let listener = match &self.cm_listener {
+                    Some(l) => l,
+                    None => &TestConns::listen(&spec, p.args.port)?,
+                };
+                TestConns::accept(&spec, listener, n, p.timeout())?
+            }
         };
+        // The port is free again once every QP is accepted.
+        self.cm_listener = None;
         self.qps = conns.parts.iter().map(|c| c.qp.clone()).collect();
         if let Some(q) = self.qps.first() {
             self.max_inline = q.cap().max_inline_data.min(p.inline_size);

@@ -227,6 +227,7 @@ pub fn run(p: &Params) -> Result<(), Error> {
         // perftest synchronises (with zeroed addresses) before and after the CM connects
         // the test's QPs.
         let zero = Dest::default();
+        ep.listen_cm(p)?;
         comm.hand_shake(&zero)?;
         ep.add_cm_qps(p, src)?;
         comm.hand_shake(&zero)?;

@@ -134,11 +134,14 @@ fn pair(
     assert_success(&format!("{s_prog} (server) with {c_prog}"), &s);
     let (st, ct) = (text(&s), text(&c));
     println!("--- {s_prog} server ---\n{st}\n--- {c_prog} client ---\n{ct}");
-    let want_iters: f64 = extra
-        .iter()
-        .position(|a| *a == "-n")
-        .map(|i| extra[i + 1].parse().unwrap())
-        .unwrap();
+    // With -q the bandwidth tests count the iterations of every QP, as perftest does.
+    let arg = |flag: &str| {
+        extra
+            .iter()
+            .position(|a| *a == flag)
+            .map(|i| extra[i + 1].parse::<f64>().unwrap())
+    };
+    let want_iters = arg("-n").unwrap() * arg("-q").unwrap_or(1.0);
     // perftest's own numbers are not ours to check (under emulation its clock calibration
     // can print inf): only that it printed its rows.
     let check = |who: &str, prog: &str, t: &str| {
@@ -306,6 +309,37 @@ fn bidirectional_bandwidth_against_perftest_in_both_roles() {
             assert!(cr[0][3] > 0.0, "no bandwidth: {cr:?}");
         }
     }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn rdma_cm_with_several_qps_and_bidirectional_against_perftest_in_both_roles() {
+    // -R with -q 2 (the CM connects every QP on the test's port, perftest's order) and -R with
+    // -b (both sides post over CM-connected QPs and exchange reports on the control
+    // connection), for each bandwidth test, against perftest in both roles.
+    let mut port = 18_800;
+    for &(ours, theirs, _) in &[TOOLS[4], TOOLS[5], TOOLS[6]] {
+        for extra in [
+            &["-R", "-q", "2", "-n", "200"][..],
+            &["-R", "-b", "-n", "200", "-s", "4096"][..],
+        ] {
+            let bidir = extra.contains(&"-b");
+            for (s_prog, c_prog) in [(theirs, ours), (ours, theirs)] {
+                port += 1;
+                let (s, c) = pair(s_prog, c_prog, port, extra, bidir);
+                let qps = if bidir { 1 } else { 2 };
+                assert!(c.contains(&format!("Number of qps   : {qps}")), "{c}");
+                if bidir {
+                    assert_eq!(rows(&s), rows(&c), "the sides printed different sums");
+                }
+            }
+        }
+    }
+    // Both at once, ours against ours.
+    let extra = ["-R", "-q", "2", "-b", "-n", "200", "-s", "4096"];
+    let (s, c) = pair(TOOLS[4].0, TOOLS[4].0, 18_813, &extra, true);
+    assert!(c.contains("Number of qps   : 2"), "{c}");
+    assert_eq!(rows(&s), rows(&c), "the sides printed different sums");
 }
 
 /// Asserts a failed run with a one-line cause containing `needle`.
