@@ -4,8 +4,8 @@
 //!
 //! Its loop is the C program's: one registered buffer that every send reads and every receive
 //! writes (the contents are never looked at); receives are posted as borrowed work requests
-//! ([`Qp::post_recv_unchecked`], in chains), the send as one `ibv_post_send` of a request built
-//! on the stack, and completions are told apart by their `wr_id`, so an iteration costs no
+//! ([`Qp::post_recv_unchecked`], in chains), the send as one borrowed request
+//! ([`Qp::post_send_unchecked`], built on the stack), and completions are told apart by their `wr_id`, so an iteration costs no
 //! in-flight bookkeeping, no allocation and no lock.
 
 use std::process::ExitCode;
@@ -13,10 +13,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use apps::pingpong::{self, Dest};
 use clap::Parser;
-use verbs::sys;
 use verbs::{
     AccessFlags, AhAttr, CompletionBuf, Context, Cq, GlobalRoute, LinkLayer, LocalSlice,
-    MemoryRegion, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags,
+    MemoryRegion, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, WrOp,
 };
 
 /// Ping-pong over an RC QP (compatible with ibv_rc_pingpong).
@@ -98,36 +97,22 @@ struct PingPong {
 }
 
 impl PingPong {
-    /// Posts the send as the C program does: one work request built on the stack and one
-    /// `ibv_post_send` (the borrowed-request path of `verbs` would allocate its chain).
+    /// Posts the send as the C program does: one borrowed work request on the stack, one
+    /// `ibv_post_send` ([`Qp::post_send_unchecked`] builds chains this short without
+    /// allocating).
     fn post_send(&self) -> Result<(), BoxError> {
-        let mut sge = sys::ibv_sge {
-            addr: self.sge[0].addr,
-            length: self.sge[0].len,
-            lkey: self.sge[0].lkey,
+        let wr = SendWr {
+            wr_id: SEND,
+            op: WrOp::Send,
+            sges: &self.sge,
+            flags: self.send_flags,
+            ud: None,
         };
-        // SAFETY: ibv_send_wr is integers, raw pointers and unions of those: all-zero is a
-        // valid value (no next request, no remote address).
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = SEND;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.opcode = sys::ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags = self.send_flags.bits();
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: the QP is alive (owned by `self`); `wr` and `sge` live across the call; the
-        // memory `sge` describes lies in the registered buffer, which stays allocated and
-        // registered while the QP lives (drop order) and is never written by the program
-        // once posting starts (an inline send is copied during the call anyway).
-        let r = unsafe { sys::ibv_post_send(self.qp.as_raw(), &mut wr, &mut bad) };
-        if r != 0 {
-            return Err(format!(
-                "Couldn't post send: {}",
-                std::io::Error::from_raw_os_error(r)
-            )
-            .into());
-        }
-        Ok(())
+        // SAFETY: the memory `sge` describes lies in the registered buffer, which stays
+        // allocated and registered while the QP lives (drop order) and is never written by the
+        // program once posting starts (an inline send is copied during the call anyway).
+        unsafe { self.qp.post_send_unchecked(&[wr]) }
+            .map_err(|e| format!("Couldn't post send: {e}").into())
     }
 
     /// Posts `n` receives into the buffer; returns how many were posted.

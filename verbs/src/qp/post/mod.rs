@@ -294,6 +294,9 @@ pub(crate) fn invalid(qp_num: u32, reason: String) -> Error {
     Error::InvalidWorkRequest { qp_num, reason }
 }
 
+/// Borrowed (unchecked) chains up to this long are built on the stack, not in a `Vec`.
+pub(crate) const STACK_CHAIN: usize = 8;
+
 pub(crate) fn zeroed_send_wr() -> sys::ibv_send_wr {
     // SAFETY: ibv_send_wr is integers, raw pointers and unions of those: all-zero is valid.
     unsafe { std::mem::zeroed() }

@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::Mutex;
 use verbs_sys as sys;
 
-use super::{invalid, next_id, post_chain, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID};
+use super::{
+    invalid, next_id, post_chain, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID,
+    STACK_CHAIN,
+};
 use crate::{Error, Result};
 
 pub(crate) fn in_reset_error(qpn: u32) -> Error {
@@ -159,8 +162,23 @@ pub(crate) fn post_recv_raw(
     max_sge: u32,
     post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
 ) -> Result<()> {
-    let mut raw = Vec::with_capacity(wrs.len());
-    for w in wrs {
+    // Short chains are built on the stack: the common single receive allocates nothing.
+    let empty = || sys::ibv_recv_wr {
+        wr_id: 0,
+        next: ptr::null_mut(),
+        sg_list: ptr::null_mut(),
+        num_sge: 0,
+    };
+    let mut stack: [sys::ibv_recv_wr; STACK_CHAIN];
+    let mut heap: Vec<sys::ibv_recv_wr>;
+    let raw: &mut [sys::ibv_recv_wr] = if wrs.len() <= STACK_CHAIN {
+        stack = std::array::from_fn(|_| empty());
+        &mut stack[..wrs.len()]
+    } else {
+        heap = wrs.iter().map(|_| empty()).collect();
+        &mut heap
+    };
+    for (w, raw) in wrs.iter().zip(raw.iter_mut()) {
         if w.wr_id & OWNED_WR_ID != 0 {
             return Err(invalid(
                 qpn,
@@ -173,14 +191,14 @@ pub(crate) fn post_recv_raw(
                 format!("{} SGEs exceed max_recv_sge {max_sge}", w.sges.len()),
             ));
         }
-        raw.push(sys::ibv_recv_wr {
+        *raw = sys::ibv_recv_wr {
             wr_id: w.wr_id,
             next: ptr::null_mut(),
             sg_list: w.sges.as_ptr() as *mut sys::ibv_sge,
             num_sge: w.sges.len() as i32,
-        });
+        };
     }
-    post_recv_chain(&mut raw, qpn, queue, depth, post).map_err(|(_, e)| e)
+    post_recv_chain(raw, qpn, queue, depth, post).map_err(|(_, e)| e)
 }
 
 fn post_recv_chain(

@@ -8,6 +8,7 @@ use super::{in_reset_error, owned_kind, post_chain};
 use super::{
     invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, Outstanding,
     PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
+    STACK_CHAIN,
 };
 use crate::ah::Ah;
 use crate::cq::PolledWc;
@@ -326,8 +327,17 @@ impl Qp {
     /// requests, so the same holds for every request of the call.
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
-        let mut raw = Vec::with_capacity(wrs.len());
-        for w in wrs {
+        // Short chains are built on the stack: the common single send allocates nothing.
+        let mut stack: [sys::ibv_send_wr; STACK_CHAIN];
+        let mut heap: Vec<sys::ibv_send_wr>;
+        let raw: &mut [sys::ibv_send_wr] = if wrs.len() <= STACK_CHAIN {
+            stack = std::array::from_fn(|_| zeroed_send_wr());
+            &mut stack[..wrs.len()]
+        } else {
+            heap = wrs.iter().map(|_| zeroed_send_wr()).collect();
+            &mut heap
+        };
+        for (w, wr) in wrs.iter().zip(raw.iter_mut()) {
             if w.wr_id & OWNED_WR_ID != 0 {
                 return Err(invalid(
                     self.qp_num(),
@@ -341,13 +351,12 @@ impl Qp {
                 return Err(unbuilt_bind(self.qp_num()));
             }
             self.check_send(&w.op, w.sges, w.flags, w.ud.is_some())?;
-            let mut wr = zeroed_send_wr();
             wr.wr_id = w.wr_id;
             // ibv_post_send does not write the SGE list; the cast drops const only.
             wr.sg_list = w.sges.as_ptr() as *mut sys::ibv_sge;
             wr.num_sge = w.sges.len() as i32;
             wr.send_flags = w.flags.bits();
-            w.op.fill(&mut wr);
+            w.op.fill(wr);
             if let Some(ud) = w.ud {
                 wr.wr.ud = sys::ud_t {
                     ah: ud.ah.as_raw(),
@@ -355,9 +364,8 @@ impl Qp {
                     remote_qkey: ud.remote_qkey,
                 };
             }
-            raw.push(wr);
         }
-        self.post_chain(&mut raw).map_err(|(_, e)| e)
+        self.post_chain(raw).map_err(|(_, e)| e)
     }
 
     /// A QP on an SRQ takes no receives of its own: hands `unposted` back with that error.
