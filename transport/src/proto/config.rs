@@ -32,7 +32,9 @@ pub struct Config {
     /// after it until its response is nearly complete, and under packet loss each lost response
     /// packet has the whole rest of a large READ sent again (the fault suite measured a 1 MiB
     /// READ at 1% loss keeping a connection silent past its keepalive timeout; 64 KiB READs
-    /// ran at 0.27x of clean goodput there).
+    /// ran at 0.27x of clean goodput there). The price on a clean link (`cargo xtask bench
+    /// transport` on rxe): a 4 MiB message at 19.5 MB/s against 25.2 MB/s with 1 MiB chunks;
+    /// raise it (with `max_chunks_in_flight` 4) where the link does not drop packets.
     pub rndv_chunk_size: u32,
     /// Chunks of one message announced and not yet acknowledged.
     pub max_chunks_in_flight: u32,
