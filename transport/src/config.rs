@@ -38,7 +38,8 @@ pub struct EndpointConfig {
     /// Whether incoming RPC requests are queued for [`Conn::recv_request`](crate::Conn::recv_request)
     /// (`true`) or answered at once with "no handler" (`false`).
     pub serve_requests: bool,
-    /// Time a connect (resolution and handshake) may take.
+    /// Time a connect (resolution and handshake) may take; also what an accepted request gets
+    /// to finish its handshake.
     pub connect_timeout: Duration,
     /// One-sided operations (region reads and writes) in flight per connection.
     pub max_one_sided: u32,

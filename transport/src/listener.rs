@@ -169,9 +169,12 @@ fn accept_one(inner: &cm::Listener, endpoint: &Endpoint, timeout: Duration) -> R
         let proto = proto::Connection::new(&endpoint.config().proto, &peer, Instant::now())
             .map_err(|e| Error::Config(e.to_string()))?;
         let conn = endpoint.register(req.qp().clone(), req.id().clone(), Some(proto));
+        // A request that arrived gets the connect timeout to finish its handshake, however
+        // little of the caller's wait is left (the async acceptor waits in short slices):
+        // under packet loss the CM's retransmissions take seconds.
         let left = deadline
             .saturating_duration_since(Instant::now())
-            .max(Duration::from_secs(1));
+            .max(endpoint.config().connect_timeout);
         let parts = match req.accept(&ours.encode(), left) {
             Ok(c) => c.into_parts(),
             Err(e) => {
