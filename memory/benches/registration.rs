@@ -13,7 +13,6 @@
 //! operation per thread; the ratio is reg_mr / pool.
 
 use std::hint::black_box;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Barrier;
 use std::thread;
@@ -122,21 +121,6 @@ fn open_device() -> Result<Context, String> {
     })
 }
 
-fn json_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("MEMORY_BENCH_JSON").filter(|p| !p.is_empty()) {
-        return path.into();
-    }
-    // The executable is <target>/<profile>/deps/registration-<hash>.
-    let target = std::env::current_exe().ok().and_then(|exe| {
-        let deps = exe.parent()?;
-        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(PathBuf::from))?
-    });
-    target
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("bench")
-        .join("memory.json")
-}
-
 fn run() -> Result<(), String> {
     let ctx = open_device()?;
     let pd = ctx.alloc_pd().map_err(|e| format!("ibv_alloc_pd: {e}"))?;
@@ -203,7 +187,7 @@ fn run() -> Result<(), String> {
             "ratio": r.reg_ns / r.pool_ns,
         })).collect::<Vec<_>>(),
     });
-    let path = json_path();
+    let path = testkit::bench_json_path("MEMORY_BENCH_JSON", "memory.json");
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     }

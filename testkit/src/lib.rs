@@ -198,6 +198,24 @@ impl Drop for ChildGuard {
     }
 }
 
+/// Where a bench writes its JSON: `$<env>` if set and not empty, else
+/// `<target dir>/bench/<file>`, the target directory found from the running executable
+/// (`<target>/<profile>/deps/<bench>-<hash>`), or `target/` when it is not there.
+pub fn bench_json_path(env: &str, file: &str) -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return path.into();
+    }
+    let target = std::env::current_exe().ok().and_then(|exe| {
+        let deps = exe.parent()?;
+        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(PathBuf::from))?
+    });
+    target
+        .unwrap_or_else(|| PathBuf::from("target"))
+        .join("bench")
+        .join(file)
+}
+
 /// Runs `cmd` to completion within `timeout` (killing it otherwise) and returns its output.
 pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Output {
     ChildGuard::spawn(cmd)

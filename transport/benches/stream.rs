@@ -133,11 +133,9 @@ async fn tcp_echo(sip: IpAddr, cip: IpAddr) -> Res<(f64, f64)> {
 }
 
 fn run(rows: &mut Vec<Row>) -> Res<String> {
-    let server = testkit::peer().device;
-    let client = testkit::device();
-    let device = format!("{},{}", client.name, server.name);
-    let (sip, cip) = (IpAddr::V4(server.addr), IpAddr::V4(client.addr));
-    let hosts = Hosts { server, client };
+    let hosts = Hosts::from_env();
+    let device = hosts.device();
+    let (sip, cip) = hosts.ips();
     println!(
         "byte stream vs rstream, client {} ({cip}) -> server {} ({sip})",
         hosts.client.name, hosts.server.name

@@ -56,11 +56,9 @@ fn mode_name(p: Polling) -> &'static str {
 }
 
 fn run(rows: &mut Vec<Row>) -> Res<String> {
-    let server = testkit::peer().device;
-    let client = testkit::device();
-    let device = format!("{},{}", client.name, server.name);
-    let (sip, cip) = (IpAddr::V4(server.addr), IpAddr::V4(client.addr));
-    let hosts = Hosts { server, client };
+    let hosts = Hosts::from_env();
+    let device = hosts.device();
+    let (sip, cip) = hosts.ips();
     println!(
         "transport vs C baselines, client {} -> server {}",
         hosts.client.name, hosts.server.name

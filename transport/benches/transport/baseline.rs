@@ -12,6 +12,26 @@ pub struct Hosts {
     pub client: testkit::TestDevice,
 }
 
+impl Hosts {
+    /// The devices the xtask gives the bench: the peer's serves, this host's is the client.
+    pub fn from_env() -> Hosts {
+        Hosts {
+            server: testkit::peer().device,
+            client: testkit::device(),
+        }
+    }
+
+    /// `client,server`, as the comparison JSON names the device.
+    pub fn device(&self) -> String {
+        format!("{},{}", self.client.name, self.server.name)
+    }
+
+    /// The server's and the client's addresses.
+    pub fn ips(&self) -> (std::net::IpAddr, std::net::IpAddr) {
+        (self.server.addr.into(), self.client.addr.into())
+    }
+}
+
 /// A child killed and reaped on drop; its output is read by threads so it never blocks on a
 /// full pipe.
 struct Bounded {

@@ -1,7 +1,6 @@
 //! What the transport's side-by-side benches share: a comparison row, the table, the JSON file
 //! (the shared comparison shape `cargo xtask bench` converts) and the `main` around a run.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -69,22 +68,6 @@ pub fn human(size: usize) -> String {
     }
 }
 
-/// `$<env>` if set, else `<target dir>/bench/<bench>.raw.json` (the executable is
-/// `<target>/<profile>/deps/<bench>-<hash>`).
-fn json_path(bench: &str, env: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        return path.into();
-    }
-    let target = std::env::current_exe().ok().and_then(|exe| {
-        let deps = exe.parent()?;
-        (deps.file_name()? == "deps").then(|| deps.parent()?.parent().map(PathBuf::from))?
-    });
-    target
-        .unwrap_or_else(|| PathBuf::from("target"))
-        .join("bench")
-        .join(format!("{bench}.raw.json"))
-}
-
 fn print_table(rows: &[Row]) {
     println!(
         "\n{:<36} {:>18} {:>10} {:>10} {:>7} {:>6}",
@@ -134,7 +117,7 @@ pub fn main(
         "device": device,
         "comparisons": rows.iter().map(Row::json).collect::<Vec<_>>(),
     });
-    let path = json_path(bench, env);
+    let path = testkit::bench_json_path(env, &format!("{bench}.raw.json"));
     let written = path
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
