@@ -297,6 +297,31 @@ pub(crate) fn invalid(qp_num: u32, reason: String) -> Error {
 /// Borrowed (unchecked) chains up to this long are built on the stack, not in a `Vec`.
 pub(crate) const STACK_CHAIN: usize = 8;
 
+/// The raw work requests of one borrowed chain: on the stack up to [`STACK_CHAIN`] (so a single
+/// unchecked post allocates nothing), else in a `Vec`.
+pub(crate) enum Chain<W> {
+    Stack([W; STACK_CHAIN], usize),
+    Heap(Vec<W>),
+}
+
+impl<W> Chain<W> {
+    /// `n` requests, each `empty()` until filled in.
+    pub(crate) fn new(n: usize, empty: impl Fn() -> W) -> Chain<W> {
+        if n <= STACK_CHAIN {
+            Chain::Stack(std::array::from_fn(|_| empty()), n)
+        } else {
+            Chain::Heap((0..n).map(|_| empty()).collect())
+        }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [W] {
+        match self {
+            Chain::Stack(wrs, n) => &mut wrs[..*n],
+            Chain::Heap(wrs) => wrs,
+        }
+    }
+}
+
 pub(crate) fn zeroed_send_wr() -> sys::ibv_send_wr {
     // SAFETY: ibv_send_wr is integers, raw pointers and unions of those: all-zero is valid.
     unsafe { std::mem::zeroed() }

@@ -6,8 +6,7 @@ use parking_lot::Mutex;
 use verbs_sys as sys;
 
 use super::{
-    invalid, next_id, post_chain, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID,
-    STACK_CHAIN,
+    invalid, next_id, post_chain, Chain, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID,
 };
 use crate::{Error, Result};
 
@@ -162,22 +161,13 @@ pub(crate) fn post_recv_raw(
     max_sge: u32,
     post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
 ) -> Result<()> {
-    // Short chains are built on the stack: the common single receive allocates nothing.
-    let empty = || sys::ibv_recv_wr {
+    let mut chain = Chain::new(wrs.len(), || sys::ibv_recv_wr {
         wr_id: 0,
         next: ptr::null_mut(),
         sg_list: ptr::null_mut(),
         num_sge: 0,
-    };
-    let mut stack: [sys::ibv_recv_wr; STACK_CHAIN];
-    let mut heap: Vec<sys::ibv_recv_wr>;
-    let raw: &mut [sys::ibv_recv_wr] = if wrs.len() <= STACK_CHAIN {
-        stack = std::array::from_fn(|_| empty());
-        &mut stack[..wrs.len()]
-    } else {
-        heap = wrs.iter().map(|_| empty()).collect();
-        &mut heap
-    };
+    });
+    let raw = chain.as_mut_slice();
     for (w, raw) in wrs.iter().zip(raw.iter_mut()) {
         if w.wr_id & OWNED_WR_ID != 0 {
             return Err(invalid(

@@ -6,9 +6,9 @@ use verbs_sys as sys;
 
 use super::{in_reset_error, owned_kind, post_chain};
 use super::{
-    invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, Outstanding,
-    PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID,
-    STACK_CHAIN,
+    invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, Chain,
+    Outstanding, PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp,
+    OWNED_WR_ID,
 };
 use crate::ah::Ah;
 use crate::cq::PolledWc;
@@ -327,16 +327,8 @@ impl Qp {
     /// requests, so the same holds for every request of the call.
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
-        // Short chains are built on the stack: the common single send allocates nothing.
-        let mut stack: [sys::ibv_send_wr; STACK_CHAIN];
-        let mut heap: Vec<sys::ibv_send_wr>;
-        let raw: &mut [sys::ibv_send_wr] = if wrs.len() <= STACK_CHAIN {
-            stack = std::array::from_fn(|_| zeroed_send_wr());
-            &mut stack[..wrs.len()]
-        } else {
-            heap = wrs.iter().map(|_| zeroed_send_wr()).collect();
-            &mut heap
-        };
+        let mut chain = Chain::new(wrs.len(), zeroed_send_wr);
+        let raw = chain.as_mut_slice();
         for (w, wr) in wrs.iter().zip(raw.iter_mut()) {
             if w.wr_id & OWNED_WR_ID != 0 {
                 return Err(invalid(
