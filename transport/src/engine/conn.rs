@@ -14,19 +14,16 @@ use verbs::{Qp, RemoteSlice, SendRequest};
 
 use super::Shared;
 use crate::proto::{
-    self, Action, Body, CallError, ConnError, Delivery, Kind, PeerGone, ReadId, RemoteChunk,
-    HEADER_LEN,
+    self, Action, Body, CallError, ConnError, Delivery, PeerGone, ReadId, RemoteChunk, HEADER_LEN,
 };
 
 /// What a posted send-queue request was, in post order. Frames are signaled one in
-/// [`signal_every`]; PINGs, READs and one-sided operations always. A completion finishes its
+/// [`signal_every`]; READs, keepalive probes and one-sided operations always. A completion finishes its
 /// request and every unsignaled one before it (the send queue completes in order).
 #[derive(Debug)]
 pub(crate) enum SqOp {
     /// A protocol frame.
     Frame,
-    /// A protocol frame whose completion the device must report (a PING).
-    SignaledFrame,
     /// A rendezvous READ.
     Read(ReadId),
     /// A keepalive probe: a zero-length RDMA WRITE the peer's device acknowledges.
@@ -278,14 +275,7 @@ impl ConnShared {
                 }
             },
         };
-        // A PING is signaled: its completion is the peer device's acknowledgement, the sign
-        // of life that keeps a connection whose peer's frames are held back from looking dead.
-        let op = if header[0] == Kind::Ping as u8 {
-            SqOp::SignaledFrame
-        } else {
-            SqOp::Frame
-        };
-        self.post(st, request, op);
+        self.post(st, request, SqOp::Frame);
     }
 
     /// Posts a keepalive probe, a zero-length RDMA WRITE (no key is checked for zero bytes,
@@ -377,7 +367,7 @@ impl ConnShared {
             }
             let buf = request.take::<Buffer>().ok();
             match (op, status) {
-                (SqOp::Frame | SqOp::SignaledFrame, Ok(())) => {
+                (SqOp::Frame, Ok(())) => {
                     drop(buf);
                     frames += 1;
                 }

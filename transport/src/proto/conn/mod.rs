@@ -236,9 +236,8 @@ impl<B: Payload> Connection<B> {
 
     /// The peer's device acknowledged a frame of ours (a send completed successfully): its
     /// queue pair is alive even if its frames to us are held back (behind a long READ in its
-    /// send queue, say), so the keepalive timeout counts from now. PINGs still go out after
-    /// each keepalive interval without a frame from the peer; the driver should have the
-    /// device report their completion.
+    /// send queue, say), so the keepalive timeout counts from now. Each keepalive interval
+    /// without a frame from the peer asks for one such acknowledgement ([`Action::Probe`]).
     pub fn on_peer_acknowledged(&mut self, now: Instant) {
         if now > self.last_heard {
             self.last_heard = now;
