@@ -130,7 +130,7 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
     )?;
 
     let mut append = format!(
-        "console=ttyS0 quiet loglevel=1 panic=-1 xtask.ws={ws_str} xtask.run={} xtask.rc={} xtask.hosts={}",
+        "console=ttyS0 quiet loglevel=1 panic=-1 tsc=reliable clocksource=tsc xtask.ws={ws_str} xtask.run={} xtask.rc={} xtask.hosts={}",
         script.display(),
         rc_file.display(),
         if opts.two_hosts { 2 } else { 1 }
