@@ -7,9 +7,10 @@
 //! `cargo bench -p transport --bench stream --no-run`, then `EXE --bench` with
 //! `ulimit -l unlimited`). The server is on the peer's device and address
 //! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints of
-//! the default configuration in this process on one multi-threaded tokio runtime, run once
-//! with adaptive polling (the default) and once busy, each row taking the better (its
-//! `polling` field says which); rstream as bounded child processes once ours are gone. Prints a table and writes JSON to
+//! the default configuration in this process on one multi-threaded tokio runtime, run with
+//! adaptive polling (the default), busy, and from tokio's reactor (`spawn_tokio_driver`),
+//! each row taking the best (its `polling` field says which); rstream as bounded child
+//! processes once ours are gone. Prints a table and writes JSON to
 //! `STREAM_BENCH_JSON`, else `<target dir>/bench/stream.raw.json`. Exits non-zero if a
 //! measurement of ours failed; a failed baseline gets a null baseline and ratio.
 //!
@@ -75,6 +76,12 @@ async fn ours(sip: IpAddr, cip: IpAddr, polling: Polling) -> Res<Ours> {
     let server =
         Endpoint::with_config(sip, cfg.clone()).map_err(|e| format!("server endpoint: {e}"))?;
     let client = Endpoint::with_config(cip, cfg).map_err(|e| format!("client endpoint: {e}"))?;
+    if matches!(polling, Polling::Reactor { .. }) {
+        for ep in [&server, &client] {
+            ep.spawn_tokio_driver()
+                .map_err(|e| format!("tokio driver: {e}"))?;
+        }
+    }
     let listener = StreamListener::bind_on(&server, 0).map_err(io("listen"))?;
     let mut throughput = Vec::new();
     for size in SIZES {
@@ -150,6 +157,18 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     for (name, polling) in [
         ("adaptive", EndpointConfig::default().polling),
         ("busy", Polling::Busy),
+        (
+            "reactor",
+            Polling::Reactor {
+                spin: Duration::ZERO,
+            },
+        ),
+        (
+            "reactor, spinning",
+            Polling::Reactor {
+                spin: Duration::from_millis(1),
+            },
+        ),
     ] {
         println!("polling {name}:");
         modes.push((name, rt.block_on(ours(sip, cip, polling))?));

@@ -52,6 +52,7 @@ fn mode_name(p: Polling) -> &'static str {
         Polling::Busy => "busy",
         Polling::Event => "event",
         Polling::Adaptive { .. } => "adaptive",
+        Polling::Reactor { .. } => "reactor",
     }
 }
 

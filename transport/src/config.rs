@@ -6,17 +6,37 @@ pub use cm::{Admission, IncomingRequest};
 
 use crate::proto;
 
-/// How the endpoint's progress thread waits for completions.
+/// How the endpoint waits for completions: its progress thread, and a thread blocked in a
+/// call (which polls the completion queue itself while it spins, so the completion it waits
+/// for needs no handoff between threads; meanwhile the progress thread runs only the timers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Polling {
-    /// Spin on the completion queue: lowest latency, one core busy.
+    /// Spin on the completion queue: lowest latency. The progress thread spins while no call
+    /// waits, and a blocked call spins until it is done or times out: a core per waiting
+    /// thread.
     Busy,
     /// Sleep on the completion channel until the device signals (arm, poll again, then sleep,
     /// so no completion is missed): no CPU when idle, a wakeup's latency per message.
     Event,
-    /// Spin for `spin`, then sleep on the completion channel.
+    /// Spin for `spin`, then sleep on the completion channel (the progress thread), or until
+    /// the progress thread wakes it (a blocked call).
     Adaptive {
         /// How long to spin before sleeping.
+        spin: Duration,
+    },
+    /// A reactor of yours waits on the completion channel: register
+    /// [`Endpoint::progress_fd`](crate::Endpoint::progress_fd) with it and call
+    /// [`Endpoint::progress_ready`](crate::Endpoint::progress_ready) when it is readable,
+    /// or, with the `tokio` feature, let
+    /// [`Endpoint::spawn_tokio_driver`](crate::Endpoint::spawn_tokio_driver) do both. The
+    /// completion and the task it wakes then meet on the reactor's thread, with no handoff
+    /// from a progress thread. The progress thread only runs the timers and polls once per
+    /// tick (a few milliseconds), which is all the progress an endpoint gets when no reactor
+    /// drives it; blocked calls do not spin.
+    Reactor {
+        /// How long the tokio driver keeps polling the completion queue (yielding to other
+        /// tasks between polls) after its last completion before it waits for the channel:
+        /// zero waits at once (no CPU when idle); [`Duration::MAX`] never waits (busy).
         spin: Duration,
     },
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use verbs::{RemoteSlice, SendRequest};
 
-use crate::engine::{frame_from, pool_error, ConnShared, ConnState, Engine, SqOp};
+use crate::engine::{frame_from, pool_error, ConnShared, ConnState, Engine, Spinning, SqOp};
 use crate::message::{Message, MessageBuf, Request};
 use crate::proto::{CallId, Class, MsgId, Received, RemoteChunk, SendError, SendErrorKind};
 use crate::region::Token;
@@ -63,9 +63,17 @@ impl Conn {
         timeout: Duration,
         mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
     ) -> Result<T> {
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        let deadline = start + timeout;
         let conn = &*self.inner;
-        let busy = conn.shared.cfg.polling == Polling::Busy;
+        // How long this thread polls the queue itself before it sleeps until the progress
+        // thread wakes it: no handoff between threads while it spins.
+        let spin_until = match conn.shared.cfg.polling {
+            Polling::Busy => deadline,
+            Polling::Adaptive { spin } => start + spin,
+            Polling::Event | Polling::Reactor { .. } => start,
+        };
+        let mut spinning = None;
         loop {
             if let Some(r) = check(conn, &mut conn.state.lock()) {
                 return r;
@@ -92,11 +100,15 @@ impl Conn {
                 }
                 return Err(Error::TimedOut { op, after: timeout });
             }
-            if busy {
+            if now < spin_until {
                 drop(st);
+                spinning.get_or_insert_with(|| Spinning::new(&conn.shared));
                 std::hint::spin_loop();
                 continue;
             }
+            // Hand polling back to the progress thread before sleeping.
+            spinning = None;
+            conn.shared.wake_progress();
             let nap = deadline.min(now + Duration::from_millis(2));
             conn.cond.wait_until(&mut st, nap);
         }

@@ -46,7 +46,7 @@ impl Conn {
         if let Some(e) = st.ended() {
             return Poll::Ready(Err(e));
         }
-        register_recv(&mut st, cx);
+        register_recv(&self.inner.shared, &mut st, cx);
         Poll::Pending
     }
 
@@ -74,7 +74,7 @@ impl Conn {
             if let Some(e) = st.ended() {
                 return Poll::Ready(Err(e));
             }
-            register(&mut st, cx);
+            register(&self.inner.shared, &mut st, cx);
             Poll::Pending
         })
         .await
@@ -115,11 +115,11 @@ impl Conn {
             }
             match st.proto.as_ref() {
                 Some(p) if p.queue_full() => {
-                    register(&mut st, cx);
+                    register(&self.inner.shared, &mut st, cx);
                     return Poll::Pending;
                 }
                 None => {
-                    register(&mut st, cx);
+                    register(&self.inner.shared, &mut st, cx);
                     return Poll::Pending;
                 }
                 Some(_) => {}
@@ -137,7 +137,7 @@ impl Conn {
                 return Poll::Ready(Err(e));
             }
             let Some(p) = st.proto.as_mut() else {
-                register(&mut st, cx);
+                register(&self.inner.shared, &mut st, cx);
                 return Poll::Pending;
             };
             return match p.send(class, frame) {
@@ -149,7 +149,7 @@ impl Conn {
                     kind: SendErrorKind::WouldBlock,
                     ..
                 }) => {
-                    register(&mut st, cx);
+                    register(&self.inner.shared, &mut st, cx);
                     Poll::Pending
                 }
                 Err(SendError { kind, .. }) => Poll::Ready(Err(send_error(kind, &st))),
@@ -184,17 +184,17 @@ impl Conn {
             return Poll::Ready(Err(e));
         }
         let Some(p) = st.proto.as_mut() else {
-            register(&mut st, cx);
+            register(&self.inner.shared, &mut st, cx);
             return Poll::Pending;
         };
         if !p.can_take_whole(chunks.len()) {
-            register(&mut st, cx);
+            register(&self.inner.shared, &mut st, cx);
             return Poll::Pending;
         }
         let large = match p.send_large(class, data.len() as u64) {
             Ok(l) => l,
             Err(SendErrorKind::WouldBlock) => {
-                register(&mut st, cx);
+                register(&self.inner.shared, &mut st, cx);
                 return Poll::Pending;
             }
             Err(kind) => return Poll::Ready(Err(send_error(kind, &st))),
@@ -210,7 +210,7 @@ impl Conn {
 
     /// The pool is exhausted: retry when this connection makes progress or at the next tick.
     fn pool_pending<T>(&self, cx: &mut Context<'_>) -> Poll<T> {
-        register(&mut self.inner.state.lock(), cx);
+        register(&self.inner.shared, &mut self.inner.state.lock(), cx);
         register_tick(&self.inner.shared, cx);
         Poll::Pending
     }
@@ -295,7 +295,7 @@ impl Conn {
             match check(conn, &mut st) {
                 Some(r) => Poll::Ready(r),
                 None => {
-                    register(&mut st, cx);
+                    register(&self.inner.shared, &mut st, cx);
                     Poll::Pending
                 }
             }
@@ -332,6 +332,7 @@ impl Conn {
                 Some(w) if w.will_wake(cx.waker()) => {}
                 _ => {
                     st.call_wakers.insert(id.0, cx.waker().clone());
+                    self.inner.shared.wake_progress();
                 }
             }
             Poll::Pending
@@ -397,7 +398,7 @@ impl Conn {
                     cause: Some(cause.clone()),
                 })),
                 None => {
-                    register(&mut st, cx);
+                    register(&self.inner.shared, &mut st, cx);
                     Poll::Pending
                 }
             }

@@ -12,22 +12,25 @@ use crate::engine::{ConnState, Shared};
 use crate::{Error, Result};
 
 /// Adds the task's waker to the connection's list (once per task), to be woken by the next
-/// batch of protocol actions. Call with the state locked, after checking the condition under
+/// batch of protocol actions, and makes sure the progress thread polls. Call with the state locked, after checking the condition under
 /// the same lock, so no wakeup falls between the check and the registration.
-pub(crate) fn register(st: &mut ConnState, cx: &Context<'_>) {
+pub(crate) fn register(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
     push_waker(&mut st.wakers, cx.waker());
+    shared.wake_progress();
 }
 
 /// Adds the task's waker to the connection's receivers, woken when a message is delivered
 /// or the connection ends (same locking rule as [`register`]).
-pub(crate) fn register_recv(st: &mut ConnState, cx: &Context<'_>) {
+pub(crate) fn register_recv(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
     push_waker(&mut st.recv_wakers, cx.waker());
+    shared.wake_progress();
 }
 
 /// Adds the task's waker to the endpoint's list woken at every tick of the progress thread
 /// (for waits no connection signals, such as an exhausted pool).
 pub(crate) fn register_tick(shared: &Shared, cx: &Context<'_>) {
     push_waker(&mut shared.tick_wakers.lock(), cx.waker());
+    shared.wake_progress();
 }
 
 /// Adds `waker` unless one of the last few entries wakes the same task (a task polled again

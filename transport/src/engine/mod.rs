@@ -11,8 +11,8 @@ mod conn;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -50,6 +50,21 @@ pub(crate) struct Shared {
     /// Receives owed to the SRQ because the pool had no buffer when one was consumed.
     pub(crate) srq_deficit: AtomicU32,
     pub stop: AtomicBool,
+    /// Threads polling the completion queue themselves while they wait ([`Spinning`]); the
+    /// progress thread stands aside (timers only) while there is one, so it takes no core
+    /// from them.
+    spinners: AtomicU32,
+    /// The progress thread stands aside (parked) for a spinning waiter: whoever starts
+    /// waiting without spinning (a thread going to sleep, a task registering its waker)
+    /// unparks it through [`wake_progress`](Shared::wake_progress).
+    standing_aside: AtomicBool,
+    /// The progress thread, unparked by [`wake_progress`](Shared::wake_progress).
+    progress_thread: OnceLock<std::thread::Thread>,
+    /// The task driving progress from a reactor ([`Polling::Reactor`]), woken when the
+    /// endpoint stops.
+    pub(crate) reactor_waker: Mutex<Option<std::task::Waker>>,
+    /// Completions handled, by who polled them.
+    pub(crate) counts: Counts,
     /// Tasks waiting for something no connection signals (pool buffers): woken every tick.
     pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
     /// The id bound to the local address: it holds librdmacm's device context open.
@@ -156,7 +171,12 @@ impl Shared {
             }),
             srq_deficit: AtomicU32::new(0),
             stop: AtomicBool::new(false),
+            spinners: AtomicU32::new(0),
+            standing_aside: AtomicBool::new(false),
+            progress_thread: OnceLock::new(),
             tick_wakers: Mutex::new(Vec::new()),
+            reactor_waker: Mutex::new(None),
+            counts: Counts::default(),
             _anchor: anchor,
             cfg,
         });
@@ -189,13 +209,64 @@ impl Shared {
         }
     }
 
+    /// Makes sure the progress thread polls: call before waiting without polling yourself
+    /// (sleeping, or returning `Pending` with a waker registered). Costs a load unless the
+    /// progress thread stood aside for a spinning waiter.
+    pub(crate) fn wake_progress(&self) {
+        if self.standing_aside.load(Ordering::SeqCst) {
+            if let Some(t) = self.progress_thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
     /// Polls the completion queue once and handles what it finds; returns how many
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
+        let n = self.try_poll();
+        if n > 0 {
+            self.counts.callers.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// [`progress`](Self::progress) without counting (the progress thread counts its own).
+    fn try_poll(&self) -> usize {
         match self.progress.try_lock() {
             Some(guard) => self.poll_with(guard),
             None => 0,
         }
+    }
+
+    /// One poll by a reactor's spin (counted as the reactor's); 0 while another polls.
+    pub(crate) fn reactor_poll(&self) -> usize {
+        let n = self.try_poll();
+        if n > 0 {
+            self.counts.reactor.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// The completion channel is readable (or may be): consumes and acknowledges every
+    /// event on it, re-arms the queue, then polls until it is empty (a completion that came
+    /// before the re-arm raised no event). Lossless whatever the reactor's wakeups: a
+    /// spurious call only polls. Returns the completions handled.
+    pub(crate) fn on_channel_ready(&self) -> usize {
+        while matches!(self.cq.get_event(Some(Duration::ZERO)), Ok(true)) {}
+        self.cq.ack_events();
+        let _ = self.cq.req_notify(false);
+        let mut total = 0;
+        loop {
+            let n = self.progress_after_arm();
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        self.counts
+            .reactor
+            .fetch_add(total as u64, Ordering::Relaxed);
+        total
     }
 
     /// Polls once, waiting for the progress lock if another thread holds it (so every
@@ -209,6 +280,14 @@ impl Shared {
                 return self.poll_with(guard);
             }
             std::thread::yield_now();
+        }
+    }
+
+    fn count_thread(&self, n: usize) {
+        if n > 0 {
+            self.counts
+                .progress_thread
+                .fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 
@@ -329,6 +408,32 @@ impl Shared {
     }
 }
 
+/// Completions handled, by who polled them (see [`ProgressCounts`](crate::ProgressCounts)).
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub progress_thread: AtomicU64,
+    pub reactor: AtomicU64,
+    pub callers: AtomicU64,
+}
+
+/// A thread that polls the completion queue itself while it waits (busy or adaptive
+/// polling): while one exists, the progress thread runs only the timers. A spinner that stops
+/// to sleep calls [`Shared::wake_progress`] first; one whose wait ended needs not.
+pub(crate) struct Spinning<'a>(&'a Shared);
+
+impl<'a> Spinning<'a> {
+    pub(crate) fn new(shared: &'a Shared) -> Self {
+        shared.spinners.fetch_add(1, Ordering::SeqCst);
+        Spinning(shared)
+    }
+}
+
+impl Drop for Spinning<'_> {
+    fn drop(&mut self) {
+        self.0.spinners.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The endpoint's threads; stopping them when the last handle goes breaks the reference cycle
 /// between the shared state and its connections.
 #[derive(Debug)]
@@ -346,6 +451,7 @@ impl Engine {
                 .spawn(move || progress_loop(&shared))
                 .map_err(Error::Thread)?
         };
+        let _ = shared.progress_thread.set(progress.thread().clone());
         let cm = {
             let shared = shared.clone();
             std::thread::Builder::new()
@@ -389,6 +495,9 @@ impl Drop for Engine {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.shared.reactor_waker.lock().take() {
+            w.wake();
+        }
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -411,7 +520,32 @@ fn progress_loop(shared: &Shared) {
     let mut gone = Vec::with_capacity(16);
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::Relaxed) {
-        let n = shared.progress();
+        if shared.spinners.load(Ordering::SeqCst) > 0 {
+            // A waiting thread polls the queue itself (for everyone): leave the core to it
+            // and run the timers, until someone waits without polling (`wake_progress`).
+            let now = Instant::now();
+            if now.duration_since(last_tick) >= TICK {
+                shared.tick(now, &mut gone);
+                last_tick = now;
+            }
+            shared.standing_aside.store(true, Ordering::SeqCst);
+            if shared.spinners.load(Ordering::SeqCst) > 0 {
+                std::thread::park_timeout(TICK.saturating_sub(now.duration_since(last_tick)));
+            }
+            shared.standing_aside.store(false, Ordering::SeqCst);
+            idle_since = None;
+            continue;
+        }
+        if matches!(shared.cfg.polling, Polling::Reactor { .. }) {
+            // A reactor waits on the channel; poll once per tick in case none does.
+            let n = shared.try_poll();
+            shared.count_thread(n);
+            shared.tick(Instant::now(), &mut gone);
+            std::thread::park_timeout(TICK);
+            continue;
+        }
+        let n = shared.try_poll();
+        shared.count_thread(n);
         let now = Instant::now();
         // Protocol timers are seconds apart (keepalive, call deadlines): a tick every few
         // milliseconds serves them all without looking at every connection on every spin.
@@ -426,7 +560,7 @@ fn progress_loop(shared: &Shared) {
         let idle = *idle_since.get_or_insert(now);
         let sleep = match shared.cfg.polling {
             Polling::Busy => false,
-            Polling::Event => true,
+            Polling::Event | Polling::Reactor { .. } => true,
             Polling::Adaptive { spin } => now.duration_since(idle) >= spin,
         };
         if !sleep {
@@ -442,7 +576,9 @@ fn progress_loop(shared: &Shared) {
             std::thread::sleep(TICK);
             continue;
         }
-        if shared.progress_after_arm() > 0 {
+        let n = shared.progress_after_arm();
+        shared.count_thread(n);
+        if n > 0 {
             idle_since = None;
             continue;
         }

@@ -6,7 +6,7 @@
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
 //! `calls`, `one_sided`, `failures`, `many`, the fault suite (`fault_suite`: netem, bad keys,
-//! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the async core (`async_conn`), and the byte stream:
+//! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the async core (`async_conn`), progress from a reactor (`reactor`), and the byte stream:
 //! `stream`, `stream_executor`, `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
 
 mod close;
@@ -28,6 +28,7 @@ mod many;
 mod messages;
 mod one_sided;
 mod polling;
+mod reactor;
 mod resources;
 mod stream;
 mod stream_executor;

@@ -1,0 +1,189 @@
+//! Driving an endpoint's progress from a reactor ([`Polling::Reactor`]): the completion
+//! channel as a pollable fd, the call that handles its readiness without losing a wakeup,
+//! and, with the `tokio` feature, a task that does both on tokio's reactor (`AsyncFd`).
+//!
+//! With a reactor, a completion wakes the reactor's thread, which polls the completion queue
+//! and wakes the tasks the completions finish; on a current-thread runtime, all of it happens
+//! on one thread.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::Ordering;
+
+use crate::config::Polling;
+use crate::Endpoint;
+
+/// Completions an endpoint handled, by who polled them ([`Endpoint::progress_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgressCounts {
+    /// Polled by the endpoint's progress thread.
+    pub progress_thread: u64,
+    /// Polled by [`Endpoint::progress_ready`] (a reactor).
+    pub reactor: u64,
+    /// Polled by the application's own threads and tasks while they wait.
+    pub callers: u64,
+}
+
+impl Endpoint {
+    /// The fd of the endpoint's completion channel: readable when the device signals a
+    /// completion on the armed queue. For a reactor of yours, with [`Polling::Reactor`]
+    /// (in the other modes the progress thread consumes its events). Register it for
+    /// readability (edge or level triggered) and call [`progress_ready`](Self::progress_ready)
+    /// when it is readable. Valid while the endpoint lives.
+    pub fn progress_fd(&self) -> RawFd {
+        self.engine
+            .shared
+            .cq
+            .channel_fd()
+            .expect("an endpoint's completion queue has a channel")
+    }
+
+    /// Handles readiness of [`progress_fd`](Self::progress_fd): consumes and acknowledges
+    /// every event on it (the fd is non-blocking; after this call it is not readable until
+    /// the next event), re-arms the queue and polls until it is empty, waking the threads and
+    /// tasks the completions finish. Call it once before the first wait (it arms the queue),
+    /// then whenever the fd is readable; a spurious call only polls. Returns how many
+    /// completions it handled.
+    pub fn progress_ready(&self) -> usize {
+        self.engine.shared.on_channel_ready()
+    }
+
+    /// Completions handled so far, by who polled them: shows which path carries the
+    /// traffic (a reactor that never runs leaves the progress thread to poll once per tick).
+    pub fn progress_counts(&self) -> ProgressCounts {
+        let c = &self.engine.shared.counts;
+        ProgressCounts {
+            progress_thread: c.progress_thread.load(Ordering::Relaxed),
+            reactor: c.reactor.load(Ordering::Relaxed),
+            callers: c.callers.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Checks that the endpoint polls from a reactor.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    fn expect_reactor(&self) -> crate::Result<()> {
+        match self.config().polling {
+            Polling::Reactor { .. } => Ok(()),
+            other => Err(crate::Error::Config(format!(
+                "the endpoint polls {other:?}: its progress thread waits on the completion \
+                 channel; create it with Polling::Reactor to drive it from a reactor"
+            ))),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+mod tokio_driver {
+    use std::future::poll_fn;
+    use std::os::fd::{AsRawFd, RawFd};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::task::Poll;
+    use std::time::{Duration, Instant};
+
+    use tokio::io::unix::AsyncFd;
+    use tokio::io::Interest;
+
+    use crate::engine::Shared;
+    use crate::{Endpoint, Error, Result};
+
+    /// The completion channel's fd, owned by the shared state it belongs to (so the fd
+    /// outlives its registration with the reactor).
+    struct ChannelFd(Arc<Shared>);
+
+    impl AsRawFd for ChannelFd {
+        fn as_raw_fd(&self) -> RawFd {
+            self.0
+                .cq
+                .channel_fd()
+                .expect("an endpoint's completion queue has a channel")
+        }
+    }
+
+    impl Endpoint {
+        /// Spawns, on the current tokio runtime, the task that drives this endpoint's
+        /// progress from tokio's reactor: the completion channel registered with `AsyncFd`,
+        /// and [`progress_ready`](Self::progress_ready) at each readiness. After a
+        /// completion it keeps polling for the configured `spin` (yielding between polls, so
+        /// on a current-thread runtime a ping-pong never leaves the thread), then waits for
+        /// the channel again. For endpoints made
+        /// with [`Polling::Reactor`](crate::Polling::Reactor) (else [`Error::Config`]), one
+        /// driver per endpoint. The task ends when the endpoint's last handle goes.
+        ///
+        /// Call it from within a runtime (else [`Error::Config`]).
+        pub fn spawn_tokio_driver(&self) -> Result<tokio::task::JoinHandle<()>> {
+            self.expect_reactor()?;
+            let rt = tokio::runtime::Handle::try_current().map_err(|e| {
+                Error::Config(format!(
+                    "no tokio runtime here ({e}): call spawn_tokio_driver from within one"
+                ))
+            })?;
+            let shared = self.engine.shared.clone();
+            let _enter = rt.enter();
+            // tokio's safe constructor is deprecated because a type could close its fd while
+            // registered; `ChannelFd` cannot (the fd lives as long as the shared state it
+            // holds), and its unsafe replacement is not for this crate (no unsafe here).
+            #[allow(deprecated)]
+            let fd = AsyncFd::with_interest(ChannelFd(shared.clone()), Interest::READABLE)
+                .map_err(|e| {
+                    Error::Config(format!(
+                        "cannot register the completion channel with tokio's reactor: {e}"
+                    ))
+                })?;
+            Ok(rt.spawn(drive(shared, fd)))
+        }
+    }
+
+    async fn drive(shared: Arc<Shared>, fd: AsyncFd<ChannelFd>) {
+        let spin = match shared.cfg.polling {
+            crate::Polling::Reactor { spin } => spin,
+            _ => Duration::ZERO,
+        };
+        let mut last = Instant::now();
+        loop {
+            // Spin: poll, and let the other tasks run between polls.
+            if shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if shared.reactor_poll() > 0 {
+                last = Instant::now();
+                tokio::task::yield_now().await;
+                continue;
+            }
+            if last.elapsed() < spin {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            // Then wait: arm (polling once more) before waiting for readiness.
+            if shared.on_channel_ready() > 0 {
+                last = Instant::now();
+                continue;
+            }
+            let ready = poll_fn(|cx| {
+                if shared.stop.load(Ordering::Relaxed) {
+                    return Poll::Ready(None);
+                }
+                *shared.reactor_waker.lock() = Some(cx.waker().clone());
+                // Stopped between the check and the registration: the stop's wake found no
+                // waker, so look again.
+                if shared.stop.load(Ordering::Relaxed) {
+                    return Poll::Ready(None);
+                }
+                fd.poll_read_ready(cx).map(Some)
+            })
+            .await;
+            match ready {
+                Some(Ok(mut guard)) => {
+                    // Drains the channel before clearing: an event after the drain raises
+                    // readiness anew, so none is lost.
+                    shared.on_channel_ready();
+                    guard.clear_ready();
+                    last = Instant::now();
+                }
+                // The reactor failed us, or the endpoint stopped: the progress thread's
+                // per-tick poll remains.
+                Some(Err(_)) | None => break,
+            }
+        }
+        shared.reactor_waker.lock().take();
+    }
+}

@@ -1,0 +1,164 @@
+//! Progress driven from a reactor ([`Polling::Reactor`]): tokio's (`spawn_tokio_driver`, on a
+//! current-thread runtime) and one of our own (a thread waiting on `progress_fd`), with the
+//! completions counted to show the reactor carried them; and the driver's bad input.
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::executor::block_on;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use transport::stream::{Stream, StreamListener};
+use transport::{Endpoint, EndpointConfig, Error, Polling, ProgressCounts};
+
+use crate::support::*;
+
+fn reactor_config() -> EndpointConfig {
+    EndpointConfig {
+        polling: Polling::Reactor {
+            spin: Duration::ZERO,
+        },
+        ..config()
+    }
+}
+
+/// The reactor handled completions, and more of them than the progress thread's per-tick
+/// fallback poll.
+fn assert_reactor_carried(side: &str, c: ProgressCounts) {
+    assert!(
+        c.reactor > 0 && c.reactor > c.progress_thread,
+        "{side}: the reactor should carry the completions: {c:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn tokio_driver_carries_a_stream_echo_on_a_current_thread_runtime() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let server = Endpoint::with_config(peer_ip(), reactor_config()).unwrap();
+        let client = Endpoint::with_config(local_ip(), reactor_config()).unwrap();
+        let drivers = [
+            server.spawn_tokio_driver().unwrap(),
+            client.spawn_tokio_driver().unwrap(),
+        ];
+        let listener = StreamListener::bind_on(&server, 0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (c, s) = tokio::join!(Stream::connect_on(&client, addr), listener.accept());
+        let (mut c, (mut s, _)) = (c.unwrap(), s.unwrap());
+        let echo = tokio::spawn(async move {
+            let mut buf = vec![0u8; 1 << 16];
+            loop {
+                let n = s.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    return;
+                }
+                s.write_all(&buf[..n]).await.unwrap();
+            }
+        });
+        for i in 0..300u64 {
+            let len = [1, 64, 1000, 4096, 20_000, 65_536][i as usize % 6];
+            let data = pattern(i, len);
+            c.write_all(&data).await.unwrap();
+            let mut back = vec![0u8; len];
+            tokio::time::timeout(TIMEOUT, c.read_exact(&mut back))
+                .await
+                .expect("echo within the bound")
+                .unwrap();
+            assert!(back == data, "echo {i} of {len} bytes differs");
+        }
+        c.shutdown().await.unwrap();
+        tokio::time::timeout(TIMEOUT, echo).await.unwrap().unwrap();
+        assert_reactor_carried("server", server.progress_counts());
+        assert_reactor_carried("client", client.progress_counts());
+        drop((c, listener, server, client));
+        // The drivers end with their endpoints.
+        for d in drivers {
+            tokio::time::timeout(Duration::from_secs(10), d)
+                .await
+                .expect("the driver ends when its endpoint goes")
+                .unwrap();
+        }
+    });
+}
+
+/// A reactor of one's own: a thread that waits for `progress_fd` to be readable and calls
+/// `progress_ready`, serving blocking calls and futures on a minimal executor alike.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_reactor_of_ones_own_serves_blocking_calls_and_futures() {
+    let (listener, client) = endpoints(reactor_config(), reactor_config());
+    let server = listener.endpoint().clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reactors: Vec<_> = [server.clone(), client.clone()]
+        .into_iter()
+        .map(|ep| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                ep.progress_ready();
+                while !stop.load(Ordering::Relaxed) {
+                    let fd = ep.progress_fd();
+                    if verbs_sys::fd::wait_readable(fd, Some(Duration::from_millis(50))).unwrap() {
+                        ep.progress_ready();
+                    }
+                }
+            })
+        })
+        .collect();
+    let addr = addr_of(&listener);
+    let accepting = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let conn = client.connect(addr).unwrap();
+    let peer = accepting.join().unwrap();
+    let serving = std::thread::spawn(move || {
+        for i in 0..100u64 {
+            let m = peer.recv(TIMEOUT).unwrap();
+            assert!(m.to_vec() == pattern(i, 500), "message {i}");
+        }
+        peer.serve(|req| req.to_vec()).unwrap();
+    });
+    for i in 0..100u64 {
+        conn.send(&pattern(i, 500)).unwrap();
+    }
+    for i in 0..100u64 {
+        let req = pattern(1000 + i, 64 + i as usize);
+        let resp = if i % 2 == 0 {
+            conn.call(&req, TIMEOUT).unwrap()
+        } else {
+            block_on(conn.call_async(&req, TIMEOUT)).unwrap()
+        };
+        assert!(resp.to_vec() == req, "call {i}");
+    }
+    conn.close(TIMEOUT).unwrap();
+    serving.join().unwrap();
+    assert_reactor_carried("server", server.progress_counts());
+    assert_reactor_carried("client", client.progress_counts());
+    stop.store(true, Ordering::Relaxed);
+    for r in reactors {
+        r.join().unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn the_tokio_driver_refuses_an_endpoint_its_progress_thread_polls_and_a_missing_runtime() {
+    let adaptive = Endpoint::with_config(local_ip(), config()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let e = rt
+        .block_on(async { adaptive.spawn_tokio_driver() })
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("Polling::Reactor")),
+        "{e}"
+    );
+    let reactor = Endpoint::with_config(local_ip(), reactor_config()).unwrap();
+    let e = reactor.spawn_tokio_driver().unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("tokio runtime")),
+        "{e}"
+    );
+}
