@@ -294,7 +294,9 @@ fn a_one_gibibyte_write_arrives_intact() {
             let mut buf = vec![0u8; 1 << 20];
             let mut at = 0usize;
             while at < TOTAL {
-                s.read_exact(&mut buf).await.expect("read a MiB of the write");
+                s.read_exact(&mut buf)
+                    .await
+                    .expect("read a MiB of the write");
                 for (i, page) in buf.chunks(PAGE).enumerate() {
                     let offset = (at + i * PAGE) as u64;
                     assert_eq!(page[..8], offset.to_le_bytes(), "page at {offset}");
@@ -302,7 +304,11 @@ fn a_one_gibibyte_write_arrives_intact() {
                 }
                 at += buf.len();
             }
-            assert_eq!(s.read(&mut buf).await.unwrap(), 0, "end of stream after 1 GiB");
+            assert_eq!(
+                s.read(&mut buf).await.unwrap(),
+                0,
+                "end of stream after 1 GiB"
+            );
         };
         tokio::time::timeout(Duration::from_secs(600), reader)
             .await
