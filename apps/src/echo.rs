@@ -58,6 +58,52 @@ impl Summary {
     }
 }
 
+/// Parses a polling mode of `--polling`: `adaptive[:SPIN_US]` (default spin 50 us), `busy`,
+/// `event`, or `reactor[:SPIN_US]` (progress from tokio's reactor; spin 0 unless given).
+pub fn parse_polling(s: &str) -> Result<transport::Polling, String> {
+    use transport::Polling;
+    let (mode, spin) = match s.split_once(':') {
+        Some((m, us)) => {
+            let us: u64 = us
+                .parse()
+                .map_err(|_| format!("spin '{us}' is not a number of microseconds"))?;
+            (m, Some(Duration::from_micros(us)))
+        }
+        None => (s, None),
+    };
+    match (mode, spin) {
+        ("adaptive", spin) => Ok(Polling::Adaptive {
+            spin: spin.unwrap_or(Duration::from_micros(50)),
+        }),
+        ("reactor", spin) => Ok(Polling::Reactor {
+            spin: spin.unwrap_or(Duration::ZERO),
+        }),
+        ("busy", None) => Ok(Polling::Busy),
+        ("event", None) => Ok(Polling::Event),
+        ("busy" | "event", Some(_)) => Err(format!("{mode} takes no spin time")),
+        _ => Err(format!(
+            "unknown polling mode '{mode}': use adaptive[:SPIN_US], busy, event or reactor[:SPIN_US]"
+        )),
+    }
+}
+
+/// An endpoint on the device of `ip` polling as `polling`; for the reactor modes, with its
+/// tokio driver spawned on the current runtime.
+pub fn endpoint(
+    ip: std::net::IpAddr,
+    polling: transport::Polling,
+) -> transport::Result<transport::Endpoint> {
+    let config = transport::EndpointConfig {
+        polling,
+        ..transport::EndpointConfig::default()
+    };
+    let ep = transport::Endpoint::with_config(ip, config)?;
+    if matches!(polling, transport::Polling::Reactor { .. }) {
+        ep.spawn_tokio_driver()?;
+    }
+    Ok(ep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +130,37 @@ mod tests {
         b[100] ^= 1;
         assert_eq!(first_mismatch(&b, &a), Some(100));
         assert_eq!(first_mismatch(&a, &a), None);
+    }
+
+    #[test]
+    fn polling_modes_parse_with_and_without_spin() {
+        use transport::Polling;
+        assert_eq!(
+            parse_polling("adaptive").unwrap(),
+            Polling::Adaptive {
+                spin: Duration::from_micros(50)
+            }
+        );
+        assert_eq!(
+            parse_polling("reactor:1000").unwrap(),
+            Polling::Reactor {
+                spin: Duration::from_millis(1)
+            }
+        );
+        assert_eq!(
+            parse_polling("reactor").unwrap(),
+            Polling::Reactor {
+                spin: Duration::ZERO
+            }
+        );
+        assert_eq!(parse_polling("busy").unwrap(), Polling::Busy);
+        assert_eq!(parse_polling("event").unwrap(), Polling::Event);
+        assert!(parse_polling("busy:5").unwrap_err().contains("no spin"));
+        assert!(parse_polling("reactor:x")
+            .unwrap_err()
+            .contains("microseconds"));
+        assert!(parse_polling("spin")
+            .unwrap_err()
+            .contains("unknown polling mode"));
     }
 }

@@ -1,4 +1,5 @@
-//! `echo-client ADDR:PORT [--src IP] [--size BYTES] [--count N] [--concurrency N]`: N
+//! `echo-client ADDR:PORT [--src IP] [--size BYTES] [--count N] [--concurrency N]
+//! [--polling MODE]`: N
 //! connections at once, each writing COUNT messages of SIZE bytes and reading each echo back;
 //! verifies every byte, prints round-trip percentiles and throughput, exits non-zero on any
 //! mismatch or error.
@@ -8,11 +9,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use apps::echo::{first_mismatch, payload, Summary};
+use apps::echo::{endpoint, first_mismatch, parse_polling, payload, Summary};
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use transport::stream::Stream;
-use transport::Endpoint;
+use transport::{Endpoint, Polling};
 
 /// Echo client over the transport's byte stream.
 #[derive(Parser, Debug)]
@@ -35,6 +36,10 @@ struct Args {
     /// Seconds one round trip may take.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
+    /// How the endpoint polls: adaptive[:SPIN_US], busy, event, reactor[:SPIN_US] (tokio's
+    /// reactor drives progress; with a spin for the lowest latency, e.g. reactor:1000).
+    #[arg(long, default_value = "adaptive", value_parser = parse_polling)]
+    polling: Polling,
 }
 
 /// One connection's run: its round-trip times.
@@ -86,7 +91,7 @@ async fn main() -> ExitCode {
             }
         },
     };
-    let ep = match Endpoint::new(src) {
+    let ep = match endpoint(src, args.polling) {
         Ok(ep) => ep,
         Err(e) => {
             eprintln!("echo-client: {e}");

@@ -1,13 +1,15 @@
-//! `echo-server ADDR:PORT`: echoes every byte stream over RDMA, a task per connection, until
+//! `echo-server ADDR:PORT [--polling MODE]`: echoes every byte stream over RDMA, a task per connection, until
 //! killed.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use apps::echo::{endpoint, parse_polling};
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use transport::stream::StreamListener;
+use transport::Polling;
 
 /// Echo server over the transport's byte stream.
 #[derive(Parser, Debug)]
@@ -15,12 +17,19 @@ use transport::stream::StreamListener;
 struct Args {
     /// Address of an RDMA netdev and port to listen on (port 0: any).
     addr: SocketAddr,
+    /// How the endpoint polls: adaptive[:SPIN_US], busy, event, reactor[:SPIN_US] (tokio's
+    /// reactor drives progress; with a spin for the lowest latency, e.g. reactor:1000).
+    #[arg(long, default_value = "adaptive", value_parser = parse_polling)]
+    polling: Polling,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let listener = match StreamListener::bind(args.addr).await {
+    let listener = match endpoint(args.addr.ip(), args.polling)
+        .map_err(std::io::Error::other)
+        .and_then(|ep| StreamListener::bind_on(&ep, args.addr.port()))
+    {
         Ok(l) => l,
         Err(e) => {
             eprintln!("echo-server: cannot listen on {}: {e}", args.addr);

@@ -1,5 +1,7 @@
-//! Interop of `rc-pingpong` with rdma-core's `ibv_rc_pingpong`, in both roles (device tier).
+//! Interop of `rc-pingpong` with rdma-core's `ibv_rc_pingpong`, in both roles (device tier); the other
+//! programs in their modules.
 mod devinfo;
+mod echo;
 mod perftest;
 mod rping;
 

@@ -1,0 +1,98 @@
+//! `echo-server` on the peer host and `echo-client` here, in each polling mode (device tier):
+//! every byte verified by the client, its summary checked; bad input ends the client with a
+//! one-line cause.
+use std::io::{BufRead, BufReader};
+use std::process::Command;
+use std::time::Duration;
+
+use testkit::{assert_success, run_with_timeout, ChildGuard};
+
+const SERVER: &str = env!("CARGO_BIN_EXE_echo-server");
+const CLIENT: &str = env!("CARGO_BIN_EXE_echo-client");
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Starts `echo-server` on the peer's address and `port` polling as `polling`, once it says
+/// it listens.
+fn server(port: u16, polling: &str) -> ChildGuard {
+    let peer = testkit::peer();
+    let mut cmd = peer.command(SERVER);
+    cmd.arg(format!("{}:{port}", peer.device.addr))
+        .args(["--polling", polling]);
+    let mut child = ChildGuard::spawn(cmd).expect("start echo-server");
+    let out = child.take_stdout().expect("server stdout");
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .expect("read the server's first line");
+    assert!(
+        line.starts_with("listening on"),
+        "echo-server said {line:?}"
+    );
+    child
+}
+
+fn client(port: u16, args: &[&str]) -> Command {
+    let mut cmd = Command::new(CLIENT);
+    cmd.arg(format!("{}:{port}", testkit::peer().device.addr))
+        .args(["--src", &testkit::device().addr.to_string()])
+        .args(args);
+    cmd
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn echo_client_and_server_verify_every_byte_in_each_polling_mode() {
+    for (i, polling) in ["adaptive", "busy", "event", "reactor", "reactor:1000"]
+        .into_iter()
+        .enumerate()
+    {
+        let port = 7_710 + i as u16;
+        let _server = server(port, polling);
+        let out = run_with_timeout(
+            client(
+                port,
+                &[
+                    "--size",
+                    "5000",
+                    "--count",
+                    "50",
+                    "--concurrency",
+                    "4",
+                    "--polling",
+                    polling,
+                ],
+            ),
+            TIMEOUT,
+        );
+        assert_success(&format!("echo-client --polling {polling}"), &out);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("200 round trips of 5000 bytes on 4 connections: min "),
+            "{polling}: {text}"
+        );
+        println!("{polling}: {text}");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn echo_client_where_nobody_listens_fails_with_the_cause() {
+    let out = run_with_timeout(client(7_729, &["--count", "1"]), TIMEOUT);
+    assert!(!out.status.success(), "a client with no server succeeded");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing listens on that port"), "{err}");
+}
+
+#[test]
+fn an_unknown_polling_mode_is_refused_with_the_choices() {
+    // Refused while parsing the options: no device needed.
+    let mut cmd = Command::new(CLIENT);
+    cmd.args(["192.0.2.1:7730", "--polling", "spinning"]);
+    let out = run_with_timeout(cmd, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown polling mode 'spinning'") && err.contains("reactor[:SPIN_US]"),
+        "{err}"
+    );
+}
