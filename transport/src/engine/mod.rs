@@ -239,6 +239,7 @@ impl Shared {
     }
 
     /// One poll by a reactor's spin (counted as the reactor's); 0 while another polls.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn reactor_poll(&self) -> usize {
         let n = self.try_poll();
         if n > 0 {
