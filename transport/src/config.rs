@@ -8,7 +8,8 @@ use crate::proto;
 
 /// How the endpoint waits for completions: its progress thread, and a thread blocked in a
 /// call (which polls the completion queue itself while it spins, so the completion it waits
-/// for needs no handoff between threads; meanwhile the progress thread runs only the timers).
+/// for needs no handoff between threads). A sender also polls once after each send. While
+/// application threads poll like this, the progress thread runs only the timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Polling {
     /// Spin on the completion queue: lowest latency. The progress thread spins while no call

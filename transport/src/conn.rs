@@ -143,14 +143,18 @@ impl Conn {
                     Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
                 }
             };
-        match timeout {
+        let sent = match timeout {
             Some(t) => self.wait("send", t, attempt),
             None => {
                 let conn = &*self.inner;
                 let mut st = conn.state.lock();
                 attempt(conn, &mut st).unwrap_or(Err(Error::WouldBlock))
             }
-        }
+        };
+        // A sender handles what came back (completions, credit) itself while it sends, so
+        // the progress thread need not run beside it.
+        self.inner.shared.progress();
+        sent
     }
 
     /// Sends a rendezvous message: the peer reads it with RDMA READ, chunk by chunk, while

@@ -28,6 +28,10 @@ use crate::{Error, Result};
 /// How often the progress thread runs timers and teardown when nothing else wakes it.
 const TICK: Duration = Duration::from_millis(5);
 
+/// Application threads that polled the queue this recently count as polling: the progress
+/// thread stands aside (busy and adaptive), for at most this long after their last poll.
+const CALLERS_ACTIVE: Duration = Duration::from_micros(500);
+
 /// Everything an endpoint's connections share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -58,6 +62,10 @@ pub(crate) struct Shared {
     /// waiting without spinning (a thread going to sleep, a task registering its waker)
     /// unparks it through [`wake_progress`](Shared::wake_progress).
     standing_aside: AtomicBool,
+    /// When (nanoseconds after `epoch`) an application thread last polled the queue: while
+    /// they poll, the progress thread stands aside too.
+    caller_polled: AtomicU64,
+    epoch: Instant,
     /// The progress thread, unparked by [`wake_progress`](Shared::wake_progress).
     progress_thread: OnceLock<std::thread::Thread>,
     /// The task driving progress from a reactor ([`Polling::Reactor`]), woken when the
@@ -172,6 +180,8 @@ impl Shared {
             srq_deficit: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             spinners: AtomicU32::new(0),
+            caller_polled: AtomicU64::new(0),
+            epoch: Instant::now(),
             standing_aside: AtomicBool::new(false),
             progress_thread: OnceLock::new(),
             tick_wakers: Mutex::new(Vec::new()),
@@ -209,10 +219,24 @@ impl Shared {
         }
     }
 
+    /// Whether application threads poll the queue now (one spins in a call, or one polled
+    /// within [`CALLERS_ACTIVE`]): the progress thread then stands aside.
+    fn callers_poll(&self) -> bool {
+        if self.spinners.load(Ordering::SeqCst) > 0 {
+            return true;
+        }
+        let since = (self.epoch.elapsed().as_nanos() as u64)
+            .saturating_sub(self.caller_polled.load(Ordering::Relaxed));
+        since < CALLERS_ACTIVE.as_nanos() as u64
+    }
+
     /// Makes sure the progress thread polls: call before waiting without polling yourself
-    /// (sleeping, or returning `Pending` with a waker registered). Costs a load unless the
-    /// progress thread stood aside for a spinning waiter.
+    /// (sleeping, or returning `Pending` with a waker registered). Costs a store and a load
+    /// unless the progress thread stood aside for polling callers.
     pub(crate) fn wake_progress(&self) {
+        // Someone now depends on the progress thread: earlier polls by callers no longer
+        // excuse it (a spinning caller still does).
+        self.caller_polled.store(0, Ordering::Relaxed);
         if self.standing_aside.load(Ordering::SeqCst) {
             if let Some(t) = self.progress_thread.get() {
                 t.unpark();
@@ -223,6 +247,8 @@ impl Shared {
     /// Polls the completion queue once and handles what it finds; returns how many
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.caller_polled.store(now, Ordering::Relaxed);
         let n = self.try_poll();
         if n > 0 {
             self.counts.callers.fetch_add(n as u64, Ordering::Relaxed);
@@ -521,9 +547,10 @@ fn progress_loop(shared: &Shared) {
     let mut gone = Vec::with_capacity(16);
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::Relaxed) {
-        if shared.spinners.load(Ordering::SeqCst) > 0 {
-            // A waiting thread polls the queue itself (for everyone): leave the core to it
-            // and run the timers, until someone waits without polling (`wake_progress`).
+        if shared.cfg.polling != Polling::Event && shared.callers_poll() {
+            // Application threads poll the queue themselves (for everyone): leave the core
+            // to them and run the timers, until someone waits without polling
+            // (`wake_progress`) or they stop polling.
             let now = Instant::now();
             if now.duration_since(last_tick) >= TICK {
                 shared.tick(now, &mut gone);
@@ -532,6 +559,8 @@ fn progress_loop(shared: &Shared) {
             shared.standing_aside.store(true, Ordering::SeqCst);
             if shared.spinners.load(Ordering::SeqCst) > 0 {
                 std::thread::park_timeout(TICK.saturating_sub(now.duration_since(last_tick)));
+            } else if shared.callers_poll() {
+                std::thread::park_timeout(CALLERS_ACTIVE);
             }
             shared.standing_aside.store(false, Ordering::SeqCst);
             idle_since = None;
