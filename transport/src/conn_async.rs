@@ -143,6 +143,9 @@ impl Conn {
             return match p.send(class, frame) {
                 Ok(id) => {
                     conn.drive(&mut st);
+                    drop(st);
+                    // As a blocking sender does: handle what came back while sending.
+                    conn.shared.progress();
                     Poll::Ready(Ok(id))
                 }
                 Err(SendError {
