@@ -28,6 +28,11 @@ use crate::{Error, Result};
 /// How often the progress thread runs timers and teardown when nothing else wakes it.
 const TICK: Duration = Duration::from_millis(5);
 
+/// A reactor that polled or armed the queue this recently counts as driving progress: the
+/// progress thread's fallback poll ([`Polling::Reactor`]) waits until it has been quiet this
+/// long.
+const REACTOR_QUIET: Duration = Duration::from_secs(1);
+
 /// Application threads that polled the queue this recently count as polling: the progress
 /// thread stands aside (busy and adaptive), for at most this long after their last poll.
 const CALLERS_ACTIVE: Duration = Duration::from_micros(500);
@@ -65,6 +70,8 @@ pub(crate) struct Shared {
     /// When (nanoseconds after `epoch`) an application thread last polled the queue: while
     /// they poll, the progress thread stands aside too.
     caller_polled: AtomicU64,
+    /// When (after `epoch`) a reactor last polled or armed the queue (0: never).
+    reactor_polled: AtomicU64,
     epoch: Instant,
     /// The progress thread, unparked by [`wake_progress`](Shared::wake_progress).
     progress_thread: OnceLock<std::thread::Thread>,
@@ -181,6 +188,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             spinners: AtomicU32::new(0),
             caller_polled: AtomicU64::new(0),
+            reactor_polled: AtomicU64::new(0),
             epoch: Instant::now(),
             standing_aside: AtomicBool::new(false),
             progress_thread: OnceLock::new(),
@@ -270,8 +278,22 @@ impl Shared {
         let n = self.try_poll();
         if n > 0 {
             self.counts.reactor.fetch_add(n as u64, Ordering::Relaxed);
+            self.reactor_seen();
         }
         n
+    }
+
+    fn reactor_seen(&self) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.reactor_polled.store(now, Ordering::Relaxed);
+    }
+
+    /// Whether a reactor drove progress within [`REACTOR_QUIET`].
+    fn reactor_active(&self) -> bool {
+        let polled = self.reactor_polled.load(Ordering::Relaxed);
+        polled > 0
+            && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(polled)
+                < REACTOR_QUIET.as_nanos() as u64
     }
 
     /// The completion channel is readable (or may be): consumes and acknowledges every
@@ -293,6 +315,7 @@ impl Shared {
         self.counts
             .reactor
             .fetch_add(total as u64, Ordering::Relaxed);
+        self.reactor_seen();
         total
     }
 
@@ -547,7 +570,8 @@ fn progress_loop(shared: &Shared) {
     let mut gone = Vec::with_capacity(16);
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::Relaxed) {
-        if shared.cfg.polling != Polling::Event && shared.callers_poll() {
+        let spins = matches!(shared.cfg.polling, Polling::Busy | Polling::Adaptive { .. });
+        if spins && shared.callers_poll() {
             // Application threads poll the queue themselves (for everyone): leave the core
             // to them and run the timers, until someone waits without polling
             // (`wake_progress`) or they stop polling.
@@ -567,9 +591,13 @@ fn progress_loop(shared: &Shared) {
             continue;
         }
         if matches!(shared.cfg.polling, Polling::Reactor { .. }) {
-            // A reactor waits on the channel; poll once per tick in case none does.
-            let n = shared.try_poll();
-            shared.count_thread(n);
+            // A reactor waits on the channel. Poll once per tick in case none does, but not
+            // while one is at work: a completion taken here would wake its task from this
+            // thread, a handoff the reactor avoids.
+            if !shared.reactor_active() {
+                let n = shared.try_poll();
+                shared.count_thread(n);
+            }
             shared.tick(Instant::now(), &mut gone);
             std::thread::park_timeout(TICK);
             continue;

@@ -1,6 +1,7 @@
 //! Progress driven from a reactor ([`Polling::Reactor`]): tokio's (`spawn_tokio_driver`, on a
 //! current-thread runtime) and one of our own (a thread waiting on `progress_fd`), with the
-//! completions counted to show the reactor carried them; and the driver's bad input.
+//! completions counted to show the reactor carried them; the fallback when no reactor runs; and
+//! the driver's bad input.
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -161,4 +162,36 @@ fn the_tokio_driver_refuses_an_endpoint_its_progress_thread_polls_and_a_missing_
         matches!(&e, Error::Config(m) if m.contains("tokio runtime")),
         "{e}"
     );
+}
+
+/// An endpoint made for a reactor that nobody runs still makes progress: its progress
+/// thread polls once per tick, and blocked calls poll as they wait.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn without_a_reactor_the_progress_thread_still_carries_the_traffic() {
+    let (server, client) = pair_with(reactor_config(), reactor_config());
+    let serving = std::thread::spawn(move || {
+        for i in 0..20u64 {
+            let m = server.recv(TIMEOUT).unwrap();
+            assert!(m.to_vec() == pattern(i, 3000), "message {i}");
+        }
+        server.serve(|req| req.to_vec()).unwrap();
+        server.endpoint().progress_counts()
+    });
+    for i in 0..20u64 {
+        client.send(&pattern(i, 3000)).unwrap();
+    }
+    for i in 0..10u64 {
+        let req = pattern(100 + i, 200);
+        assert!(
+            client.call(&req, TIMEOUT).unwrap().to_vec() == req,
+            "call {i}"
+        );
+    }
+    let counts = client.endpoint().progress_counts();
+    client.close(TIMEOUT).unwrap();
+    for (side, c) in [("client", counts), ("server", serving.join().unwrap())] {
+        assert_eq!(c.reactor, 0, "{side}: no reactor ran: {c:?}");
+        assert!(c.progress_thread + c.callers > 0, "{side}: {c:?}");
+    }
 }
