@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use transport::stream::{Stream, StreamListener};
+use transport::stream::StreamListener;
 use transport::{Endpoint, EndpointConfig, Error, Polling, ProgressCounts};
 
+use crate::stream::connect_pair;
 use crate::support::*;
 
 fn reactor_config() -> EndpointConfig {
@@ -46,9 +47,7 @@ fn tokio_driver_carries_a_stream_echo_on_a_current_thread_runtime() {
             client.spawn_tokio_driver().unwrap(),
         ];
         let listener = StreamListener::bind_on(&server, 0).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (c, s) = tokio::join!(Stream::connect_on(&client, addr), listener.accept());
-        let (mut c, (mut s, _)) = (c.unwrap(), s.unwrap());
+        let (mut c, mut s) = connect_pair(&listener, &client).await;
         let echo = tokio::spawn(async move {
             let mut buf = vec![0u8; 1 << 16];
             loop {

@@ -31,6 +31,14 @@ pub fn stream_endpoints() -> (StreamListener, Endpoint) {
     (StreamListener::from_listener(listener), client)
 }
 
+/// A connected stream (client side, server side) from `listener` and `client`, kept alive
+/// by the caller.
+pub async fn connect_pair(listener: &StreamListener, client: &Endpoint) -> (Stream, Stream) {
+    let addr = listener.local_addr().unwrap();
+    let (c, s) = tokio::join!(Stream::connect_on(client, addr), listener.accept());
+    (c.unwrap(), s.unwrap().0)
+}
+
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -271,9 +279,7 @@ fn a_one_gibibyte_write_arrives_intact() {
     let rt = runtime();
     rt.block_on(async {
         let (listener, client) = stream_endpoints();
-        let addr = listener.local_addr().unwrap();
-        let (c, s) = tokio::join!(Stream::connect_on(&client, addr), listener.accept());
-        let (mut c, (mut s, _)) = (c.unwrap(), s.unwrap());
+        let (mut c, mut s) = connect_pair(&listener, &client).await;
         let data = {
             let fill = fill.clone();
             move || {

@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use transport::stream::Stream;
 
 use crate::failures::{peer_program, wait_line};
-use crate::stream::{runtime, stream_endpoints};
+use crate::stream::{connect_pair, runtime, stream_endpoints};
 use crate::support::*;
 
 #[test]
@@ -33,9 +33,7 @@ fn zero_byte_writes_send_nothing_shutdown_is_a_half_close_and_later_writes_break
     let rt = runtime();
     rt.block_on(async {
         let (listener, client) = stream_endpoints();
-        let addr = listener.local_addr().unwrap();
-        let (c, s) = tokio::join!(Stream::connect_on(&client, addr), listener.accept());
-        let (mut c, (mut s, _)) = (c.unwrap(), s.unwrap());
+        let (mut c, mut s) = connect_pair(&listener, &client).await;
         assert_eq!(c.write(&[]).await.unwrap(), 0);
         c.write_all(b"abc").await.unwrap();
         c.shutdown().await.unwrap();
