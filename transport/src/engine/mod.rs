@@ -25,8 +25,17 @@ pub(crate) use conn::{ConnShared, ConnState, SqOp};
 use crate::config::{EndpointConfig, Polling};
 use crate::{Error, Result};
 
-/// How often the progress thread runs timers and teardown when nothing else wakes it.
+/// How often the progress thread runs timers and teardown when nothing else wakes it, and
+/// at most how long it leaves a connection being set up or torn down unlooked at.
 const TICK: Duration = Duration::from_millis(5);
+
+/// How long the progress thread may sleep between timer runs when it does not poll (it
+/// stands aside, or a reactor polls) and no deadline is nearer: it need not wake every
+/// [`TICK`], taking a core from the threads that poll.
+const IDLE_TICK: Duration = Duration::from_millis(100);
+
+/// The shortest sleep before the next timer run.
+const MIN_TICK: Duration = Duration::from_micros(100);
 
 /// A reactor that polled or armed the queue this recently counts as driving progress: the
 /// progress thread's fallback poll ([`Polling::Reactor`]) waits until it has been quiet this
@@ -82,6 +91,8 @@ pub(crate) struct Shared {
     pub(crate) counts: Counts,
     /// Tasks waiting for something no connection signals (pool buffers): woken every tick.
     pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
+    /// A task joined `tick_wakers`: the next tick comes within [`TICK`] of the last.
+    pub(crate) tick_soon: AtomicBool,
     /// The id bound to the local address: it holds librdmacm's device context open.
     _anchor: cm::CmId,
 }
@@ -193,6 +204,7 @@ impl Shared {
             standing_aside: AtomicBool::new(false),
             progress_thread: OnceLock::new(),
             tick_wakers: Mutex::new(Vec::new()),
+            tick_soon: AtomicBool::new(false),
             reactor_waker: Mutex::new(None),
             counts: Counts::default(),
             _anchor: anchor,
@@ -385,11 +397,20 @@ impl Shared {
         conn.on_send_completion(&mut st, wc.status(), reclaimed.drain(..));
     }
 
-    /// Runs the protocol timers of every connection and tears down those that ended.
+    /// Runs the protocol timers of every connection and tears down those that ended; returns
+    /// when it needs to run next: the earliest protocol deadline, within [`TICK`] while a
+    /// connection is being set up or torn down or a task waits for the pool, and within
+    /// [`IDLE_TICK`] in any case.
     /// Allocates nothing unless a connection goes (`gone` is the caller's reused list).
-    fn tick(&self, now: Instant, gone: &mut Vec<u32>) {
+    fn tick(&self, now: Instant, gone: &mut Vec<u32>) -> Instant {
         gone.clear();
-        for w in std::mem::take(&mut *self.tick_wakers.lock()) {
+        let mut next = now + IDLE_TICK;
+        let soon = now + TICK;
+        let waiting = std::mem::take(&mut *self.tick_wakers.lock());
+        if !waiting.is_empty() {
+            next = soon;
+        }
+        for w in waiting {
             w.wake();
         }
         for conn in self.conns.read().values() {
@@ -400,7 +421,16 @@ impl Shared {
                     conn.drive(&mut st);
                 }
             }
+            match st.proto.as_ref() {
+                Some(p) => {
+                    if let Some(t) = p.poll_timeout() {
+                        next = next.min(t);
+                    }
+                }
+                None => next = next.min(soon),
+            }
             if st.end.is_some() {
+                next = next.min(soon);
                 if st.teardown.is_none() && st.ready_for_teardown(now) {
                     st.teardown = Some(now);
                     // Flush what is still queued; the peer learns through the CM.
@@ -418,6 +448,14 @@ impl Shared {
             for qpn in gone.drain(..) {
                 map.remove(&qpn);
             }
+        }
+        next.max(now + MIN_TICK)
+    }
+
+    /// Unparks the progress thread whatever it waits for (to stop, or to run the timers).
+    pub(crate) fn unpark_progress(&self) {
+        if let Some(t) = self.progress_thread.get() {
+            t.unpark();
         }
     }
 
@@ -545,6 +583,7 @@ impl Drop for Engine {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.unpark_progress();
         if let Some(w) = self.shared.reactor_waker.lock().take() {
             w.wake();
         }
@@ -566,25 +605,32 @@ impl Drop for Engine {
 }
 
 fn progress_loop(shared: &Shared) {
-    let mut last_tick = Instant::now();
+    let mut next_tick = Instant::now();
+    let mut last_tick = next_tick;
     let mut gone = Vec::with_capacity(16);
     let mut idle_since: Option<Instant> = None;
     while !shared.stop.load(Ordering::Relaxed) {
+        if shared.tick_soon.load(Ordering::Relaxed)
+            && shared.tick_soon.swap(false, Ordering::Relaxed)
+        {
+            next_tick = next_tick.min(last_tick + TICK);
+        }
         let spins = matches!(shared.cfg.polling, Polling::Busy | Polling::Adaptive { .. });
         if spins && shared.callers_poll() {
             // Application threads poll the queue themselves (for everyone): leave the core
-            // to them and run the timers, until someone waits without polling
+            // to them and run the timers when due, until someone waits without polling
             // (`wake_progress`) or they stop polling.
             let now = Instant::now();
-            if now.duration_since(last_tick) >= TICK {
-                shared.tick(now, &mut gone);
+            if now >= next_tick {
+                next_tick = shared.tick(now, &mut gone);
                 last_tick = now;
             }
+            let until_tick = next_tick.saturating_duration_since(now);
             shared.standing_aside.store(true, Ordering::SeqCst);
             if shared.spinners.load(Ordering::SeqCst) > 0 {
-                std::thread::park_timeout(TICK.saturating_sub(now.duration_since(last_tick)));
+                std::thread::park_timeout(until_tick);
             } else if shared.callers_poll() {
-                std::thread::park_timeout(CALLERS_ACTIVE);
+                std::thread::park_timeout(CALLERS_ACTIVE.min(until_tick));
             }
             shared.standing_aside.store(false, Ordering::SeqCst);
             idle_since = None;
@@ -593,13 +639,23 @@ fn progress_loop(shared: &Shared) {
         if matches!(shared.cfg.polling, Polling::Reactor { .. }) {
             // A reactor waits on the channel. Poll once per tick in case none does, but not
             // while one is at work: a completion taken here would wake its task from this
-            // thread, a handoff the reactor avoids.
-            if !shared.reactor_active() {
+            // thread, a handoff the reactor avoids. Meanwhile wake only for the timers.
+            let active = shared.reactor_active();
+            if !active {
                 let n = shared.try_poll();
                 shared.count_thread(n);
             }
-            shared.tick(Instant::now(), &mut gone);
-            std::thread::park_timeout(TICK);
+            let now = Instant::now();
+            if now >= next_tick {
+                next_tick = shared.tick(now, &mut gone);
+                last_tick = now;
+            }
+            let until_tick = next_tick.saturating_duration_since(now);
+            std::thread::park_timeout(if active {
+                until_tick
+            } else {
+                until_tick.min(TICK)
+            });
             continue;
         }
         let n = shared.try_poll();
@@ -607,8 +663,8 @@ fn progress_loop(shared: &Shared) {
         let now = Instant::now();
         // Protocol timers are seconds apart (keepalive, call deadlines): a tick every few
         // milliseconds serves them all without looking at every connection on every spin.
-        if now.duration_since(last_tick) >= TICK {
-            shared.tick(now, &mut gone);
+        if now >= next_tick {
+            next_tick = shared.tick(now, &mut gone).min(now + TICK);
             last_tick = now;
         }
         if n > 0 {
