@@ -9,6 +9,15 @@ use serde_json::{json, Map, Value};
 
 use crate::util::{Error, Result};
 
+/// `x` as a JSON number, or null when it is not finite (a ratio with a zero or missing side).
+pub fn finite_or_null(x: f64) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        Value::Null
+    }
+}
+
 /// The fields every comparison has, in the JSON; a bench may add others beside them.
 pub const FIELDS: [&str; 9] = [
     "case",
@@ -94,11 +103,7 @@ impl Comparison {
         m.insert("ours".into(), json!(self.ours));
         m.insert("baseline".into(), json!(self.baseline));
         m.insert("baseline_name".into(), json!(self.baseline_name));
-        let r = self.ratio();
-        m.insert(
-            "ratio".into(),
-            if r.is_finite() { json!(r) } else { Value::Null },
-        );
+        m.insert("ratio".into(), finite_or_null(self.ratio()));
         m.insert("better".into(), json!(self.better.as_str()));
         m.insert("goal".into(), json!(self.goal));
         for (k, v) in &self.extra {

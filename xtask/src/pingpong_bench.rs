@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::{json, Map};
 
-use crate::compare::{Better, Comparison, Report};
+use crate::compare::{finite_or_null, Better, Comparison, Report};
 
 /// Message sizes measured.
 pub const SIZES: [u64; 2] = [64, 4096];
@@ -136,23 +136,13 @@ pub fn report(device: &str, samples: &Samples, iters: u64) -> Report {
         };
         let (qo, qb) = (quiet(o), quiet(b));
         extra.insert("quiet_runs".into(), json!([qo.len(), qb.len()]));
-        let quiet_ratio = median(qo) / median(qb);
         extra.insert(
             "quiet_median_ratio".into(),
-            if quiet_ratio.is_finite() {
-                json!(quiet_ratio)
-            } else {
-                json!(null)
-            },
+            finite_or_null(median(qo) / median(qb)),
         );
-        let pr = median(pair_ratios);
         extra.insert(
             "pair_ratio_median".into(),
-            if pr.is_finite() {
-                json!(pr)
-            } else {
-                json!(null)
-            },
+            finite_or_null(median(pair_ratios)),
         );
         comparisons.push(Comparison {
             case: format!("rc_pingpong {size}B"),
