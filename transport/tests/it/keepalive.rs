@@ -5,14 +5,23 @@ use std::time::Duration;
 
 use transport::proto::{ConnError, Kind};
 
+use transport::proto::Config;
+
 use crate::sim::Sim;
 use crate::small_config;
 
-#[test]
-fn silent_peer_is_dead_at_the_keepalive_timeout() {
+/// A small connection probing every 100 ms and declaring its peer dead after 350 ms of
+/// silence.
+fn keepalive_config() -> Config {
     let mut cfg = small_config(8, 2, 8, 2, 2);
     cfg.keepalive_interval = Duration::from_millis(100);
     cfg.keepalive_timeout = Duration::from_millis(350);
+    cfg
+}
+
+#[test]
+fn silent_peer_is_dead_at_the_keepalive_timeout() {
+    let cfg = keepalive_config();
     let mut sim = Sim::new(&cfg, &cfg);
     let start = sim.now;
     // host 1 never hears anything and says nothing: host 0's frames are lost
@@ -60,9 +69,7 @@ fn silent_peer_is_dead_at_the_keepalive_timeout() {
 
 #[test]
 fn live_idle_peers_keep_each_other_alive() {
-    let mut cfg = small_config(8, 2, 8, 2, 2);
-    cfg.keepalive_interval = Duration::from_millis(100);
-    cfg.keepalive_timeout = Duration::from_millis(350);
+    let cfg = keepalive_config();
     let mut sim = Sim::new(&cfg, &cfg);
     for _ in 0..500 {
         // each end wakes exactly when asked to
@@ -87,9 +94,7 @@ fn live_idle_peers_keep_each_other_alive() {
 
 #[test]
 fn acknowledged_probes_keep_a_peer_alive_whose_frames_are_held_back() {
-    let mut cfg = small_config(8, 2, 8, 2, 2);
-    cfg.keepalive_interval = Duration::from_millis(100);
-    cfg.keepalive_timeout = Duration::from_millis(350);
+    let cfg = keepalive_config();
     let mut sim = Sim::new(&cfg, &cfg);
     let start = sim.now;
     // Host 1's frames never arrive (held back behind a long READ in its send queue, say), so
