@@ -30,11 +30,7 @@ impl Endpoint {
     /// readability (edge or level triggered) and call [`progress_ready`](Self::progress_ready)
     /// when it is readable. Valid while the endpoint lives.
     pub fn progress_fd(&self) -> RawFd {
-        self.engine
-            .shared
-            .cq
-            .channel_fd()
-            .expect("an endpoint's completion queue has a channel")
+        self.engine.shared.channel_fd()
     }
 
     /// Handles readiness of [`progress_fd`](Self::progress_fd): consumes and acknowledges
@@ -92,10 +88,7 @@ mod tokio_driver {
 
     impl AsRawFd for ChannelFd {
         fn as_raw_fd(&self) -> RawFd {
-            self.0
-                .cq
-                .channel_fd()
-                .expect("an endpoint's completion queue has a channel")
+            self.0.channel_fd()
         }
     }
 

@@ -13,8 +13,9 @@ use crate::engine::{ConnState, Shared};
 use crate::{Error, Result};
 
 /// Adds the task's waker to the connection's list (once per task), to be woken by the next
-/// batch of protocol actions, and makes sure the progress thread polls. Call with the state locked, after checking the condition under
-/// the same lock, so no wakeup falls between the check and the registration.
+/// batch of protocol actions, and makes sure the progress thread polls. Call with the state
+/// locked, after checking the condition under the same lock, so no wakeup falls between the
+/// check and the registration.
 pub(crate) fn register(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
     push_waker(&mut st.wakers, cx.waker());
     shared.wake_progress();

@@ -76,8 +76,8 @@ pub(crate) struct Shared {
     /// waiting without spinning (a thread going to sleep, a task registering its waker)
     /// unparks it through [`wake_progress`](Shared::wake_progress).
     standing_aside: AtomicBool,
-    /// When (nanoseconds after `epoch`) an application thread last polled the queue: while
-    /// they poll, the progress thread stands aside too.
+    /// When (nanoseconds after `epoch`, 0: never or cancelled) an application thread last
+    /// polled the queue: while they poll, the progress thread stands aside too.
     caller_polled: AtomicU64,
     /// When (after `epoch`) a reactor last polled or armed the queue (0: never).
     reactor_polled: AtomicU64,
@@ -242,12 +242,21 @@ impl Shared {
     /// Whether application threads poll the queue now (one spins in a call, or one polled
     /// within [`CALLERS_ACTIVE`]): the progress thread then stands aside.
     fn callers_poll(&self) -> bool {
-        if self.spinners.load(Ordering::SeqCst) > 0 {
-            return true;
-        }
-        let since = (self.epoch.elapsed().as_nanos() as u64)
-            .saturating_sub(self.caller_polled.load(Ordering::Relaxed));
-        since < CALLERS_ACTIVE.as_nanos() as u64
+        self.spinners.load(Ordering::SeqCst) > 0 || self.within(&self.caller_polled, CALLERS_ACTIVE)
+    }
+
+    /// Records now in `stamp` (nanoseconds after `epoch`, at least 1: 0 means never).
+    fn stamp(&self, stamp: &AtomicU64) {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        stamp.store(now.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether `stamp` was recorded less than `window` ago (never, if it is 0).
+    fn within(&self, stamp: &AtomicU64, window: Duration) -> bool {
+        let at = stamp.load(Ordering::Relaxed);
+        at > 0
+            && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(at)
+                < window.as_nanos() as u64
     }
 
     /// Makes sure the progress thread polls: call before waiting without polling yourself
@@ -258,17 +267,14 @@ impl Shared {
         // excuse it (a spinning caller still does).
         self.caller_polled.store(0, Ordering::Relaxed);
         if self.standing_aside.load(Ordering::SeqCst) {
-            if let Some(t) = self.progress_thread.get() {
-                t.unpark();
-            }
+            self.unpark_progress();
         }
     }
 
     /// Polls the completion queue once and handles what it finds; returns how many
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        self.caller_polled.store(now, Ordering::Relaxed);
+        self.stamp(&self.caller_polled);
         let n = self.try_poll();
         if n > 0 {
             self.counts.callers.fetch_add(n as u64, Ordering::Relaxed);
@@ -290,22 +296,21 @@ impl Shared {
         let n = self.try_poll();
         if n > 0 {
             self.counts.reactor.fetch_add(n as u64, Ordering::Relaxed);
-            self.reactor_seen();
+            self.stamp(&self.reactor_polled);
         }
         n
     }
 
-    fn reactor_seen(&self) {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        self.reactor_polled.store(now, Ordering::Relaxed);
-    }
-
     /// Whether a reactor drove progress within [`REACTOR_QUIET`].
     fn reactor_active(&self) -> bool {
-        let polled = self.reactor_polled.load(Ordering::Relaxed);
-        polled > 0
-            && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(polled)
-                < REACTOR_QUIET.as_nanos() as u64
+        self.within(&self.reactor_polled, REACTOR_QUIET)
+    }
+
+    /// The completion channel's fd (every endpoint's CQ has one).
+    pub(crate) fn channel_fd(&self) -> std::os::fd::RawFd {
+        self.cq
+            .channel_fd()
+            .expect("an endpoint's completion queue has a channel")
     }
 
     /// The completion channel is readable (or may be): consumes and acknowledges every
@@ -327,7 +332,7 @@ impl Shared {
         self.counts
             .reactor
             .fetch_add(total as u64, Ordering::Relaxed);
-        self.reactor_seen();
+        self.stamp(&self.reactor_polled);
         total
     }
 
