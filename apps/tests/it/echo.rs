@@ -20,10 +20,17 @@ fn server(port: u16, polling: &str) -> ChildGuard {
         .args(["--polling", polling]);
     let mut child = ChildGuard::spawn(cmd).expect("start echo-server");
     let out = child.take_stdout().expect("server stdout");
-    let mut line = String::new();
-    BufReader::new(out)
-        .read_line(&mut line)
-        .expect("read the server's first line");
+    // Read on a thread of its own so the wait is bounded (a server that never speaks is
+    // killed when `child` drops, which ends the read).
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(TIMEOUT)
+        .expect("echo-server said nothing within the bound");
     assert!(
         line.starts_with("listening on"),
         "echo-server said {line:?}"
