@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use verbs::{RemoteSlice, SendRequest};
 
-use crate::engine::{frame_from, pool_error, ConnShared, ConnState, Engine, Spinning, SqOp};
+use crate::engine::{frame_from, ConnShared, ConnState, Engine, Spinning, SqOp};
 use crate::message::{Message, MessageBuf, Request};
 use crate::proto::{CallId, Class, MsgId, Received, RemoteChunk, SendError, SendErrorKind};
 use crate::region::Token;
@@ -169,12 +169,7 @@ impl Conn {
         let total = data.len() as u64;
         let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
         let first = chunk.min(data.len());
-        let mut buf = self
-            .inner
-            .shared
-            .pool
-            .alloc(first, left())
-            .map_err(pool_error)?;
+        let mut buf = self.inner.shared.alloc(first, left())?;
         buf.copy_from_slice(&data[..first]);
         let large = self.wait("send", left(), |conn, st| {
             if let Some(e) = st.ended() {
@@ -246,12 +241,7 @@ impl Conn {
         timeout: Duration,
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let mut buf = self
-            .inner
-            .shared
-            .pool
-            .alloc(part.len(), timeout)
-            .map_err(pool_error)?;
+        let mut buf = self.inner.shared.alloc(part.len(), timeout)?;
         buf.copy_from_slice(part);
         self.add_chunk_buf(
             msg,
@@ -302,7 +292,7 @@ impl Conn {
         if data.len() > eager {
             return self.send_large(class, data, timeout);
         }
-        let frame = frame_from(&self.inner.shared.pool, data, Some(timeout))?;
+        let frame = frame_from(&self.inner.shared, data, Some(timeout))?;
         self.send_frame(class, frame, Some(timeout))
     }
 
@@ -350,7 +340,7 @@ impl Conn {
                 limit: self.eager_limit() as u64,
             });
         }
-        let frame = frame_from(&self.inner.shared.pool, data, None)?;
+        let frame = frame_from(&self.inner.shared, data, None)?;
         self.send_frame(Class::Message, frame, None).map(drop)
     }
 
@@ -366,9 +356,7 @@ impl Conn {
         let buf = self
             .inner
             .shared
-            .pool
-            .alloc(crate::proto::HEADER_LEN + len, DEFAULT_OP_TIMEOUT)
-            .map_err(pool_error)?;
+            .alloc(crate::proto::HEADER_LEN + len, DEFAULT_OP_TIMEOUT)?;
         Ok(MessageBuf { buf })
     }
 
@@ -500,15 +488,10 @@ impl Conn {
         let piece = 1 << 20;
         for (i, out) in dst.chunks_mut(piece).enumerate() {
             let at = addr + (i * piece) as u64;
-            let buf = self
-                .inner
-                .shared
-                .pool
-                .alloc(
-                    out.len(),
-                    deadline.saturating_duration_since(Instant::now()),
-                )
-                .map_err(pool_error)?;
+            let buf = self.inner.shared.alloc(
+                out.len(),
+                deadline.saturating_duration_since(Instant::now()),
+            )?;
             let remote = RemoteSlice {
                 addr: at,
                 len: out.len() as u32,
@@ -533,15 +516,10 @@ impl Conn {
         let piece = 1 << 20;
         for (i, part) in src.chunks(piece).enumerate() {
             let at = addr + (i * piece) as u64;
-            let mut buf = self
-                .inner
-                .shared
-                .pool
-                .alloc(
-                    part.len(),
-                    deadline.saturating_duration_since(Instant::now()),
-                )
-                .map_err(pool_error)?;
+            let mut buf = self.inner.shared.alloc(
+                part.len(),
+                deadline.saturating_duration_since(Instant::now()),
+            )?;
             buf.copy_from_slice(part);
             let remote = RemoteSlice {
                 addr: at,

@@ -46,6 +46,14 @@ const REACTOR_QUIET: Duration = Duration::from_secs(1);
 /// thread stands aside (busy and adaptive), for at most this long after their last poll.
 const CALLERS_ACTIVE: Duration = Duration::from_micros(500);
 
+/// The longest the progress thread naps while standing aside for callers that keep polling
+/// (without a spinning caller). Its naps start at [`CALLERS_ACTIVE`] and double while the
+/// callers keep at it: waking every 500 us beside a streaming sender cost it a context switch
+/// pair each time, and the scheduler's moves that came with them. Whoever waits without
+/// polling unparks it at once ([`Shared::wake_progress`]), so only a completion nobody waits
+/// for can sit this long.
+const ASIDE_NAP_MAX: Duration = Duration::from_millis(20);
+
 /// Everything an endpoint's connections share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -268,6 +276,20 @@ impl Shared {
         self.caller_polled.store(0, Ordering::Relaxed);
         if self.standing_aside.load(Ordering::SeqCst) {
             self.unpark_progress();
+        }
+    }
+
+    /// A buffer of `len` bytes from the pool, waiting up to `timeout`. Before it waits, the
+    /// progress thread is woken: the buffers it waits for may be held by send completions
+    /// that nobody else polls.
+    pub(crate) fn alloc(&self, len: usize, timeout: Duration) -> Result<Buffer> {
+        match self.pool.try_alloc(len) {
+            Ok(buf) => Ok(buf),
+            Err(memory::Error::Exhausted { .. }) => {
+                self.wake_progress();
+                self.pool.alloc(len, timeout).map_err(pool_error)
+            }
+            Err(e) => Err(pool_error(e)),
         }
     }
 
@@ -614,6 +636,8 @@ fn progress_loop(shared: &Shared) {
     let mut last_tick = next_tick;
     let mut gone = Vec::with_capacity(16);
     let mut idle_since: Option<Instant> = None;
+    // How long to nap while callers poll: grows from CALLERS_ACTIVE to ASIDE_NAP_MAX.
+    let mut nap = CALLERS_ACTIVE;
     while !shared.stop.load(Ordering::Relaxed) {
         if shared.tick_soon.load(Ordering::Relaxed)
             && shared.tick_soon.swap(false, Ordering::Relaxed)
@@ -635,12 +659,14 @@ fn progress_loop(shared: &Shared) {
             if shared.spinners.load(Ordering::SeqCst) > 0 {
                 std::thread::park_timeout(until_tick);
             } else if shared.callers_poll() {
-                std::thread::park_timeout(CALLERS_ACTIVE.min(until_tick));
+                std::thread::park_timeout(nap.min(until_tick));
+                nap = (nap * 2).min(ASIDE_NAP_MAX);
             }
             shared.standing_aside.store(false, Ordering::SeqCst);
             idle_since = None;
             continue;
         }
+        nap = CALLERS_ACTIVE;
         if matches!(shared.cfg.polling, Polling::Reactor { .. }) {
             // A reactor waits on the channel. Poll once per tick in case none does, but not
             // while one is at work: a completion taken here would wake its task from this
@@ -707,11 +733,15 @@ fn progress_loop(shared: &Shared) {
 }
 
 /// Copies `data` into a pool buffer with header room first: the frame of an eager message.
-pub(crate) fn frame_from(pool: &Pool, data: &[u8], timeout: Option<Duration>) -> Result<Buffer> {
+pub(crate) fn frame_from(
+    shared: &Shared,
+    data: &[u8],
+    timeout: Option<Duration>,
+) -> Result<Buffer> {
     let len = crate::proto::HEADER_LEN + data.len();
     let mut buf = match timeout {
-        None => pool.try_alloc(len).map_err(pool_error)?,
-        Some(t) => pool.alloc(len, t).map_err(pool_error)?,
+        None => shared.pool.try_alloc(len).map_err(pool_error)?,
+        Some(t) => shared.alloc(len, t)?,
     };
     buf[crate::proto::HEADER_LEN..].copy_from_slice(data);
     Ok(buf)
