@@ -6,6 +6,11 @@ pub use cm::{Admission, IncomingRequest};
 
 use crate::proto;
 
+/// Receives posted on the SRQ beyond the credits of every connection (less if the device
+/// allows fewer): replacing consumed receives can then wait for an idle poll, off the path
+/// between a frame's arrival and its delivery, until this many are owed.
+pub(crate) const SRQ_SLACK: u32 = 32;
+
 /// How the endpoint waits for completions: its progress thread, and a thread blocked in a
 /// call (which polls the completion queue itself while it spins, so the completion it waits
 /// for needs no handoff between threads). A sender also polls once after each send. While
@@ -144,11 +149,13 @@ impl EndpointConfig {
         self.proto.sq_depth + self.max_one_sided + 1
     }
 
-    /// Completion queue entries: every send queue and every receive.
+    /// Completion queue entries: every send queue and every receive (the SRQ's slack
+    /// included), and a margin.
     pub(crate) fn cq_depth(&self) -> u32 {
         self.max_connections
             .saturating_mul(self.qp_send_depth())
             .saturating_add(self.srq_depth())
+            .saturating_add(SRQ_SLACK)
             .saturating_add(64)
     }
 }

@@ -22,7 +22,7 @@ use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRequest, Srq, WorkCompletion};
 
 pub(crate) use conn::{ConnShared, ConnState, SqOp};
 
-use crate::config::{EndpointConfig, Polling};
+use crate::config::{EndpointConfig, Polling, SRQ_SLACK};
 use crate::{Error, Result};
 
 /// How often the progress thread runs timers and teardown when nothing else wakes it, and
@@ -73,8 +73,12 @@ pub(crate) struct Shared {
     /// Connections by QP number.
     pub conns: RwLock<HashMap<u32, Arc<ConnShared>>>,
     progress: Mutex<Progress>,
-    /// Receives owed to the SRQ because the pool had no buffer when one was consumed.
+    /// Receives owed to the SRQ: consumed and not yet replaced (replacing waits for an idle
+    /// poll), or not posted because the pool had no buffer.
     pub(crate) srq_deficit: AtomicU32,
+    /// Receives the SRQ holds beyond every connection's window: how many may be owed before
+    /// they are replaced at once.
+    srq_slack: u32,
     pub stop: AtomicBool,
     /// Threads polling the completion queue themselves while they wait ([`Spinning`]); the
     /// progress thread stands aside (timers only) while there is one, so it takes no core
@@ -134,6 +138,7 @@ impl Shared {
         })?;
         let dev = ctx.query_device()?;
         let srq_depth = cfg.srq_depth().min(dev.max_srq_wr().saturating_sub(1));
+        let srq_slack = SRQ_SLACK.min(dev.max_srq_wr().saturating_sub(1) - srq_depth);
         let cq_depth = cfg.cq_depth().min(dev.max_cqe());
         if cq_depth < cfg.cq_depth() || srq_depth < cfg.srq_depth() {
             return Err(Error::Config(format!(
@@ -166,7 +171,7 @@ impl Shared {
         let ctx = pd.context();
         let channel = ctx.create_comp_channel()?;
         let cq = ctx.create_cq(cq_depth, Some(channel))?;
-        let srq = pd.create_srq(srq_depth, 1)?;
+        let srq = pd.create_srq(srq_depth + srq_slack, 1)?;
         let needed = PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ;
         let pool = match pool {
             Some(pool) if !pool.access().contains(needed) => {
@@ -188,7 +193,9 @@ impl Shared {
             &pd,
             PoolConfig::new()
                 .classes([ClassConfig::new(frame_class)])
-                .cap_bytes((2 * srq_depth as usize + 64) * frame_class + (4 << 20)),
+                .cap_bytes(
+                    (2 * srq_depth as usize + srq_slack as usize + 64) * frame_class + (4 << 20),
+                ),
         )?;
         let shared = Arc::new(Shared {
             recv_pool,
@@ -204,6 +211,7 @@ impl Shared {
                 reclaimed: Vec::with_capacity(64),
             }),
             srq_deficit: AtomicU32::new(0),
+            srq_slack,
             stop: AtomicBool::new(false),
             spinners: AtomicU32::new(0),
             caller_polled: AtomicU64::new(0),
@@ -218,7 +226,7 @@ impl Shared {
             _anchor: anchor,
             cfg,
         });
-        shared.post_receives(srq_depth)?;
+        shared.post_receives(srq_depth + srq_slack)?;
         Ok(shared)
     }
 
@@ -395,7 +403,9 @@ impl Shared {
             self.on_completion(wc, reclaimed);
         }
         drop(guard);
-        if self.srq_deficit.load(Ordering::Relaxed) > 0 {
+        // Nothing came: replace the receives taken since the last idle poll (and what the
+        // pool could not give before), off the path of the frames themselves.
+        if n == 0 && self.srq_deficit.load(Ordering::Relaxed) > 0 {
             self.repay_receives();
         }
         n
@@ -404,10 +414,12 @@ impl Shared {
     fn on_completion(&self, wc: &WorkCompletion, reclaimed: &mut Vec<Reclaimed>) {
         reclaimed.clear();
         if self.srq.reclaim_into(wc, reclaimed) > 0 {
-            // A receive: replace it on the SRQ first, so the peer's credit stays backed.
+            // A receive: it is replaced later, on an idle poll, unless `srq_slack` are owed
+            // now. The SRQ holds that many beyond every credit granted, so the receives owed
+            // never leave a credit without a receive behind it.
             let buf = reclaimed.pop().and_then(|mut r| r.take::<Buffer>().ok());
-            if self.post_receives(1).is_err() {
-                self.srq_deficit.fetch_add(1, Ordering::Relaxed);
+            if self.srq_deficit.fetch_add(1, Ordering::Relaxed) + 1 >= self.srq_slack {
+                self.repay_receives();
             }
             let conn = self.conns.read().get(&wc.qp_num()).cloned();
             if let (Some(conn), Some(buf), Ok(())) = (conn, buf, wc.status()) {
