@@ -715,10 +715,15 @@ fn progress_loop(shared: &Shared) {
             continue;
         }
         let idle = *idle_since.get_or_insert(now);
+        // Without a connection nothing can complete: no spinning then (an endpoint that only
+        // listens, or one setting up its first connection, would take a core from the
+        // handshake itself).
         let sleep = match shared.cfg.polling {
-            Polling::Busy => false,
+            Polling::Busy => shared.conns.read().is_empty(),
             Polling::Event | Polling::Reactor { .. } => true,
-            Polling::Adaptive { spin } => now.duration_since(idle) >= spin,
+            Polling::Adaptive { spin } => {
+                now.duration_since(idle) >= spin || shared.conns.read().is_empty()
+            }
         };
         if !sleep {
             std::hint::spin_loop();
