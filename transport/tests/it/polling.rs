@@ -1,8 +1,9 @@
 //! Every polling mode (busy, event, adaptive) carries messages and calls both ways, and a
-//! mix of modes on the two ends works too.
+//! mix of modes on the two ends works too; a busy endpoint without connections does not spin.
+use std::collections::HashSet;
 use std::time::Duration;
 
-use transport::{EndpointConfig, Polling};
+use transport::{Endpoint, EndpointConfig, Polling};
 
 use crate::support::*;
 
@@ -57,4 +58,73 @@ fn adaptive_against_event_mode() {
         },
         Polling::Event,
     );
+}
+
+/// The progress thread's name as /proc shows it (at most 15 bytes).
+const PROGRESS: &str = "transport-progr";
+
+/// CPU time (clock ticks, user and system) of each thread of this process named `name`, by
+/// thread id.
+fn thread_cpu_ticks(name: &str) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task").unwrap() {
+        let path = entry.unwrap().path();
+        let (Ok(comm), Ok(stat)) = (
+            std::fs::read_to_string(path.join("comm")),
+            std::fs::read_to_string(path.join("stat")),
+        ) else {
+            continue; // the thread ended meanwhile
+        };
+        if comm.trim_end() != name {
+            continue;
+        }
+        // After the command's closing parenthesis: field 3 (state) on; utime is field 14,
+        // stime field 15.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .collect();
+        let ticks = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        let tid = path.file_name().unwrap().to_str().unwrap().parse().unwrap();
+        out.push((tid, ticks));
+    }
+    out
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_busy_endpoint_without_connections_leaves_the_core_alone() {
+    let earlier: HashSet<u32> = thread_cpu_ticks(PROGRESS).iter().map(|t| t.0).collect();
+    let server = Endpoint::with_config(peer_ip(), with(Polling::Busy)).unwrap();
+    let listener = server.listen(0).unwrap();
+    let ours = || -> Vec<(u32, u64)> {
+        thread_cpu_ticks(PROGRESS)
+            .into_iter()
+            .filter(|(tid, _)| !earlier.contains(tid))
+            .collect()
+    };
+    let start = ours();
+    assert_eq!(start.len(), 1, "one new progress thread: {start:?}");
+    std::thread::sleep(Duration::from_millis(600));
+    let end = ours();
+    let used = end[0].1 - start[0].1;
+    // Spinning, it would have used about 60 ticks (100 a second).
+    assert!(
+        used <= 15,
+        "the idle progress thread used {used} ticks in 600 ms"
+    );
+
+    // A connection still gets going at once, and carries traffic.
+    let client = Endpoint::with_config(local_ip(), with(Polling::Busy)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let c = client.connect(addr).unwrap();
+    let s = accept.join().unwrap();
+    for i in 0..20u64 {
+        c.send(&pattern(i, 64)).unwrap();
+        assert!(
+            s.recv(TIMEOUT).unwrap().to_vec() == pattern(i, 64),
+            "message {i}"
+        );
+    }
+    c.close(TIMEOUT).unwrap();
 }
