@@ -25,6 +25,9 @@ pub struct Conn {
     pub(crate) engine: Arc<Engine>,
 }
 
+/// Turns of a spinning wait per look at the clock.
+const SPIN_TURNS_PER_CLOCK: u32 = 8;
+
 impl Clone for Conn {
     /// Another handle to the same connection (the connection closes when the last is dropped).
     fn clone(&self) -> Self {
@@ -73,12 +76,24 @@ impl Conn {
             Polling::Adaptive { spin } => start + spin,
             Polling::Event | Polling::Reactor { .. } => start,
         };
-        let mut spinning = None;
+        let mut spinning: Option<Spinning<'_>> = None;
+        let mut turns = 0u32;
         loop {
             if let Some(r) = check(conn, &mut conn.state.lock()) {
                 return r;
             }
-            if conn.shared.progress() > 0 {
+            let polled = match &spinning {
+                Some(s) => s.poll(),
+                None => conn.shared.progress(),
+            };
+            if polled > 0 {
+                continue;
+            }
+            // While spinning, look at the clock (deadline, spin time) only every few turns:
+            // a shorter turn sees a completion sooner.
+            turns = turns.wrapping_add(1);
+            if spinning.is_some() && turns % SPIN_TURNS_PER_CLOCK != 0 {
+                std::hint::spin_loop();
                 continue;
             }
             let mut st = conn.state.lock();

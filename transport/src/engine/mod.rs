@@ -555,8 +555,22 @@ impl<'a> Spinning<'a> {
     }
 }
 
+impl Spinning<'_> {
+    /// One poll of the spinner's ([`Shared::progress`] without the time stamp: while it
+    /// spins, the progress thread stands aside anyway).
+    pub(crate) fn poll(&self) -> usize {
+        let n = self.0.try_poll();
+        if n > 0 {
+            self.0.counts.callers.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+}
+
 impl Drop for Spinning<'_> {
     fn drop(&mut self) {
+        // Its last poll counts as recent, as a caller's poll does.
+        self.0.stamp(&self.0.caller_polled);
         self.0.spinners.fetch_sub(1, Ordering::SeqCst);
     }
 }
