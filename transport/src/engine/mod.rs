@@ -305,6 +305,11 @@ impl Shared {
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
         self.stamp(&self.caller_polled);
+        self.caller_poll()
+    }
+
+    /// One poll by an application thread, counted as the callers'.
+    fn caller_poll(&self) -> usize {
         let n = self.try_poll();
         if n > 0 {
             self.counts.callers.fetch_add(n as u64, Ordering::Relaxed);
@@ -559,11 +564,7 @@ impl Spinning<'_> {
     /// One poll of the spinner's ([`Shared::progress`] without the time stamp: while it
     /// spins, the progress thread stands aside anyway).
     pub(crate) fn poll(&self) -> usize {
-        let n = self.0.try_poll();
-        if n > 0 {
-            self.0.counts.callers.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        n
+        self.0.caller_poll()
     }
 }
 
@@ -657,10 +658,42 @@ impl Drop for Engine {
     }
 }
 
+/// When the progress thread runs the timers ([`Shared::tick`]) next, and when it last did.
+struct Timers {
+    next: Instant,
+    last: Instant,
+    /// Connections gone at the last run (reused, so a run allocates nothing).
+    gone: Vec<u32>,
+}
+
+impl Timers {
+    fn new() -> Self {
+        let now = Instant::now();
+        Timers {
+            next: now,
+            last: now,
+            gone: Vec::with_capacity(16),
+        }
+    }
+
+    /// Runs the timers if they are due at `now`; returns whether they ran.
+    fn run_if_due(&mut self, shared: &Shared, now: Instant) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next = shared.tick(now, &mut self.gone);
+        self.last = now;
+        true
+    }
+
+    /// How long from `now` until the next run.
+    fn until_next(&self, now: Instant) -> Duration {
+        self.next.saturating_duration_since(now)
+    }
+}
+
 fn progress_loop(shared: &Shared) {
-    let mut next_tick = Instant::now();
-    let mut last_tick = next_tick;
-    let mut gone = Vec::with_capacity(16);
+    let mut timers = Timers::new();
     let mut idle_since: Option<Instant> = None;
     // How long to nap while callers poll: grows from CALLERS_ACTIVE to ASIDE_NAP_MAX.
     let mut nap = CALLERS_ACTIVE;
@@ -668,7 +701,7 @@ fn progress_loop(shared: &Shared) {
         if shared.tick_soon.load(Ordering::Relaxed)
             && shared.tick_soon.swap(false, Ordering::Relaxed)
         {
-            next_tick = next_tick.min(last_tick + TICK);
+            timers.next = timers.next.min(timers.last + TICK);
         }
         let spins = matches!(shared.cfg.polling, Polling::Busy | Polling::Adaptive { .. });
         if spins && shared.callers_poll() {
@@ -676,11 +709,8 @@ fn progress_loop(shared: &Shared) {
             // to them and run the timers when due, until someone waits without polling
             // (`wake_progress`) or they stop polling.
             let now = Instant::now();
-            if now >= next_tick {
-                next_tick = shared.tick(now, &mut gone);
-                last_tick = now;
-            }
-            let until_tick = next_tick.saturating_duration_since(now);
+            timers.run_if_due(shared, now);
+            let until_tick = timers.until_next(now);
             shared.standing_aside.store(true, Ordering::SeqCst);
             if shared.spinners.load(Ordering::SeqCst) > 0 {
                 std::thread::park_timeout(until_tick);
@@ -703,11 +733,8 @@ fn progress_loop(shared: &Shared) {
                 shared.count_thread(n);
             }
             let now = Instant::now();
-            if now >= next_tick {
-                next_tick = shared.tick(now, &mut gone);
-                last_tick = now;
-            }
-            let until_tick = next_tick.saturating_duration_since(now);
+            timers.run_if_due(shared, now);
+            let until_tick = timers.until_next(now);
             std::thread::park_timeout(if active {
                 until_tick
             } else {
@@ -720,9 +747,8 @@ fn progress_loop(shared: &Shared) {
         let now = Instant::now();
         // Protocol timers are seconds apart (keepalive, call deadlines): a tick every few
         // milliseconds serves them all without looking at every connection on every spin.
-        if now >= next_tick {
-            next_tick = shared.tick(now, &mut gone).min(now + TICK);
-            last_tick = now;
+        if timers.run_if_due(shared, now) {
+            timers.next = timers.next.min(now + TICK);
         }
         if n > 0 {
             idle_since = None;
