@@ -1,20 +1,17 @@
 //! The bandwidth tests, as perftest runs them: the client keeps up to `-t` requests in flight
 //! per QP, signalling one in `-Q` (`run_iter_bw`); for SEND the server counts receives
 //! (`run_iter_bw_server`); for WRITE and READ the server only waits for the report exchange.
-use std::sync::Arc;
+//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_buffer`]).
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use verbs::{AccessFlags, MemoryRegion, RecvRequest, SendRequest, WrOp};
+use verbs::{LocalSlice, SendFlags, SendWr, WrOp};
 
-use super::endpoint::{remote_slice, Poller};
+use super::endpoint::{remote_slice, send_wr_id, BufId, Endpoint, Poller};
 use super::exchange::BwReport;
 use super::options::{Output, Params};
 use super::report::{self, BwStats};
 use super::{Error, TestRun, Verb};
-
-/// Memory for posted receives (send-bw server) or READ destinations, per QP.
-const BUF_BUDGET: u64 = 128 << 20;
 
 /// Runs every size; returns the JSON results.
 pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
@@ -38,37 +35,37 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     let mut poller = Poller::new(64, p.args.events, p.timeout());
     let mut results = Vec::new();
     let mut last = BwStats::compute(0, &[], &[], 1, gbits);
-    // send-bw server (and both sides with -b): receive buffers, posted before each size's
-    // synchronising handshake.
+    // What SENDs and WRITEs send, or where READs land (every request of every QP: nobody
+    // looks at the contents, as in perftest).
+    let local =
+        s.ep.add_buffer(p.max_size, 0x5a, "register the local buffer (lower -s?)")?;
+    // send-bw server (and both sides with -b): `-r` receives per QP into one buffer, topped
+    // up before each size's synchronising handshake.
     let receives = verb == Verb::Send && (server || duplex);
-    let nrecv = (p.rx_depth as u64).min((BUF_BUDGET / p.max_size).max(4)) as usize;
-    let mut recv_bufs = Vec::new();
-    if receives {
-        for _ in 0..nrecv * s.ep.qps.len() {
-            recv_bufs.push(
-                s.ep.pd
-                    .reg_mr(p.max_size as usize, AccessFlags::LOCAL_WRITE)
-                    .map_err(|e| Error::Verbs("register receive buffers (lower -r or -s)", e))?,
-            );
-        }
-    }
+    let mut recvs = if receives {
+        let buf =
+            s.ep.add_buffer(p.max_size, 0, "register the receive buffer (lower -s?)")?;
+        Some(Receives {
+            sge: [s.ep.local(buf, p.max_size)?],
+            depth: p.rx_depth as usize,
+            posted: vec![0; s.ep.qps.len()],
+        })
+    } else {
+        None
+    };
     for &size in &p.sizes {
         let mine = s.mine[0];
-        if receives {
+        if let Some(r) = &mut recvs {
             for qp in 0..s.ep.qps.len() {
-                for _ in 0..nrecv {
-                    post_recv(s, qp, &mut recv_bufs)?;
-                }
+                r.post(&s.ep, qp, r.depth - r.posted[qp])?;
             }
         }
         if verb == Verb::Send || duplex {
             s.comm.hand_shake(&mine)?;
         }
-        let (posted, completed) = if server && !duplex {
-            serve_sends(p, s, &mut poller, &mut recv_bufs)?
-        } else {
-            let recv = (duplex && verb == Verb::Send).then_some(&mut recv_bufs);
-            client(p, s, &mut poller, size, recv)?
+        let (posted, completed) = match &mut recvs {
+            Some(r) if server && !duplex => serve_sends(p, s, &mut poller, r)?,
+            r => client(p, s, &mut poller, local, size, r.as_mut())?,
         };
         let cq_mod = if server && !duplex {
             1
@@ -112,10 +109,6 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
             s.comm.hand_shake(&mine)?;
         }
     }
-    if receives {
-        // Receives still posted are flushed when the QPs go; nothing else to hand back.
-        drop(recv_bufs);
-    }
     if verb != Verb::Send && !duplex {
         let mine = s.mine[0];
         s.comm.hand_shake(&mine)?;
@@ -130,15 +123,30 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     Ok(results)
 }
 
-fn post_recv(s: &TestRun, qp: usize, bufs: &mut Vec<MemoryRegion>) -> Result<(), Error> {
-    let Some(b) = bufs.pop() else {
-        return Ok(());
-    };
-    let req = RecvRequest::new(b, ..).map_err(|e| Error::Verbs("build a receive", e))?;
-    s.ep.qps[qp]
-        .post_recv(req)
-        .map(|_| ())
-        .map_err(|e| Error::Verbs("post a receive", e.error))
+/// The receives of send-bw: up to `depth` per QP posted into one buffer, whose contents
+/// nobody reads; `posted` counts them per QP across sizes.
+struct Receives {
+    sge: [LocalSlice; 1],
+    depth: usize,
+    posted: Vec<usize>,
+}
+
+impl Receives {
+    fn post(&mut self, ep: &Endpoint, qp: usize, n: usize) -> Result<(), Error> {
+        ep.post_recvs(qp, &self.sge, n)?;
+        self.posted[qp] += n;
+        Ok(())
+    }
+
+    /// A receive of `qp` completed, and `left` more are still to come on it: reposts one
+    /// if fewer are posted (only receives this run will consume are kept posted).
+    fn on_recv(&mut self, ep: &Endpoint, qp: usize, left: usize) -> Result<(), Error> {
+        self.posted[qp] = self.posted[qp].saturating_sub(1);
+        if self.posted[qp] < left.min(self.depth) {
+            self.post(ep, qp, 1)?;
+        }
+        Ok(())
+    }
 }
 
 /// send-bw server: counts `-n` receives per QP; times from the first to each.
@@ -146,7 +154,7 @@ fn serve_sends(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
-    bufs: &mut Vec<MemoryRegion>,
+    recvs: &mut Receives,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {
     let total = p.iters as usize * s.ep.qps.len();
     let mut completed = Vec::with_capacity(total);
@@ -157,64 +165,50 @@ fn serve_sends(
         poller.wait(&s.ep, &mut done)?;
         let now = Instant::now();
         let t0 = *t0.get_or_insert(now);
-        for mut d in done.drain(..) {
+        for d in done.drain(..) {
             if !d.recv {
                 continue;
             }
             completed.push(now - t0);
             left[d.qp] = left[d.qp].saturating_sub(1);
-            for r in &mut d.bufs {
-                if let Ok(b) = r.take::<MemoryRegion>() {
-                    bufs.push(b);
-                }
-            }
-            // Keep the queue full only with receives this run will consume.
-            let posted = s.ep.qps[d.qp].in_flight().1;
-            if posted < left[d.qp] {
-                post_recv(s, d.qp, bufs)?;
-            }
+            recvs.on_recv(&s.ep, d.qp, left[d.qp])?;
         }
     }
     Ok((vec![Duration::ZERO; total], completed))
 }
 
-/// The sending side of send/write/read bandwidth; with `recv` (send-bw -b) it also takes
-/// the peer's `-n` messages per QP, keeping receives posted from `recv`.
+/// The sending side of send/write/read bandwidth, from (or, for READ, into) `local`; with
+/// `recv` (send-bw -b) it also takes the peer's `-n` messages per QP, keeping receives
+/// posted.
+#[allow(unsafe_code)] // borrowed posts, as perftest
 fn client(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
+    local: BufId,
     size: u64,
-    mut recv: Option<&mut Vec<MemoryRegion>>,
+    mut recv: Option<&mut Receives>,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {
     let verb = p.test.verb();
     let nqp = s.ep.qps.len();
     let depth = p.tx_depth as usize;
-    let inline = verb != Verb::Read && size <= u64::from(s.ep.max_inline);
-    let data = vec![0x5au8; size as usize];
-    let src = if inline || verb == Verb::Read {
-        None
-    } else {
-        let mut m =
-            s.ep.pd
-                .reg_mr(size as usize, AccessFlags::LOCAL_WRITE)
-                .map_err(|e| Error::Verbs("register the source buffer", e))?;
-        m.as_mut_slice().fill(0x5a);
-        Some(Arc::new(m))
-    };
-    // READ lands in memory the NIC writes: one buffer per request in flight.
-    let mut dsts = Vec::new();
-    if verb == Verb::Read {
-        let n = depth.min((BUF_BUDGET / size).max(1) as usize) * nqp;
-        for _ in 0..n {
-            dsts.push(
-                s.ep.pd
-                    .reg_mr(size as usize, AccessFlags::LOCAL_WRITE)
-                    .map_err(|e| Error::Verbs("register READ buffers", e))?,
-            );
-        }
+    let mut flags = SendFlags::empty();
+    if verb != Verb::Read && size <= u64::from(s.ep.max_inline) {
+        flags |= SendFlags::INLINE;
     }
-    let remotes: Vec<_> = s.remote.iter().map(|d| remote_slice(d, size)).collect();
+    let sge = [s.ep.local(local, size)?];
+    let ops: Vec<WrOp> = s
+        .remote
+        .iter()
+        .map(|d| {
+            let remote = remote_slice(d, size);
+            match verb {
+                Verb::Read => WrOp::RdmaRead(remote),
+                Verb::Send => WrOp::Send,
+                _ => WrOp::RdmaWrite(remote),
+            }
+        })
+        .collect();
     let until = p.duration.map(|d| Instant::now() + Duration::from_secs(d));
     let iters = p.iters as usize;
     let total = if until.is_some() {
@@ -225,8 +219,9 @@ fn client(
     let mut posted_at: Vec<Duration> = Vec::with_capacity(iters * nqp);
     let mut completed_at: Vec<Duration> = Vec::with_capacity(iters * nqp);
     let mut outstanding = vec![0usize; nqp];
-    let mut since_signal = vec![0u32; nqp];
+    let mut since_signal = vec![0usize; nqp];
     let mut done = Vec::new();
+    let mut batch: Vec<SendWr<'_>> = Vec::with_capacity(p.post_list as usize);
     let mut posted = 0usize;
     let mut finished = 0usize;
     let mut stop = false;
@@ -237,42 +232,26 @@ fn client(
         let mut progress = false;
         // Post on every QP up to its depth, in lists of -l.
         for qp in 0..nqp {
-            let mut batch = Vec::with_capacity(p.post_list as usize);
+            batch.clear();
             while !stop && posted + batch.len() < total && outstanding[qp] + batch.len() < depth {
-                if verb == Verb::Read && dsts.is_empty() {
-                    break;
-                }
-                let req = match verb {
-                    Verb::Read => {
-                        let b = dsts
-                            .pop()
-                            .ok_or_else(|| Error::Peer("no READ buffer".into()))?;
-                        SendRequest::rdma_read(b, 0..size as usize, remotes[qp])
-                    }
-                    _ => {
-                        let op = if verb == Verb::Send {
-                            WrOp::Send
-                        } else {
-                            WrOp::RdmaWrite(remotes[qp])
-                        };
-                        match &src {
-                            Some(m) => SendRequest::new(op).sge(Arc::clone(m), 0..size as usize),
-                            None => SendRequest::inline(op, &data),
-                        }
-                    }
-                }
-                .map_err(|e| Error::Verbs("build a request", e))?;
                 since_signal[qp] += 1;
                 let n_after = posted + batch.len() + 1;
-                let full = outstanding[qp] + batch.len() + 1 >= depth
-                    || n_after >= total
-                    || (verb == Verb::Read && dsts.is_empty());
+                let full = outstanding[qp] + batch.len() + 1 >= depth || n_after >= total;
                 let list_end = p.post_list > 1 && batch.len() as u32 + 1 == p.post_list;
-                let signal = since_signal[qp] >= p.cq_mod || full || list_end;
+                let signal = since_signal[qp] >= p.cq_mod as usize || full || list_end;
+                let mut wr = SendWr {
+                    wr_id: send_wr_id(qp, 0),
+                    op: ops[qp],
+                    sges: &sge,
+                    flags,
+                    ud: None,
+                };
                 if signal {
+                    wr.wr_id = send_wr_id(qp, since_signal[qp]);
+                    wr.flags |= SendFlags::SIGNALED;
                     since_signal[qp] = 0;
                 }
-                batch.push(req.signaled(signal));
+                batch.push(wr);
                 if batch.len() as u32 == p.post_list {
                     break;
                 }
@@ -282,9 +261,11 @@ fn client(
             }
             let now = t0.elapsed();
             let n = batch.len();
-            if let Err(e) = s.ep.qps[qp].post_send_batch(batch) {
-                return Err(Error::Verbs("post requests", e.error));
-            }
+            // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are
+            // gone, which the program never writes after filling it (SEND, WRITE) nor reads
+            // (READ lands there).
+            unsafe { s.ep.qps[qp].post_send_unchecked(&batch) }
+                .map_err(|e| Error::Verbs("post requests", e))?;
             posted_at.extend(std::iter::repeat(now).take(n));
             outstanding[qp] += n;
             posted += n;
@@ -295,25 +276,16 @@ fn client(
             // End each QP's run with a signaled request, so its unsignaled tail completes.
             for qp in 0..nqp {
                 if since_signal[qp] > 0 {
-                    let op = match verb {
-                        Verb::Send => WrOp::Send,
-                        _ => WrOp::RdmaWrite(remotes[qp]),
+                    let wr = SendWr {
+                        wr_id: send_wr_id(qp, since_signal[qp] + 1),
+                        op: ops[qp],
+                        sges: &sge,
+                        flags: flags | SendFlags::SIGNALED,
+                        ud: None,
                     };
-                    let req = if verb == Verb::Read {
-                        match dsts.pop() {
-                            Some(b) => SendRequest::rdma_read(b, 0..size as usize, remotes[qp]),
-                            None => continue,
-                        }
-                    } else {
-                        match &src {
-                            Some(m) => SendRequest::new(op).sge(Arc::clone(m), 0..size as usize),
-                            None => SendRequest::inline(op, &data),
-                        }
-                    }
-                    .map_err(|e| Error::Verbs("build a request", e))?;
-                    if let Err(e) = s.ep.qps[qp].post_send(req) {
-                        return Err(Error::Verbs("post the last request", e.error));
-                    }
+                    // SAFETY: as above.
+                    unsafe { s.ep.qps[qp].post_send_unchecked(&[wr]) }
+                        .map_err(|e| Error::Verbs("post the last request", e))?;
                     posted_at.push(t0.elapsed());
                     outstanding[qp] += 1;
                     posted += 1;
@@ -328,31 +300,18 @@ fn client(
                 poller.wait(&s.ep, &mut done)?;
             }
             let now = t0.elapsed();
-            for mut d in done.drain(..) {
+            for d in done.drain(..) {
                 if d.recv {
                     recv_left[d.qp] = recv_left[d.qp].saturating_sub(1);
-                    if let Some(bufs) = recv.as_deref_mut() {
-                        for r in &mut d.bufs {
-                            if let Ok(b) = r.take::<MemoryRegion>() {
-                                bufs.push(b);
-                            }
-                        }
-                        if s.ep.qps[d.qp].in_flight().1 < recv_left[d.qp] {
-                            post_recv(s, d.qp, bufs)?;
-                        }
+                    if let Some(r) = recv.as_deref_mut() {
+                        r.on_recv(&s.ep, d.qp, recv_left[d.qp])?;
                     }
                     receiving = recv_left.iter().any(|&l| l > 0);
                     continue;
                 }
-                let n = d.bufs.len().max(1);
-                outstanding[d.qp] = outstanding[d.qp].saturating_sub(n);
-                finished += n;
-                completed_at.extend(std::iter::repeat(now).take(n));
-                for mut r in d.bufs {
-                    if let Ok(b) = r.take::<MemoryRegion>() {
-                        dsts.push(b);
-                    }
-                }
+                outstanding[d.qp] = outstanding[d.qp].saturating_sub(d.finished);
+                finished += d.finished;
+                completed_at.extend(std::iter::repeat(now).take(d.finished));
             }
         }
     }

@@ -1,12 +1,17 @@
 //! One side's verbs resources: device, port and GID checks, the CQ, the RC queue pairs and the
-//! buffer the peer may access, connected as perftest connects them (`ctx_connect`); and the
-//! completion poller every test loop uses.
+//! buffer the peer may access, connected as perftest connects them (`ctx_connect`); the
+//! memory of the test loops' requests; and the completion poller every test loop uses.
+//!
+//! The loops post as perftest does: borrowed work requests on registered memory that lives
+//! as long as the QPs ([`Endpoint::add_buffer`]), completions told apart by their `wr_id`
+//! ([`send_wr_id`], [`recv_wr_id`]). An iteration allocates nothing and keeps no in-flight
+//! bookkeeping.
 use std::time::{Duration, Instant};
 
 use verbs::{
     AccessFlags, AhAttr, CompletionBuf, Context, Cq, Gid, GidType, GlobalRoute, LinkLayer,
-    MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, Reclaimed,
-    RemoteSlice, WcOpcode, WcStatus,
+    LocalSlice, MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+    RecvWr, RemoteSlice, WcStatus,
 };
 
 use super::cm_link::{server_addr, QpSpec, TestConns};
@@ -174,7 +179,15 @@ pub struct Endpoint {
     cm: Option<TestConns>,
     /// `-R` server: the listener for the test's QPs, bound before the client may connect them.
     cm_listener: Option<cm::Listener>,
+    /// Memory of the test loops' borrowed requests ([`add_buffer`](Self::add_buffer)). Last
+    /// field, so it is dropped (and deregistered) after every QP: a test may end with
+    /// requests still posted (receives, a duration run's tail).
+    buffers: Vec<MemoryRegion>,
 }
+
+/// A buffer of an [`Endpoint`] (see [`Endpoint::add_buffer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BufId(usize);
 
 /// The test QPs' queue sizes (`-t`, `-r`, `-I`).
 fn qp_cap(p: &Params) -> QpCap {
@@ -271,7 +284,56 @@ impl Endpoint {
             qp_access,
             cm: None,
             cm_listener: None,
+            buffers: Vec::new(),
         })
+    }
+
+    /// Registers `len` bytes (at least 8) filled with `fill`, for borrowed requests. They
+    /// stay registered until the endpoint goes, after its QPs, so a request posted on them
+    /// can never outlive them.
+    pub fn add_buffer(&mut self, len: u64, fill: u8, what: &'static str) -> Result<BufId, Error> {
+        let mut m = self
+            .pd
+            .reg_mr(len.max(8) as usize, AccessFlags::LOCAL_WRITE)
+            .map_err(|e| Error::Verbs(what, e))?;
+        m.as_mut_slice().fill(fill);
+        self.buffers.push(m);
+        Ok(BufId(self.buffers.len() - 1))
+    }
+
+    /// The first `len` bytes of buffer `id`, as a scatter/gather entry.
+    pub fn local(&self, id: BufId, len: u64) -> Result<LocalSlice, Error> {
+        self.buffers[id.0]
+            .local(..len as usize)
+            .map_err(|e| Error::Verbs("describe a buffer (the message is larger than it)", e))
+    }
+
+    /// Buffer `id`, to write what the next request sends (only while no request that reads
+    /// it is outstanding).
+    pub fn buffer_mut(&mut self, id: BufId) -> &mut MemoryRegion {
+        &mut self.buffers[id.0]
+    }
+
+    /// Posts `n` receives of QP `qp` into `sge` (borrowed, in chains), with [`recv_wr_id`].
+    #[allow(unsafe_code)]
+    pub fn post_recvs(&self, qp: usize, sge: &[LocalSlice; 1], n: usize) -> Result<(), Error> {
+        const CHAIN: usize = 8;
+        let wr = RecvWr {
+            wr_id: recv_wr_id(qp),
+            sges: sge,
+        };
+        let chain = [wr; CHAIN];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(CHAIN);
+            // SAFETY: `sge` lies in one of this endpoint's buffers (the tools post only
+            // those), registered until after the QPs are gone; no test reads or writes a
+            // receive buffer, so the NIC alone touches that memory.
+            unsafe { self.qps[qp].post_recv_unchecked(&chain[..k]) }
+                .map_err(|e| Error::Verbs("post receives (lower -r?)", e))?;
+            left -= k;
+        }
+        Ok(())
     }
 
     fn cm_spec(&self, p: &Params) -> QpSpec<'_> {
@@ -407,15 +469,48 @@ pub fn remote_slice(d: &Dest, len: u64) -> RemoteSlice {
     }
 }
 
-/// A successful completion, with the buffers of the requests it finished.
-#[derive(Debug)]
+/// `wr_id` bit of a receive.
+const RECV_BIT: u64 = 1;
+/// `wr_id` bits 8..24: the QP's index.
+const QP_SHIFT: u32 = 8;
+/// `wr_id` bits 32..62: the requests a signaled send-queue request finishes.
+const FINISHES_SHIFT: u32 = 32;
+
+/// The `wr_id` of a send-queue request on QP `qp` that, signaled, finishes `finishes`
+/// requests: itself and the unsignaled ones posted on the QP since the last signaled one.
+pub fn send_wr_id(qp: usize, finishes: usize) -> u64 {
+    ((finishes as u64) << FINISHES_SHIFT) | ((qp as u64 & 0xffff) << QP_SHIFT)
+}
+
+/// The `wr_id` of a receive on QP `qp`.
+pub fn recv_wr_id(qp: usize) -> u64 {
+    ((qp as u64 & 0xffff) << QP_SHIFT) | RECV_BIT
+}
+
+/// A successful completion, told apart by its `wr_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Done {
     /// Whether it is a receive.
     pub recv: bool,
     /// Index of the QP.
     pub qp: usize,
-    /// Buffers handed back (one `Reclaimed` per finished request).
-    pub bufs: Vec<Reclaimed>,
+    /// The requests it finishes (1 for a receive).
+    pub finished: usize,
+}
+
+impl Done {
+    fn from_wr_id(wr_id: u64) -> Done {
+        let recv = wr_id & RECV_BIT != 0;
+        Done {
+            recv,
+            qp: ((wr_id >> QP_SHIFT) & 0xffff) as usize,
+            finished: if recv {
+                1
+            } else {
+                ((wr_id >> FINISHES_SHIFT) as usize & 0x3fff_ffff).max(1)
+            },
+        }
+    }
 }
 
 /// Polls the CQ (busy or by events), bounding the time without progress.
@@ -463,20 +558,10 @@ impl Poller {
             let mut got = false;
             for wc in &polled {
                 got = true;
-                let qp = ep
-                    .qps
-                    .iter()
-                    .position(|q| q.qp_num() == wc.qp_num())
-                    .unwrap_or(0);
-                let bufs = ep.qps[qp].reclaim(wc);
                 if let Err(e) = wc.status() {
                     return Err(Error::Completion(explain(e.status), e.to_string()));
                 }
-                let recv = matches!(
-                    wc.opcode(),
-                    Some(WcOpcode::Recv) | Some(WcOpcode::RecvRdmaWithImm)
-                );
-                out.push(Done { recv, qp, bufs });
+                out.push(Done::from_wr_id(wc.wr_id()));
             }
             if got || !block {
                 return Ok(());
@@ -518,5 +603,43 @@ fn explain(status: Option<WcStatus>) -> &'static str {
         }
         Some(WcStatus::WrFlushErr) => "the queue pair went to the error state (an earlier failure)",
         _ => "a work request failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids_name_the_queue_the_qp_and_what_a_completion_finishes() {
+        assert_eq!(
+            Done::from_wr_id(recv_wr_id(3)),
+            Done {
+                recv: true,
+                qp: 3,
+                finished: 1
+            }
+        );
+        assert_eq!(
+            Done::from_wr_id(send_wr_id(7, 100)),
+            Done {
+                recv: false,
+                qp: 7,
+                finished: 100
+            }
+        );
+        // An unsignaled request finishes nothing by itself; should it complete (with an
+        // error), it still counts as one.
+        assert_eq!(Done::from_wr_id(send_wr_id(0, 0)).finished, 1);
+        // The bits stay clear of those the verbs layer reserves for its owned requests.
+        assert_eq!(send_wr_id(0xffff, 0x3fff_ffff) & verbs::OWNED_WR_ID, 0);
+        assert_eq!(
+            Done::from_wr_id(send_wr_id(0xffff, 0x3fff_ffff)),
+            Done {
+                recv: false,
+                qp: 0xffff,
+                finished: 0x3fff_ffff
+            }
+        );
     }
 }

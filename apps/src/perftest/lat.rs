@@ -2,12 +2,15 @@
 //! sends first), RDMA WRITE ping-pong polling the last byte of the message
 //! (`run_iter_lat_write`; the server writes first), and READ / atomics issued by the client
 //! alone (`run_iter_lat`) while the server waits.
+//!
+//! Each posts as perftest does: one borrowed work request on memory registered for the run
+//! (see [`Endpoint::add_buffer`]), so an iteration allocates nothing.
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use verbs::{AccessFlags, MemoryRegion, RecvRequest, SendRequest, WrOp};
+use verbs::{LocalSlice, SendFlags, SendWr, WrOp};
 
-use super::endpoint::{remote_slice, Done, Poller};
+use super::endpoint::{remote_slice, send_wr_id, BufId, Done, Endpoint, Poller};
 use super::options::{AtomicType, Output, Params};
 use super::report::{self, LatDuration, LatStats};
 use super::{Error, Test, TestRun};
@@ -36,32 +39,35 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     }
     let mut poller = Poller::new(16, p.args.events, p.timeout());
     let mut results = Vec::new();
-    let mut recv_bufs = Vec::new();
+    // What our requests send (SEND, WRITE) or what the NIC writes (READ, atomics).
+    let local =
+        s.ep.add_buffer(p.max_size, 0x5a, "register the local buffer (lower -s?)")?;
+    let mut receives = None;
     if p.test == Test::SendLat {
-        let n = LAT_RECVS.min(p.rx_depth as usize).max(1);
-        for _ in 0..n {
-            recv_bufs.push(
-                s.ep.pd
-                    .reg_mr(p.max_size as usize, AccessFlags::LOCAL_WRITE)
-                    .map_err(|e| Error::Verbs("register receive buffers", e))?,
-            );
-        }
+        let buf =
+            s.ep.add_buffer(p.max_size, 0, "register the receive buffer (lower -s?)")?;
+        let mut r = Receives {
+            sge: [s.ep.local(buf, p.max_size)?],
+            depth: LAT_RECVS.min(p.rx_depth as usize).max(1),
+            posted: 0,
+        };
         // Posted before the first synchronising handshake: the client sends right after it.
-        post_recvs(s, &mut recv_bufs)?;
+        r.refill(&s.ep)?;
+        receives = Some(r);
     }
     for &size in &p.sizes {
         let rtt_factor = match p.test {
             Test::SendLat | Test::WriteLat => 2.0,
             _ => 1.0,
         };
-        let (posted, elapsed) = match p.test {
-            Test::SendLat => {
+        let (posted, elapsed) = match (p.test, receives.as_mut()) {
+            (Test::SendLat, Some(r)) => {
                 let mine = s.mine[0];
                 s.comm.hand_shake(&mine)?;
-                send_lat(p, s, &mut poller, &mut recv_bufs, size)?
+                send_lat(p, s, &mut poller, local, r, size)?
             }
-            Test::WriteLat => write_lat(p, s, &mut poller, size)?,
-            _ => one_sided(p, s, &mut poller, size)?,
+            (Test::WriteLat, _) => write_lat(p, s, &mut poller, local, size)?,
+            _ => one_sided(p, s, &mut poller, local, size)?,
         };
         if let Some(d) = p.duration {
             let n = posted.len() as u64;
@@ -94,45 +100,46 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     Ok(results)
 }
 
-fn post_recvs(s: &TestRun, bufs: &mut Vec<MemoryRegion>) -> Result<(), Error> {
-    while let Some(b) = bufs.pop() {
-        let req = RecvRequest::new(b, ..).map_err(|e| Error::Verbs("build a receive", e))?;
-        if let Err(e) = s.ep.qps[0].post_recv(req) {
-            return Err(Error::Verbs("post a receive", e.error));
-        }
-    }
-    Ok(())
+/// send-lat's receives: `depth` kept posted into one buffer, whose contents nobody reads.
+struct Receives {
+    sge: [LocalSlice; 1],
+    depth: usize,
+    posted: usize,
 }
 
-/// Hands the receive buffers of finished requests back to `bufs`.
-fn take_bufs(done: &mut Done, bufs: &mut Vec<MemoryRegion>) {
-    for r in &mut done.bufs {
-        while let Ok(b) = r.take::<MemoryRegion>() {
-            bufs.push(b);
-        }
+impl Receives {
+    /// Posts what was consumed.
+    fn refill(&mut self, ep: &Endpoint) -> Result<(), Error> {
+        ep.post_recvs(0, &self.sge, self.depth - self.posted)?;
+        self.posted = self.depth;
+        Ok(())
     }
 }
 
+/// send-lat: one SEND ping-pong per iteration, sent from `local` (inline when the QP takes
+/// it).
+#[allow(unsafe_code)] // borrowed posts, as perftest
 fn send_lat(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
-    recv_bufs: &mut Vec<MemoryRegion>,
+    local: BufId,
+    recvs: &mut Receives,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {
     let iters = p.iters as usize;
     let client = !p.is_server();
-    let inline = size <= u64::from(s.ep.max_inline);
-    let data = vec![0x5au8; size as usize];
-    let mut send_buf = if inline {
-        None
-    } else {
-        let mut m =
-            s.ep.pd
-                .reg_mr(size as usize, AccessFlags::LOCAL_WRITE)
-                .map_err(|e| Error::Verbs("register the send buffer", e))?;
-        m.as_mut_slice().fill(0x5a);
-        Some(m)
+    let mut flags = SendFlags::SIGNALED;
+    if size <= u64::from(s.ep.max_inline) {
+        flags |= SendFlags::INLINE;
+    }
+    let send_sge = [s.ep.local(local, size)?];
+    let wr = SendWr {
+        wr_id: send_wr_id(0, 1),
+        op: WrOp::Send,
+        sges: &send_sge,
+        flags,
+        ud: None,
     };
     let mut posted = Vec::with_capacity(iters);
     let (mut scnt, mut rcnt) = (0usize, 0usize);
@@ -142,95 +149,78 @@ fn send_lat(
     while scnt < iters || rcnt < iters {
         if rcnt < iters && !(scnt < 1 && client) {
             // Wait for the peer's message (noting our send's completion if it comes first).
-            let mut got = false;
-            while !got {
+            let start = rcnt;
+            while rcnt == start {
                 poller.wait(&s.ep, &mut done)?;
-                for mut d in done.drain(..) {
-                    if d.recv {
-                        got = true;
-                        rcnt += 1;
-                        take_bufs(&mut d, recv_bufs);
-                    } else {
-                        send_pending = false;
-                        if let Some(b) = d
-                            .bufs
-                            .iter_mut()
-                            .find_map(|r| r.take::<MemoryRegion>().ok())
-                        {
-                            send_buf = Some(b);
-                        }
-                    }
-                }
-                post_recvs(s, recv_bufs)?;
+                count_lat(&mut done, &mut rcnt, recvs, &mut send_pending);
+                recvs.refill(&s.ep)?;
             }
         }
         if scnt < iters {
             while send_pending {
                 poller.wait(&s.ep, &mut done)?;
-                for mut d in done.drain(..) {
-                    if d.recv {
-                        rcnt += 1;
-                        take_bufs(&mut d, recv_bufs);
-                    } else {
-                        send_pending = false;
-                        if let Some(b) = d
-                            .bufs
-                            .iter_mut()
-                            .find_map(|r| r.take::<MemoryRegion>().ok())
-                        {
-                            send_buf = Some(b);
-                        }
-                    }
-                }
-                post_recvs(s, recv_bufs)?;
+                count_lat(&mut done, &mut rcnt, recvs, &mut send_pending);
+                recvs.refill(&s.ep)?;
             }
-            let req = match send_buf.take() {
-                Some(b) => SendRequest::send(b, 0..size as usize),
-                None => SendRequest::inline(WrOp::Send, &data),
-            }
-            .map_err(|e| Error::Verbs("build a send", e))?;
             posted.push(t0.elapsed());
-            if let Err(e) = s.ep.qps[0].post_send(req) {
-                return Err(Error::Verbs("post a send", e.error));
-            }
+            // SAFETY: `send_sge` lies in an endpoint buffer, registered until after the QPs
+            // are gone, and nothing writes it once the test runs (an inline send is copied
+            // during the call anyway).
+            unsafe { s.ep.qps[0].post_send_unchecked(&[wr]) }
+                .map_err(|e| Error::Verbs("post a send", e))?;
             send_pending = true;
             scnt += 1;
         }
     }
     while send_pending {
         poller.wait(&s.ep, &mut done)?;
-        for mut d in done.drain(..) {
-            if d.recv {
-                take_bufs(&mut d, recv_bufs);
-            } else {
-                send_pending = false;
-            }
-        }
-        post_recvs(s, recv_bufs)?;
+        count_lat(&mut done, &mut rcnt, recvs, &mut send_pending);
     }
     Ok((posted, t0.elapsed()))
 }
 
+/// Counts send-lat's completions: receives (one fewer posted), and the send's.
+fn count_lat(
+    done: &mut Vec<Done>,
+    rcnt: &mut usize,
+    recvs: &mut Receives,
+    send_pending: &mut bool,
+) {
+    for d in done.drain(..) {
+        if d.recv {
+            *rcnt += 1;
+            recvs.posted = recvs.posted.saturating_sub(1);
+        } else {
+            *send_pending = false;
+        }
+    }
+}
+
+/// write-lat: an RDMA WRITE ping-pong from `local` into the peer's target; each side
+/// polls the last byte of its own target for the peer's next write.
+#[allow(unsafe_code)] // borrowed posts, as perftest
 fn write_lat(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
+    local: BufId,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {
     let iters = p.iters as usize;
     let server = p.is_server();
     let last = size as usize - 1;
     let remote = remote_slice(&s.remote[0], size);
-    let inline = size <= u64::from(s.ep.max_inline);
-    let mut data = vec![0u8; size as usize];
-    let mut src = if inline {
-        None
-    } else {
-        Some(
-            s.ep.pd
-                .reg_mr(size as usize, AccessFlags::LOCAL_WRITE)
-                .map_err(|e| Error::Verbs("register the write buffer", e))?,
-        )
+    let mut flags = SendFlags::SIGNALED;
+    if size <= u64::from(s.ep.max_inline) {
+        flags |= SendFlags::INLINE;
+    }
+    let sge = [s.ep.local(local, size)?];
+    let wr = SendWr {
+        wr_id: send_wr_id(0, 1),
+        op: WrOp::RdmaWrite(remote),
+        sges: &sge,
+        flags,
+        ud: None,
     };
     let mut posted = Vec::with_capacity(iters);
     let (mut scnt, mut rcnt, mut ccnt) = (0usize, 0usize, 0usize);
@@ -264,55 +254,54 @@ fn write_lat(
         }
         if scnt < iters {
             scnt += 1;
-            let req = match src.take() {
-                Some(mut m) => {
-                    m.write(last, &[scnt as u8])
-                        .map_err(|e| Error::Verbs("fill the write buffer", e))?;
-                    SendRequest::rdma_write(m, 0..size as usize, remote)
-                }
-                None => {
-                    data[last] = scnt as u8;
-                    SendRequest::inline(WrOp::RdmaWrite(remote), &data)
-                }
-            }
-            .map_err(|e| Error::Verbs("build an RDMA write", e))?;
+            // The previous WRITE has completed (below): the buffer is ours to change.
+            s.ep.buffer_mut(local)
+                .write(last, &[scnt as u8])
+                .map_err(|e| Error::Verbs("fill the write buffer", e))?;
             posted.push(t0.elapsed());
-            if let Err(e) = s.ep.qps[0].post_send(req) {
-                return Err(Error::Verbs("post an RDMA write", e.error));
-            }
+            // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are
+            // gone; the program writes it only after this request's completion (below).
+            unsafe { s.ep.qps[0].post_send_unchecked(&[wr]) }
+                .map_err(|e| Error::Verbs("post an RDMA write", e))?;
         }
-        if ccnt < iters {
-            while ccnt < scnt {
-                poller.wait(&s.ep, &mut done)?;
-                for mut d in done.drain(..) {
-                    ccnt += d.bufs.len().max(1);
-                    if let Some(b) = d
-                        .bufs
-                        .iter_mut()
-                        .find_map(|r| r.take::<MemoryRegion>().ok())
-                    {
-                        src = Some(b);
-                    }
-                }
-            }
+        while ccnt < scnt {
+            poller.wait(&s.ep, &mut done)?;
+            ccnt += done.drain(..).map(|d| d.finished).sum::<usize>();
         }
     }
     Ok((posted, t0.elapsed()))
 }
 
-/// READ or atomics: the client alone, one request at a time.
+/// READ or atomics: the client alone, one request at a time, into `local`.
+#[allow(unsafe_code)] // borrowed posts, as perftest
 fn one_sided(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
+    local: BufId,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {
     let remote = remote_slice(&s.remote[0], size.max(8));
-    let mut buf = Some(
-        s.ep.pd
-            .reg_mr(size.max(8) as usize, AccessFlags::LOCAL_WRITE)
-            .map_err(|e| Error::Verbs("register the local buffer", e))?,
-    );
+    let (op, len) = match (p.test, p.args.atomic_type) {
+        (Test::AtomicLat, AtomicType::FetchAndAdd) => (WrOp::AtomicFetchAdd { remote, add: 1 }, 8),
+        (Test::AtomicLat, AtomicType::CmpAndSwap) => (
+            WrOp::AtomicCmpSwap {
+                remote,
+                compare: 0,
+                swap: 0,
+            },
+            8,
+        ),
+        _ => (WrOp::RdmaRead(remote), size),
+    };
+    let sge = [s.ep.local(local, len)?];
+    let wr = SendWr {
+        wr_id: send_wr_id(0, 1),
+        op,
+        sges: &sge,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
     let until = p.duration.map(|d| Instant::now() + Duration::from_secs(d));
     let iters = if until.is_some() {
         usize::MAX
@@ -324,36 +313,17 @@ fn one_sided(
     let t0 = Instant::now();
     let mut n = 0usize;
     while n < iters && until.map_or(true, |u| Instant::now() < u) {
-        let b = buf
-            .take()
-            .ok_or_else(|| Error::Peer("local buffer lost".into()))?;
-        let req = match (p.test, p.args.atomic_type) {
-            (Test::AtomicLat, AtomicType::FetchAndAdd) => {
-                SendRequest::fetch_and_add(b, 0, remote, 1)
-            }
-            (Test::AtomicLat, AtomicType::CmpAndSwap) => {
-                SendRequest::compare_and_swap(b, 0, remote, 0, 0)
-            }
-            _ => SendRequest::rdma_read(b, 0..size as usize, remote),
-        }
-        .map_err(|e| Error::Verbs("build the request", e))?;
         if until.is_none() {
             posted.push(t0.elapsed());
         }
-        if let Err(e) = s.ep.qps[0].post_send(req) {
-            return Err(Error::Verbs("post the request", e.error));
-        }
-        while buf.is_none() {
+        // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are gone,
+        // which the program never reads or writes (the NIC writes it).
+        unsafe { s.ep.qps[0].post_send_unchecked(&[wr]) }
+            .map_err(|e| Error::Verbs("post the request", e))?;
+        let mut finished = 0;
+        while finished == 0 {
             poller.wait(&s.ep, &mut done)?;
-            for mut d in done.drain(..) {
-                if let Some(b) = d
-                    .bufs
-                    .iter_mut()
-                    .find_map(|r| r.take::<MemoryRegion>().ok())
-                {
-                    buf = Some(b);
-                }
-            }
+            finished += done.drain(..).map(|d| d.finished).sum::<usize>();
         }
         n += 1;
     }
