@@ -232,7 +232,7 @@ fn write_lat(
             rcnt += 1;
             let want = rcnt as u8;
             let mut b = [0u8];
-            let since = Instant::now();
+            let mut since = None;
             let mut spins = 0u32;
             loop {
                 s.ep.target
@@ -242,7 +242,7 @@ fn write_lat(
                     break;
                 }
                 spins = spins.wrapping_add(1);
-                if spins % 4096 == 0 && since.elapsed() > timeout {
+                if spins % 4096 == 0 && since.get_or_insert_with(Instant::now).elapsed() > timeout {
                     return Err(Error::Peer(format!(
                         "no write from the peer for {} s: it stopped, or runs a different \
                          test or -s",
