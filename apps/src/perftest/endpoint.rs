@@ -36,6 +36,8 @@ pub struct Device {
     pub lid: u16,
     /// The device's `max_qp_rd_atom`.
     pub max_rd_atom: u32,
+    /// The device's vendor id.
+    pub vendor_id: u32,
 }
 
 impl Device {
@@ -128,6 +130,7 @@ impl Device {
             },
             lid: port.lid(),
             max_rd_atom: dev.max_qp_rd_atom(),
+            vendor_id: dev.as_raw().vendor_id,
             ctx,
         })
     }

@@ -188,6 +188,7 @@ fn random_psn(i: usize) -> u32 {
 pub fn run(p: &Params) -> Result<(), Error> {
     let test = p.test;
     let dev = Device::open(p)?;
+    let p = &p.on_device(dev.vendor_id);
     let timeout = p.timeout();
     let quiet = p.args.output.is_some();
     if p.is_server() && !quiet {

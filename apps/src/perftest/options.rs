@@ -85,7 +85,9 @@ pub struct Args {
     /// Post lists of this many requests.
     #[arg(short = 'l', long = "post_list", default_value_t = 1)]
     pub post_list: u32,
-    /// Largest message sent inline (default: 236 for send, 220 for write, 0 otherwise).
+    /// Largest message sent inline (default, as perftest: 236 for send-lat, 220 for write-lat
+    /// on the devices perftest knows, 0 on software devices (rxe, siw) and for every other
+    /// test).
     #[arg(short = 'I', long = "inline_size")]
     pub inline_size: Option<u32>,
     /// Connect the queue pairs with rdma_cm, and run the exchange over rdma_cm too (on the
@@ -140,6 +142,9 @@ pub struct Args {
     /// Server to connect to; without it, wait for a client.
     pub servername: Option<String>,
 }
+
+/// Vendor ids of the software devices: rxe (soft-RoCE) and siw (soft-iWARP).
+const SOFTWARE_VENDORS: [u32; 2] = [0xff_ffff, 0x62_6d74];
 
 /// The options resolved for one test: defaults applied, limits checked.
 #[derive(Debug, Clone)]
@@ -314,9 +319,10 @@ impl Params {
                 return bad(format!("MTU {m} is not one of 256, 512, 1024, 2048, 4096"));
             }
         }
+        // perftest sends inline by default in its latency tests only.
         let inline_size = args.inline_size.unwrap_or(match verb {
-            Verb::Send => 236,
-            Verb::Write => 220,
+            Verb::Send if test.is_latency() => 236,
+            Verb::Write if test.is_latency() => 220,
             _ => 0,
         });
         if inline_size > 912 {
@@ -357,6 +363,18 @@ impl Params {
     }
 
     /// Whether this side is the server.
+    /// These parameters on a device with vendor id `vendor_id`: perftest recognizes devices
+    /// by vendor and part id to send inline by default, and knows no software device, so on
+    /// rxe (vendor 0xffffff) and siw (0x626d74) the default inline size is 0 there, and
+    /// here. An explicit `-I` is kept.
+    pub fn on_device(&self, vendor_id: u32) -> Params {
+        let mut p = self.clone();
+        if p.args.inline_size.is_none() && SOFTWARE_VENDORS.contains(&vendor_id) {
+            p.inline_size = 0;
+        }
+        p
+    }
+
     pub fn is_server(&self) -> bool {
         self.args.servername.is_none()
     }
@@ -399,7 +417,8 @@ mod tests {
         assert_eq!(p.tx_depth, 128);
         assert_eq!(p.cq_mod, 100);
         assert_eq!(p.rx_depth, 1);
-        assert_eq!(p.inline_size, 220);
+        // perftest's bandwidth tests send nothing inline unless asked (-I).
+        assert_eq!(p.inline_size, 0);
         assert!(!p.is_server());
 
         let p = parse(Test::SendBw, &[]).unwrap();
@@ -411,6 +430,19 @@ mod tests {
         assert_eq!(p.args.atomic_type, AtomicType::FetchAndAdd);
         let p = parse(Test::ReadLat, &[]).unwrap();
         assert_eq!((p.sizes[0], p.tx_depth, p.rx_depth), (2, 1, 1));
+        let p = parse(Test::WriteLat, &[]).unwrap();
+        assert_eq!(p.inline_size, 220);
+    }
+
+    #[test]
+    fn software_devices_send_nothing_inline_unless_asked_like_perftest() {
+        let p = parse(Test::SendLat, &[]).unwrap();
+        assert_eq!(p.on_device(0xff_ffff).inline_size, 0);
+        assert_eq!(p.on_device(0x62_6d74).inline_size, 0);
+        // A hardware vendor (Mellanox) keeps perftest's default.
+        assert_eq!(p.on_device(0x02c9).inline_size, 236);
+        let p = parse(Test::SendLat, &["-I", "64"]).unwrap();
+        assert_eq!(p.on_device(0xff_ffff).inline_size, 64);
     }
 
     #[test]
