@@ -218,6 +218,9 @@ fn client(
     };
     let mut posted_at: Vec<Duration> = Vec::with_capacity(iters * nqp);
     let mut completed_at: Vec<Duration> = Vec::with_capacity(iters * nqp);
+    // Each QP sends its own `-n` (the peer posted that many receives per QP).
+    let per_qp = if until.is_some() { usize::MAX } else { iters };
+    let mut sent = vec![0usize; nqp];
     let mut outstanding = vec![0usize; nqp];
     let mut since_signal = vec![0usize; nqp];
     let mut done = Vec::new();
@@ -230,46 +233,55 @@ fn client(
     let t0 = Instant::now();
     while finished < posted || (!stop && posted < total) || receiving {
         let mut progress = false;
-        // Post on every QP up to its depth, in lists of -l.
+        // Post on every QP up to its depth, in lists of -l, before polling (as perftest:
+        // a poll per post would cost a poll per message).
         for qp in 0..nqp {
-            batch.clear();
-            while !stop && posted + batch.len() < total && outstanding[qp] + batch.len() < depth {
-                since_signal[qp] += 1;
-                let n_after = posted + batch.len() + 1;
-                let full = outstanding[qp] + batch.len() + 1 >= depth || n_after >= total;
-                let list_end = p.post_list > 1 && batch.len() as u32 + 1 == p.post_list;
-                let signal = since_signal[qp] >= p.cq_mod as usize || full || list_end;
-                let mut wr = SendWr {
-                    wr_id: send_wr_id(qp, 0),
-                    op: ops[qp],
-                    sges: &sge,
-                    flags,
-                    ud: None,
-                };
-                if signal {
-                    wr.wr_id = send_wr_id(qp, since_signal[qp]);
-                    wr.flags |= SendFlags::SIGNALED;
-                    since_signal[qp] = 0;
+            loop {
+                batch.clear();
+                while !stop
+                    && sent[qp] + batch.len() < per_qp
+                    && outstanding[qp] + batch.len() < depth
+                {
+                    since_signal[qp] += 1;
+                    // The QP's last request and one that fills its queue are signaled: a
+                    // completion must come for every request.
+                    let full = outstanding[qp] + batch.len() + 1 >= depth
+                        || sent[qp] + batch.len() + 1 >= per_qp;
+                    let list_end = p.post_list > 1 && batch.len() as u32 + 1 == p.post_list;
+                    let signal = since_signal[qp] >= p.cq_mod as usize || full || list_end;
+                    let mut wr = SendWr {
+                        wr_id: send_wr_id(qp, 0),
+                        op: ops[qp],
+                        sges: &sge,
+                        flags,
+                        ud: None,
+                    };
+                    if signal {
+                        wr.wr_id = send_wr_id(qp, since_signal[qp]);
+                        wr.flags |= SendFlags::SIGNALED;
+                        since_signal[qp] = 0;
+                    }
+                    batch.push(wr);
+                    if batch.len() as u32 == p.post_list {
+                        break;
+                    }
                 }
-                batch.push(wr);
-                if batch.len() as u32 == p.post_list {
+                if batch.is_empty() {
                     break;
                 }
+                let now = t0.elapsed();
+                let n = batch.len();
+                // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are
+                // gone, which the program never writes after filling it (SEND, WRITE) nor reads
+                // (READ lands there).
+                unsafe { s.ep.qps[qp].post_send_unchecked(&batch) }
+                    .map_err(|e| Error::Verbs("post requests", e))?;
+                posted_at.extend(std::iter::repeat(now).take(n));
+                outstanding[qp] += n;
+                sent[qp] += n;
+                posted += n;
+                progress = true;
             }
-            if batch.is_empty() {
-                continue;
-            }
-            let now = t0.elapsed();
-            let n = batch.len();
-            // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are
-            // gone, which the program never writes after filling it (SEND, WRITE) nor reads
-            // (READ lands there).
-            unsafe { s.ep.qps[qp].post_send_unchecked(&batch) }
-                .map_err(|e| Error::Verbs("post requests", e))?;
-            posted_at.extend(std::iter::repeat(now).take(n));
-            outstanding[qp] += n;
-            posted += n;
-            progress = true;
         }
         if !stop && until.is_some_and(|u| Instant::now() >= u) {
             stop = true;
@@ -298,6 +310,9 @@ fn client(
                 poller.poll_now(&s.ep, &mut done)?;
             } else {
                 poller.wait(&s.ep, &mut done)?;
+            }
+            if done.is_empty() {
+                continue;
             }
             let now = t0.elapsed();
             for d in done.drain(..) {

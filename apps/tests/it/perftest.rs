@@ -427,3 +427,20 @@ fn perftest_peer_with_other_parameters_is_reported() {
         all(&c)
     );
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn several_qps_with_iterations_not_a_multiple_of_the_signal_interval() {
+    // -q 2 -n 150 with -Q 100: each QP's last request is signaled (150 is no multiple of
+    // 100), and each QP sends exactly its 150 (the peer posted that many receives per QP),
+    // however the queues refill. Against perftest's server, then ours.
+    for (port, server) in [(18_830, TOOLS[4].1), (18_831, TOOLS[4].0)] {
+        let extra = ["-q", "2", "-n", "150", "-s", "1024"];
+        let (_, c) = pair(server, TOOLS[4].0, port, &extra, false);
+        let r = rows(&c);
+        assert_eq!(r.len(), 1, "{c}");
+        // Like perftest, the table counts every QP's iterations.
+        assert_eq!(r[0][1], 300.0, "{c}");
+        assert!(r[0][3] > 0.0, "no bandwidth: {c}");
+    }
+}
