@@ -144,7 +144,11 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 cmd.args(["build", "--release", "-p", "apps", "--bins"]);
                 util::status(cmd, "cargo build --release -p apps --bins")?;
                 let bins = util::target_dir().join("release");
-                script.push_str(&perftest_bench::script(&perftest_bench::cases(), &bins));
+                script.push_str(&perftest_bench::script(
+                    &perftest_bench::cases(),
+                    &bins,
+                    perftest_bench::ROUNDS,
+                ));
             }
             Kind::Pingpong => {
                 let mut cmd = util::cargo();

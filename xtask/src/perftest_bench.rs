@@ -1,6 +1,7 @@
 //! `cargo xtask bench perftest`: each of our perftest-compatible tools and its perftest
 //! counterpart back to back on the same device pair (server on the peer, client here), at
-//! 2 B..64 KiB (latency) and 2 B..1 MiB (bandwidth); the comparison JSON, charts and table.
+//! 2 B..64 KiB (latency) and 2 B..1 MiB (bandwidth), in [`ROUNDS`] rounds; the comparison
+//! JSON, charts and table, from each side's median over the rounds.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -14,6 +15,11 @@ const LAT_TESTS: [&str; 4] = ["send_lat", "write_lat", "read_lat", "atomic_lat"]
 const BW_TESTS: [&str; 3] = ["send_bw", "write_bw", "read_bw"];
 const LAT_SIZES: [u64; 5] = [2, 64, 1024, 4096, 65_536];
 const BW_SIZES: [u64; 6] = [2, 64, 1024, 16_384, 65_536, 1 << 20];
+
+/// Rounds over every case. Within a round ours and perftest's run back to back, perftest's
+/// first in every other round; each side's reported row is the median of its rounds (under
+/// emulation one run of a case varies by 10% and more, and now and then far more).
+pub const ROUNDS: usize = 3;
 
 /// One measurement to take, for both implementations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,9 +76,10 @@ pub fn cases() -> Vec<Case> {
     v
 }
 
-/// The shell script that runs every case, ours then perftest's, marking each client's output
-/// with `@@case <test> <size> <ours|perftest>` and `@@rc <status>`.
-pub fn script(cases: &[Case], ours_dir: &Path) -> String {
+/// The shell script that runs every case `rounds` times, ours and perftest's back to back
+/// (alternating which goes first), marking each client's output with
+/// `@@case <test> <size> <ours|perftest>` and `@@rc <status>`.
+pub fn script(cases: &[Case], ours_dir: &Path, rounds: usize) -> String {
     let mut s = String::from(
         r#"PD=${RDMA_TEST_PEER_DEVICE:-$RDMA_TEST_DEVICE}
 PG=${RDMA_TEST_PEER_GID_INDEX:-$RDMA_TEST_GID_INDEX}
@@ -94,24 +101,30 @@ pt_case() {
 }
 "#,
     );
-    for c in cases {
-        let ours = ours_dir
-            .join(c.test.replace('_', "-"))
-            .to_string_lossy()
-            .into_owned();
-        let theirs = format!("ib_{}", c.test);
-        let mut args = format!("-F -n {}", c.iters);
-        if c.test != "atomic_lat" {
-            args.push_str(&format!(" -s {}", c.size));
-        }
-        if let Some(t) = c.tx_depth {
-            args.push_str(&format!(" -t {t}"));
-        }
-        for (who, prog) in [("ours", &ours), ("perftest", &theirs)] {
-            s.push_str(&format!(
-                "pt_case '{} {} {who}' {prog} {prog} {args}\n",
-                c.test, c.size
-            ));
+    for round in 0..rounds {
+        for c in cases {
+            let ours = ours_dir
+                .join(c.test.replace('_', "-"))
+                .to_string_lossy()
+                .into_owned();
+            let theirs = format!("ib_{}", c.test);
+            let mut args = format!("-F -n {}", c.iters);
+            if c.test != "atomic_lat" {
+                args.push_str(&format!(" -s {}", c.size));
+            }
+            if let Some(t) = c.tx_depth {
+                args.push_str(&format!(" -t {t}"));
+            }
+            let mut both = [("ours", &ours), ("perftest", &theirs)];
+            if round % 2 == 1 {
+                both.reverse();
+            }
+            for (who, prog) in both {
+                s.push_str(&format!(
+                    "pt_case '{} {} {who}' {prog} {prog} {args}\n",
+                    c.test, c.size
+                ));
+            }
         }
     }
     s
@@ -120,9 +133,11 @@ pt_case() {
 /// A client's result row: the numbers of perftest's table line.
 pub type Row = Vec<f64>;
 
-/// Parses the script's output: (test, size, ours?) -> result row (last row of the case).
+/// Parses the script's output: (test, size, ours?) -> result row (each run's last row; over
+/// several rounds, the median of each column).
 pub fn parse(lines: &[String]) -> BTreeMap<(String, u64, bool), Row> {
-    let mut out = BTreeMap::new();
+    let mut runs: BTreeMap<(String, u64, bool), BTreeMap<usize, Row>> = BTreeMap::new();
+    let mut round: BTreeMap<(String, u64, bool), usize> = BTreeMap::new();
     let mut current: Option<(String, u64, bool)> = None;
     for l in lines {
         if let Some(rest) = l.strip_prefix("@@case ") {
@@ -134,6 +149,9 @@ pub fn parse(lines: &[String]) -> BTreeMap<(String, u64, bool), Row> {
                     .map(|s| ((*t).to_string(), s, *who == "ours")),
                 _ => None,
             };
+            if let Some(key) = &current {
+                *round.entry(key.clone()).or_default() += 1;
+            }
             continue;
         }
         if l.starts_with("@@rc ") {
@@ -147,11 +165,33 @@ pub fn parse(lines: &[String]) -> BTreeMap<(String, u64, bool), Row> {
                 .filter_map(|w| w.parse().ok())
                 .collect();
             if row.len() == 5 || row.len() == 9 {
-                out.insert(key.clone(), row);
+                runs.entry(key.clone()).or_default().insert(round[key], row);
             }
         }
     }
-    out
+    runs.into_iter()
+        .filter_map(|(key, rows)| median_row(rows.into_values().collect()).map(|r| (key, r)))
+        .collect()
+}
+
+/// The median of each column over `rows` (those as long as the first); `None` if empty.
+fn median_row(rows: Vec<Row>) -> Option<Row> {
+    let len = rows.first()?.len();
+    let rows: Vec<Row> = rows.into_iter().filter(|r| r.len() == len).collect();
+    Some(
+        (0..len)
+            .map(|i| {
+                let mut col: Vec<f64> = rows.iter().map(|r| r[i]).collect();
+                col.sort_by(f64::total_cmp);
+                let n = col.len();
+                if n % 2 == 1 {
+                    col[n / 2]
+                } else {
+                    (col[n / 2 - 1] + col[n / 2]) / 2.0
+                }
+            })
+            .collect(),
+    )
 }
 
 /// The comparisons: typical latency (lower is better), average bandwidth and, at 2 B, the
@@ -199,6 +239,7 @@ pub fn report(device: &str, rows: &BTreeMap<(String, u64, bool), Row>) -> Report
         "note".into(),
         json!("ours and perftest measured back to back in one run; compare ratios"),
     );
+    extra.insert("rounds".into(), json!(ROUNDS));
     Report {
         bench: "perftest".into(),
         device: device.into(),
@@ -265,9 +306,14 @@ mod tests {
         let c = cases();
         assert!(c.iter().any(|c| c.test == "send_lat" && c.size == 65_536));
         assert!(c.iter().any(|c| c.test == "read_bw" && c.size == 1 << 20));
-        let s = script(&c[..1], Path::new("/x"));
-        assert!(s.contains("pt_case 'send_lat 2 ours' /x/send-lat /x/send-lat -F -n 1000 -s 2"));
-        assert!(s.contains("pt_case 'send_lat 2 perftest' ib_send_lat ib_send_lat"));
+        let s = script(&c[..1], Path::new("/x"), 2);
+        let ours = "pt_case 'send_lat 2 ours' /x/send-lat /x/send-lat -F -n 1000 -s 2";
+        let theirs = "pt_case 'send_lat 2 perftest' ib_send_lat ib_send_lat";
+        // Round 1: ours first; round 2: perftest's first.
+        let at = |p: &str| s.match_indices(p).map(|(i, _)| i).collect::<Vec<_>>();
+        let (o, t) = (at(ours), at(theirs));
+        assert_eq!((o.len(), t.len()), (2, 2));
+        assert!(o[0] < t[0] && t[1] < o[1]);
     }
 
     #[test]
@@ -276,6 +322,13 @@ mod tests {
             "@@case send_lat 2 ours",
             " #bytes #iterations    t_min[usec] ...",
             " 2       1000          5.00   9.00   6.00   6.50   0.50   8.00   9.00",
+            "@@rc 0",
+            // Two more rounds of ours: the medians are 5.0 (t_min) and 6.0 (t_typical).
+            "@@case send_lat 2 ours",
+            " 2       1000          4.00   9.00   60.00   6.50   0.50   8.00   9.00",
+            "@@rc 0",
+            "@@case send_lat 2 ours",
+            " 2       1000          7.00   9.00   5.00   6.50   0.50   8.00   9.00",
             "@@rc 0",
             "@@case send_lat 2 perftest",
             " 2       1000          5.00   9.00   5.00   6.50   0.50   8.00   9.00",
@@ -302,7 +355,8 @@ mod tests {
         assert!(!lat.met());
         assert_eq!(r.comparisons[1].metric, "msg_rate");
         assert!((r.comparisons[1].ratio() - 0.5).abs() < 1e-12);
-        assert!(script(&cases(), Path::new("/x")).contains("read-bw -F -n 50 -s 1048576 -t 16"));
+        assert_eq!(rows[&("send_lat".to_string(), 2, true)][2], 5.0);
+        assert!(script(&cases(), Path::new("/x"), 1).contains("read-bw -F -n 50 -s 1048576 -t 16"));
         let dir = std::env::temp_dir().join(format!("xtask-pt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         charts(&rows, &dir).unwrap();
