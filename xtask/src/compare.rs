@@ -18,6 +18,20 @@ pub fn finite_or_null(x: f64) -> Value {
     }
 }
 
+/// The median of `v` (NaN when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
 /// The fields every comparison has, in the JSON; a bench may add others beside them.
 pub const FIELDS: [&str; 9] = [
     "case",

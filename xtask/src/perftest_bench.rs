@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::{json, Map};
 
 use crate::chart::{self, Series};
-use crate::compare::{Better, Comparison, Report};
+use crate::compare::{self, Better, Comparison, Report};
 use crate::util::Result;
 
 const LAT_TESTS: [&str; 4] = ["send_lat", "write_lat", "read_lat", "atomic_lat"];
@@ -180,16 +180,7 @@ fn median_row(rows: Vec<Row>) -> Option<Row> {
     let rows: Vec<Row> = rows.into_iter().filter(|r| r.len() == len).collect();
     Some(
         (0..len)
-            .map(|i| {
-                let mut col: Vec<f64> = rows.iter().map(|r| r[i]).collect();
-                col.sort_by(f64::total_cmp);
-                let n = col.len();
-                if n % 2 == 1 {
-                    col[n / 2]
-                } else {
-                    (col[n / 2 - 1] + col[n / 2]) / 2.0
-                }
-            })
+            .map(|i| compare::median(rows.iter().map(|r| r[i]).collect()))
             .collect(),
     )
 }

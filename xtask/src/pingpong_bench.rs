@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::{json, Map};
 
-use crate::compare::{finite_or_null, Better, Comparison, Report};
+use crate::compare::{finite_or_null, median, Better, Comparison, Report};
 
 /// Message sizes measured.
 pub const SIZES: [u64; 2] = [64, 4096];
@@ -87,20 +87,6 @@ pub fn parse(lines: &[String]) -> Samples {
 /// A run slower than this many times the fastest run of its size (either side) was held up
 /// by the host rather than by the program: [`report`] gives medians without such runs too.
 pub const QUIET_FACTOR: f64 = 2.0;
-
-/// The median of `v` (NaN when empty).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 /// One comparison per size: median usec/iter, ours against `ibv_rc_pingpong` (lower is
 /// better, goal 1.00x), with every sample and the median per-pair ratio.

@@ -100,6 +100,15 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     Ok(results)
 }
 
+/// A ping-pong's send or write: signaled, and inline when the QP takes `size` bytes so.
+fn ping_flags(ep: &Endpoint, size: u64) -> SendFlags {
+    if size <= u64::from(ep.max_inline) {
+        SendFlags::SIGNALED | SendFlags::INLINE
+    } else {
+        SendFlags::SIGNALED
+    }
+}
+
 /// send-lat's receives: `depth` kept posted into one buffer, whose contents nobody reads.
 struct Receives {
     sge: [LocalSlice; 1],
@@ -129,10 +138,7 @@ fn send_lat(
 ) -> Result<(Vec<Duration>, Duration), Error> {
     let iters = p.iters as usize;
     let client = !p.is_server();
-    let mut flags = SendFlags::SIGNALED;
-    if size <= u64::from(s.ep.max_inline) {
-        flags |= SendFlags::INLINE;
-    }
+    let flags = ping_flags(&s.ep, size);
     let send_sge = [s.ep.local(local, size)?];
     let wr = SendWr {
         wr_id: send_wr_id(0, 1),
@@ -210,10 +216,7 @@ fn write_lat(
     let server = p.is_server();
     let last = size as usize - 1;
     let remote = remote_slice(&s.remote[0], size);
-    let mut flags = SendFlags::SIGNALED;
-    if size <= u64::from(s.ep.max_inline) {
-        flags |= SendFlags::INLINE;
-    }
+    let flags = ping_flags(&s.ep, size);
     let sge = [s.ep.local(local, size)?];
     let wr = SendWr {
         wr_id: send_wr_id(0, 1),
