@@ -1,13 +1,13 @@
 //! The bandwidth tests, as perftest runs them: the client keeps up to `-t` requests in flight
 //! per QP, signalling one in `-Q` (`run_iter_bw`); for SEND the server counts receives
 //! (`run_iter_bw_server`); for WRITE and READ the server only waits for the report exchange.
-//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_buffer`]).
+//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_source`]).
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use verbs::{LocalSlice, SendFlags, SendWr, WrOp};
 
-use super::endpoint::{remote_slice, send_wr_id, BufId, Endpoint, Poller};
+use super::endpoint::{part, remote_slice, send_wr_id, Endpoint, Poller};
 use super::exchange::BwReport;
 use super::options::{Output, Params};
 use super::report::{self, BwStats};
@@ -37,16 +37,20 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     let mut last = BwStats::compute(0, &[], &[], 1, gbits);
     // What SENDs and WRITEs send, or where READs land (every request of every QP: nobody
     // looks at the contents, as in perftest).
-    let local =
-        s.ep.add_buffer(p.max_size, 0x5a, "register the local buffer (lower -s?)")?;
+    let what = "register the local buffer (lower -s?)";
+    let local = if verb == Verb::Read {
+        s.ep.add_sink(p.max_size, what)?
+    } else {
+        s.ep.add_source(p.max_size, |_| 0x5a, what)?
+    };
     // send-bw server (and both sides with -b): `-r` receives per QP into one buffer, topped
     // up before each size's synchronising handshake.
     let receives = verb == Verb::Send && (server || duplex);
     let mut recvs = if receives {
-        let buf =
-            s.ep.add_buffer(p.max_size, 0, "register the receive buffer (lower -s?)")?;
         Some(Receives {
-            sge: [s.ep.local(buf, p.max_size)?],
+            sge: [s
+                .ep
+                .add_sink(p.max_size, "register the receive buffer (lower -s?)")?],
             depth: p.rx_depth as usize,
             posted: vec![0; s.ep.qps.len()],
         })
@@ -180,12 +184,11 @@ fn serve_sends(
 /// The sending side of send/write/read bandwidth, from (or, for READ, into) `local`; with
 /// `recv` (send-bw -b) it also takes the peer's `-n` messages per QP, keeping receives
 /// posted.
-#[allow(unsafe_code)] // borrowed posts, as perftest
 fn client(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
-    local: BufId,
+    local: LocalSlice,
     size: u64,
     mut recv: Option<&mut Receives>,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {
@@ -196,7 +199,7 @@ fn client(
     if verb != Verb::Read && size <= u64::from(s.ep.max_inline) {
         flags |= SendFlags::INLINE;
     }
-    let sge = [s.ep.local(local, size)?];
+    let sge = [part(local, 0, size)?];
     let ops: Vec<WrOp> = s
         .remote
         .iter()
@@ -271,11 +274,7 @@ fn client(
                 }
                 let now = t0.elapsed();
                 let n = batch.len();
-                // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are
-                // gone, which the program never writes after filling it (SEND, WRITE) nor reads
-                // (READ lands there).
-                unsafe { s.ep.qps[qp].post_send_unchecked(&batch) }
-                    .map_err(|e| Error::Verbs("post requests", e))?;
+                s.ep.post_send(qp, &batch)?;
                 posted_at.extend(std::iter::repeat(now).take(n));
                 outstanding[qp] += n;
                 sent[qp] += n;
@@ -295,9 +294,7 @@ fn client(
                         flags: flags | SendFlags::SIGNALED,
                         ud: None,
                     };
-                    // SAFETY: as above.
-                    unsafe { s.ep.qps[qp].post_send_unchecked(&[wr]) }
-                        .map_err(|e| Error::Verbs("post the last request", e))?;
+                    s.ep.post_send(qp, &[wr])?;
                     posted_at.push(t0.elapsed());
                     outstanding[qp] += 1;
                     posted += 1;

@@ -2,16 +2,17 @@
 //! buffer the peer may access, connected as perftest connects them (`ctx_connect`); the
 //! memory of the test loops' requests; and the completion poller every test loop uses.
 //!
-//! The loops post as perftest does: borrowed work requests on registered memory that lives
-//! as long as the QPs ([`Endpoint::add_buffer`]), completions told apart by their `wr_id`
-//! ([`send_wr_id`], [`recv_wr_id`]). An iteration allocates nothing and keeps no in-flight
-//! bookkeeping.
+//! The loops post as perftest does: borrowed work requests on registered memory kept for the
+//! run ([`Endpoint::add_source`], [`Endpoint::add_sink`], through verbs' [`FixedBuffers`]),
+//! completions told apart by their `wr_id` ([`send_wr_id`], [`recv_wr_id`]). An iteration
+//! allocates nothing and keeps no in-flight bookkeeping.
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    AccessFlags, AhAttr, CompletionBuf, Context, Cq, Gid, GidType, GlobalRoute, LinkLayer,
-    LocalSlice, MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
-    RecvWr, RemoteSlice, WcStatus,
+    AccessFlags, AhAttr, CompletionBuf, Context, Cq, FixedBuffers, Gid, GidType, GlobalRoute,
+    LinkLayer, LocalSlice, MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpCap, QpInitAttr,
+    QpState, QpType, RecvWr, RemoteSlice, SendWr, WcStatus,
 };
 
 use super::cm_link::{server_addr, QpSpec, TestConns};
@@ -182,15 +183,11 @@ pub struct Endpoint {
     cm: Option<TestConns>,
     /// `-R` server: the listener for the test's QPs, bound before the client may connect them.
     cm_listener: Option<cm::Listener>,
-    /// Memory of the test loops' borrowed requests ([`add_buffer`](Self::add_buffer)). Last
-    /// field, so it is dropped (and deregistered) after every QP: a test may end with
-    /// requests still posted (receives, a duration run's tail).
-    buffers: Vec<MemoryRegion>,
+    /// Memory of the test loops' requests ([`add_source`](Self::add_source),
+    /// [`add_sink`](Self::add_sink)). Last field, so it is dropped after every QP: a test may
+    /// end with requests still posted (receives, a duration run's tail).
+    buffers: FixedBuffers,
 }
-
-/// A buffer of an [`Endpoint`] (see [`Endpoint::add_buffer`]).
-#[derive(Debug, Clone, Copy)]
-pub struct BufId(usize);
 
 /// The test QPs' queue sizes (`-t`, `-r`, `-I`).
 fn qp_cap(p: &Params) -> QpCap {
@@ -287,38 +284,55 @@ impl Endpoint {
             qp_access,
             cm: None,
             cm_listener: None,
-            buffers: Vec::new(),
+            buffers: FixedBuffers::new(),
         })
     }
 
-    /// Registers `len` bytes (at least 8) filled with `fill`, for borrowed requests. They
-    /// stay registered until the endpoint goes, after its QPs, so a request posted on them
-    /// can never outlive them.
-    pub fn add_buffer(&mut self, len: u64, fill: u8, what: &'static str) -> Result<BufId, Error> {
-        let mut m = self
-            .pd
+    /// Registers `len` bytes (at least 8), byte `i` set to `fill(i)`, as memory the NIC reads
+    /// (SEND and WRITE sources; see [`FixedBuffers`]); returns all of it as a scatter/gather
+    /// entry.
+    pub fn add_source(
+        &mut self,
+        len: u64,
+        fill: impl Fn(usize) -> u8,
+        what: &'static str,
+    ) -> Result<LocalSlice, Error> {
+        let mut m = self.register(len, what)?;
+        for (i, b) in m.as_mut_slice().iter_mut().enumerate() {
+            *b = fill(i);
+        }
+        let m = Arc::new(m);
+        let sge = m
+            .local(..)
+            .map_err(|e| Error::Verbs("describe a source", e))?;
+        self.buffers.add_source(m);
+        Ok(sge)
+    }
+
+    /// Registers `len` bytes (at least 8) as memory the NIC writes (receives, READ and atomic
+    /// results), which the program never looks at; returns all of it as a scatter/gather
+    /// entry.
+    pub fn add_sink(&mut self, len: u64, what: &'static str) -> Result<LocalSlice, Error> {
+        let m = self.register(len, what)?;
+        self.buffers
+            .add_sink(m, ..)
+            .map_err(|e| Error::Verbs("describe a sink", e))
+    }
+
+    fn register(&self, len: u64, what: &'static str) -> Result<MemoryRegion, Error> {
+        self.pd
             .reg_mr(len.max(8) as usize, AccessFlags::LOCAL_WRITE)
-            .map_err(|e| Error::Verbs(what, e))?;
-        m.as_mut_slice().fill(fill);
-        self.buffers.push(m);
-        Ok(BufId(self.buffers.len() - 1))
+            .map_err(|e| Error::Verbs(what, e))
     }
 
-    /// The first `len` bytes of buffer `id`, as a scatter/gather entry.
-    pub fn local(&self, id: BufId, len: u64) -> Result<LocalSlice, Error> {
-        self.buffers[id.0]
-            .local(..len as usize)
-            .map_err(|e| Error::Verbs("describe a buffer (the message is larger than it)", e))
+    /// Posts `wrs` on QP `qp` as one chain, on this endpoint's buffers.
+    pub fn post_send(&self, qp: usize, wrs: &[SendWr<'_>]) -> Result<(), Error> {
+        self.buffers
+            .post_send(&self.qps[qp], wrs)
+            .map_err(|e| Error::Verbs("post requests", e))
     }
 
-    /// Buffer `id`, to write what the next request sends (only while no request that reads
-    /// it is outstanding).
-    pub fn buffer_mut(&mut self, id: BufId) -> &mut MemoryRegion {
-        &mut self.buffers[id.0]
-    }
-
-    /// Posts `n` receives of QP `qp` into `sge` (borrowed, in chains), with [`recv_wr_id`].
-    #[allow(unsafe_code)]
+    /// Posts `n` receives of QP `qp` into `sge` (in chains), with [`recv_wr_id`].
     pub fn post_recvs(&self, qp: usize, sge: &[LocalSlice; 1], n: usize) -> Result<(), Error> {
         const CHAIN: usize = 8;
         let wr = RecvWr {
@@ -329,10 +343,8 @@ impl Endpoint {
         let mut left = n;
         while left > 0 {
             let k = left.min(CHAIN);
-            // SAFETY: `sge` lies in one of this endpoint's buffers (the tools post only
-            // those), registered until after the QPs are gone; no test reads or writes a
-            // receive buffer, so the NIC alone touches that memory.
-            unsafe { self.qps[qp].post_recv_unchecked(&chain[..k]) }
+            self.buffers
+                .post_recv(&self.qps[qp], &chain[..k])
                 .map_err(|e| Error::Verbs("post receives (lower -r?)", e))?;
             left -= k;
         }
@@ -470,6 +482,12 @@ pub fn remote_slice(d: &Dest, len: u64) -> RemoteSlice {
         len: len as u32,
         rkey: d.rkey,
     }
+}
+
+/// `len` bytes of `buf` from `offset`, as a scatter/gather entry.
+pub fn part(buf: LocalSlice, offset: u64, len: u64) -> Result<LocalSlice, Error> {
+    buf.slice(offset as usize..(offset + len) as usize)
+        .map_err(|e| Error::Verbs("describe a message (it is larger than its buffer)", e))
 }
 
 /// `wr_id` bit of a receive.

@@ -4,13 +4,13 @@
 //! alone (`run_iter_lat`) while the server waits.
 //!
 //! Each posts as perftest does: one borrowed work request on memory registered for the run
-//! (see [`Endpoint::add_buffer`]), so an iteration allocates nothing.
+//! (see [`Endpoint::add_source`]), so an iteration allocates nothing.
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use verbs::{LocalSlice, SendFlags, SendWr, WrOp};
 
-use super::endpoint::{remote_slice, send_wr_id, BufId, Done, Endpoint, Poller};
+use super::endpoint::{part, remote_slice, send_wr_id, Done, Endpoint, Poller};
 use super::options::{AtomicType, Output, Params};
 use super::report::{self, LatDuration, LatStats};
 use super::{Error, Test, TestRun};
@@ -40,14 +40,19 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     let mut poller = Poller::new(16, p.args.events, p.timeout());
     let mut results = Vec::new();
     // What our requests send (SEND, WRITE) or what the NIC writes (READ, atomics).
-    let local =
-        s.ep.add_buffer(p.max_size, 0x5a, "register the local buffer (lower -s?)")?;
+    let what = "register the local buffer (lower -s?)";
+    let local = match p.test {
+        Test::SendLat => s.ep.add_source(p.max_size, |_| 0x5a, what)?,
+        // Byte i is i mod 256: each write sends the message that ends in its count.
+        Test::WriteLat => s.ep.add_source(p.max_size + 256, |i| i as u8, what)?,
+        _ => s.ep.add_sink(p.max_size, what)?,
+    };
     let mut receives = None;
     if p.test == Test::SendLat {
-        let buf =
-            s.ep.add_buffer(p.max_size, 0, "register the receive buffer (lower -s?)")?;
         let mut r = Receives {
-            sge: [s.ep.local(buf, p.max_size)?],
+            sge: [s
+                .ep
+                .add_sink(p.max_size, "register the receive buffer (lower -s?)")?],
             depth: LAT_RECVS.min(p.rx_depth as usize).max(1),
             posted: 0,
         };
@@ -127,19 +132,18 @@ impl Receives {
 
 /// send-lat: one SEND ping-pong per iteration, sent from `local` (inline when the QP takes
 /// it).
-#[allow(unsafe_code)] // borrowed posts, as perftest
 fn send_lat(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
-    local: BufId,
+    local: LocalSlice,
     recvs: &mut Receives,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {
     let iters = p.iters as usize;
     let client = !p.is_server();
     let flags = ping_flags(&s.ep, size);
-    let send_sge = [s.ep.local(local, size)?];
+    let send_sge = [part(local, 0, size)?];
     let wr = SendWr {
         wr_id: send_wr_id(0, 1),
         op: WrOp::Send,
@@ -169,11 +173,7 @@ fn send_lat(
                 recvs.refill(&s.ep)?;
             }
             posted.push(t0.elapsed());
-            // SAFETY: `send_sge` lies in an endpoint buffer, registered until after the QPs
-            // are gone, and nothing writes it once the test runs (an inline send is copied
-            // during the call anyway).
-            unsafe { s.ep.qps[0].post_send_unchecked(&[wr]) }
-                .map_err(|e| Error::Verbs("post a send", e))?;
+            s.ep.post_send(0, &[wr])?;
             send_pending = true;
             scnt += 1;
         }
@@ -204,12 +204,11 @@ fn count_lat(
 
 /// write-lat: an RDMA WRITE ping-pong from `local` into the peer's target; each side
 /// polls the last byte of its own target for the peer's next write.
-#[allow(unsafe_code)] // borrowed posts, as perftest
 fn write_lat(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
-    local: BufId,
+    local: LocalSlice,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {
     let iters = p.iters as usize;
@@ -217,14 +216,6 @@ fn write_lat(
     let last = size as usize - 1;
     let remote = remote_slice(&s.remote[0], size);
     let flags = ping_flags(&s.ep, size);
-    let sge = [s.ep.local(local, size)?];
-    let wr = SendWr {
-        wr_id: send_wr_id(0, 1),
-        op: WrOp::RdmaWrite(remote),
-        sges: &sge,
-        flags,
-        ud: None,
-    };
     let mut posted = Vec::with_capacity(iters);
     let (mut scnt, mut rcnt, mut ccnt) = (0usize, 0usize, 0usize);
     let mut done = Vec::new();
@@ -257,15 +248,18 @@ fn write_lat(
         }
         if scnt < iters {
             scnt += 1;
-            // The previous WRITE has completed (below): the buffer is ours to change.
-            s.ep.buffer_mut(local)
-                .write(last, &[scnt as u8])
-                .map_err(|e| Error::Verbs("fill the write buffer", e))?;
+            // The message whose last byte is the count (byte i of `local` is i mod 256).
+            let start = (scnt + 256 - last % 256) % 256;
+            let sge = [part(local, start as u64, size)?];
+            let wr = SendWr {
+                wr_id: send_wr_id(0, 1),
+                op: WrOp::RdmaWrite(remote),
+                sges: &sge,
+                flags,
+                ud: None,
+            };
             posted.push(t0.elapsed());
-            // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are
-            // gone; the program writes it only after this request's completion (below).
-            unsafe { s.ep.qps[0].post_send_unchecked(&[wr]) }
-                .map_err(|e| Error::Verbs("post an RDMA write", e))?;
+            s.ep.post_send(0, &[wr])?;
         }
         while ccnt < scnt {
             poller.wait(&s.ep, &mut done)?;
@@ -276,12 +270,11 @@ fn write_lat(
 }
 
 /// READ or atomics: the client alone, one request at a time, into `local`.
-#[allow(unsafe_code)] // borrowed posts, as perftest
 fn one_sided(
     p: &Params,
     s: &mut TestRun,
     poller: &mut Poller,
-    local: BufId,
+    local: LocalSlice,
     size: u64,
 ) -> Result<(Vec<Duration>, Duration), Error> {
     let remote = remote_slice(&s.remote[0], size.max(8));
@@ -297,7 +290,7 @@ fn one_sided(
         ),
         _ => (WrOp::RdmaRead(remote), size),
     };
-    let sge = [s.ep.local(local, len)?];
+    let sge = [part(local, 0, len)?];
     let wr = SendWr {
         wr_id: send_wr_id(0, 1),
         op,
@@ -319,10 +312,7 @@ fn one_sided(
         if until.is_none() {
             posted.push(t0.elapsed());
         }
-        // SAFETY: `sge` lies in an endpoint buffer, registered until after the QPs are gone,
-        // which the program never reads or writes (the NIC writes it).
-        unsafe { s.ep.qps[0].post_send_unchecked(&[wr]) }
-            .map_err(|e| Error::Verbs("post the request", e))?;
+        s.ep.post_send(0, &[wr])?;
         let mut finished = 0;
         while finished == 0 {
             poller.wait(&s.ep, &mut done)?;

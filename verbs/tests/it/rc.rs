@@ -1,7 +1,7 @@
 //! Every RC opcode over a loopback pair, data verified byte for byte.
 use verbs::{
-    AccessFlags, LocalSlice, MemoryRegion, QpCap, QpType, RecvRequest, RecvWr, SendFlags,
-    SendRequest, SendWr, WcFlags, WcOpcode, WrOp,
+    AccessFlags, FixedBuffers, LocalSlice, MemoryRegion, QpCap, QpType, RecvRequest, RecvWr,
+    SendFlags, SendRequest, SendWr, WcFlags, WcOpcode, WrOp,
 };
 
 use crate::support::{one, Pair, ALL_REMOTE};
@@ -326,6 +326,116 @@ fn borrowed_posting_with_raw_registration() {
         }])
     };
     assert!(matches!(e, Err(verbs::Error::InvalidWorkRequest { .. })));
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn fixed_buffers_post_borrowed_requests_safely_and_refuse_memory_they_do_not_keep() {
+    let p = Pair::rc();
+    let data = pattern(3000, 11);
+    let target =
+        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
+            .unwrap();
+    let remote = target.remote(..).unwrap();
+    // A source (the NIC reads it; we keep a shared handle) and a sink (the NIC writes it).
+    let src = std::sync::Arc::new(filled(&p, &data));
+    let mut fixed = FixedBuffers::new();
+    fixed.add_source(src.clone());
+    let sink = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let sink = fixed.add_sink(sink, ..).unwrap();
+    let from_src = [src.local(0..3000).unwrap()];
+    let into_sink = [sink.slice(0..3000).unwrap()];
+    let write = |sges: &[LocalSlice], wr_id| {
+        fixed
+            .post_send(
+                &p.a,
+                &[SendWr {
+                    wr_id,
+                    op: WrOp::RdmaWrite(remote),
+                    sges,
+                    flags: SendFlags::SIGNALED,
+                    ud: None,
+                }],
+            )
+            .unwrap();
+        let (c, back) = one(&p.cq_a, &p.a);
+        assert_eq!((c.wr_id, c.status, back.len()), (wr_id, Ok(()), 0));
+    };
+    // WRITE from the source: the target holds the data.
+    write(&from_src, 1);
+    let mut got = vec![0u8; 3000];
+    target.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    // READ it back into the sink, clear the target, WRITE from the sink: the READ landed.
+    fixed
+        .post_send(
+            &p.a,
+            &[SendWr {
+                wr_id: 2,
+                op: WrOp::RdmaRead(remote.slice(0..3000).unwrap()),
+                sges: &into_sink,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            }],
+        )
+        .unwrap();
+    assert_eq!(one(&p.cq_a, &p.a).0.status, Ok(()));
+    let mut target = target;
+    target.write(0, &[0; 4096]).unwrap();
+    write(&into_sink, 3);
+    target.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    // A READ into the source, a receive into it, and memory the buffers do not keep are
+    // refused before anything is posted.
+    let read_into_src = SendWr {
+        wr_id: 4,
+        op: WrOp::RdmaRead(remote),
+        sges: &from_src,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    let e = fixed.post_send(&p.a, &[read_into_src]).unwrap_err();
+    assert!(e.to_string().contains("no sink"), "{e}");
+    let e = fixed
+        .post_recv(
+            &p.b,
+            &[RecvWr {
+                wr_id: 5,
+                sges: &from_src,
+            }],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("no sink"), "{e}");
+    let other = filled(&p, &data);
+    let e = fixed
+        .post_send(
+            &p.a,
+            &[SendWr {
+                wr_id: 6,
+                op: WrOp::Send,
+                sges: &[other.local(..).unwrap()],
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            }],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("source or sink"), "{e}");
+    // One byte past the sink is outside it too.
+    let past = [LocalSlice {
+        len: 4097,
+        ..into_sink[0]
+    }];
+    assert!(fixed
+        .post_recv(
+            &p.b,
+            &[RecvWr {
+                wr_id: 7,
+                sges: &past
+            }]
+        )
+        .is_err());
+    crate::support::assert_quiet(&p.cq_a);
+    crate::support::assert_quiet(&p.cq_b);
 }
 
 #[test]

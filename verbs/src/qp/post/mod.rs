@@ -12,6 +12,7 @@
 //! A chain of requests is posted with one call (one doorbell) by the `_batch` variants.
 
 mod bind;
+mod fixed;
 mod inflight;
 mod inline;
 mod inline_any;
@@ -31,6 +32,7 @@ use crate::mr::{LocalSlice, RemoteSlice};
 use crate::Error;
 
 pub(crate) use bind::BindMw;
+pub use fixed::FixedBuffers;
 pub use inflight::Outstanding;
 pub(crate) use inflight::{owned_kind, InFlight};
 pub(crate) use recv::{in_reset_error, post_recv_one, post_recv_owned, post_recv_raw};

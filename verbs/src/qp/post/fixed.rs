@@ -1,0 +1,104 @@
+//! [`FixedBuffers`]: registered memory kept for borrowed work requests, so that a loop can
+//! post them safely, without handing a buffer to each request and reclaiming it from each
+//! completion (what perftest-style loops and ping-pongs do).
+//!
+//! Sound because of who may touch the memory: a *source* is shared (`Arc`), so while the
+//! NIC reads it the program can only read it too; a *sink* is moved in, so the program can no
+//! longer reach the memory the NIC writes. Every scatter/gather entry is checked to lie in one
+//! of them, sinks only for requests that write local memory (receives, READ, atomics). A
+//! request still posted when the buffers are dropped is harmless: a region is deregistered
+//! before its memory is freed (or leaked if the device refuses), and the device checks every
+//! access against the registration.
+use std::sync::Arc;
+
+use super::{invalid, RecvWr, SendWr};
+use crate::mr::{LocalSlice, MemoryRegion};
+use crate::qp::Qp;
+use crate::Result;
+
+/// Regions kept for borrowed requests: sources the NIC reads, sinks it writes.
+#[derive(Debug, Default)]
+pub struct FixedBuffers {
+    sources: Vec<Arc<MemoryRegion>>,
+    sinks: Vec<MemoryRegion>,
+}
+
+impl FixedBuffers {
+    /// No regions yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps `region` as memory the NIC reads (SEND and RDMA WRITE sources). The program keeps
+    /// its shared handle: it may read the region, never write it.
+    pub fn add_source(&mut self, region: Arc<MemoryRegion>) {
+        self.sources.push(region);
+    }
+
+    /// Keeps `region` as memory the NIC writes (receives, READ and atomic results) and returns
+    /// `range` of it as a scatter/gather entry. The program gives the region up: nothing it
+    /// holds can read or write that memory any more.
+    pub fn add_sink(
+        &mut self,
+        region: MemoryRegion,
+        range: impl std::ops::RangeBounds<usize>,
+    ) -> Result<LocalSlice> {
+        let slice = region.local(range)?;
+        self.sinks.push(region);
+        Ok(slice)
+    }
+
+    /// Posts `wrs` on `qp` as one chain (see [`Qp::post_send_unchecked`]). Each entry must
+    /// lie in a sink, or, for requests that only read local memory (SEND, RDMA WRITE), in a
+    /// source or a sink; otherwise nothing is posted and the error names the request.
+    pub fn post_send(&self, qp: &Qp, wrs: &[SendWr<'_>]) -> Result<()> {
+        for (i, w) in wrs.iter().enumerate() {
+            let sink_only = w.op.writes_local();
+            if let Some(s) = w.sges.iter().find(|s| !self.holds(s, sink_only)) {
+                return Err(self.outside(qp, i, s, sink_only));
+            }
+        }
+        // SAFETY: every entry lies in a region these buffers keep registered. The NIC writes
+        // only sinks, which the program can no longer reach; it reads sources, which the
+        // program can only read (shared handles). Regions dropped while requests are posted
+        // are deregistered before their memory is freed, so the device cannot reach it then.
+        unsafe { qp.post_send_unchecked(wrs) }
+    }
+
+    /// Posts receives `wrs` on `qp` as one chain; every entry must lie in a sink.
+    pub fn post_recv(&self, qp: &Qp, wrs: &[RecvWr<'_>]) -> Result<()> {
+        for (i, w) in wrs.iter().enumerate() {
+            if let Some(s) = w.sges.iter().find(|s| !self.holds(s, true)) {
+                return Err(self.outside(qp, i, s, true));
+            }
+        }
+        // SAFETY: as for sends: receives write only sinks, which the program cannot reach.
+        unsafe { qp.post_recv_unchecked(wrs) }
+    }
+
+    /// Whether `s` lies in a sink (or, unless `sink_only`, in a source).
+    fn holds(&self, s: &LocalSlice, sink_only: bool) -> bool {
+        let within = |r: &MemoryRegion| {
+            r.lkey() == s.lkey
+                && s.addr >= r.addr()
+                && s.addr
+                    .checked_add(u64::from(s.len))
+                    .is_some_and(|end| end <= r.addr() + r.len() as u64)
+        };
+        self.sinks.iter().any(within) || (!sink_only && self.sources.iter().any(|r| within(r)))
+    }
+
+    fn outside(&self, qp: &Qp, i: usize, s: &LocalSlice, sink_only: bool) -> crate::Error {
+        invalid(
+            qp.qp_num(),
+            format!(
+                "request {i}: {} bytes at {:#x} (lkey {:#x}) lie in no {} of these fixed \
+                 buffers: add the region first",
+                s.len,
+                s.addr,
+                s.lkey,
+                if sink_only { "sink" } else { "source or sink" }
+            ),
+        )
+    }
+}
