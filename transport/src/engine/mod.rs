@@ -558,9 +558,7 @@ impl<'a> Spinning<'a> {
         shared.spinners.fetch_add(1, Ordering::SeqCst);
         Spinning(shared)
     }
-}
 
-impl Spinning<'_> {
     /// One poll of the spinner's ([`Shared::progress`] without the time stamp: while it
     /// spins, the progress thread stands aside anyway).
     pub(crate) fn poll(&self) -> usize {
