@@ -4,9 +4,10 @@
 //!
 //! Its loop is the C program's: one registered buffer that every send reads and every receive
 //! writes (the contents are never looked at); receives are posted as borrowed work requests
-//! ([`Qp::post_recv_unchecked`], in chains), the send as one borrowed request
-//! ([`Qp::post_send_unchecked`], built on the stack), and completions are told apart by their `wr_id`, so an iteration costs no
-//! in-flight bookkeeping, no allocation and no lock.
+//! in chains, the send as one borrowed request built on the stack, both through verbs'
+//! [`FixedBuffers`] (which keeps the buffer, as a sink), and completions are told apart by
+//! their `wr_id`, so an iteration costs no in-flight bookkeeping, no allocation and no lock.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -14,8 +15,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use apps::pingpong::{self, Dest};
 use clap::Parser;
 use verbs::{
-    AccessFlags, AhAttr, CompletionBuf, Context, Cq, GlobalRoute, LinkLayer, LocalSlice,
-    MemoryRegion, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, WrOp,
+    AccessFlags, AhAttr, CompletionBuf, Context, Cq, FixedBuffers, GlobalRoute, LinkLayer,
+    LocalSlice, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, WrOp,
 };
 
 /// Ping-pong over an RC QP (compatible with ibv_rc_pingpong).
@@ -86,11 +87,10 @@ struct PingPong {
     // Field order is drop order: the QP (and its posted requests) goes before the buffer.
     qp: Qp,
     cq: Cq,
-    /// The message: every send reads `sge`, every receive writes it. Once the first request
-    /// is posted the program neither reads nor writes it; it stays registered until the QP is
-    /// gone (fields drop in order).
-    _buf: MemoryRegion,
-    /// `buf[..size]`.
+    /// The message buffer, as a sink: every send reads `sge`, every receive writes it, and
+    /// the program no longer reaches it.
+    buf: FixedBuffers,
+    /// The first `size` bytes of the buffer.
     sge: [LocalSlice; 1],
     /// SIGNALED, and INLINE when the QP takes `size` bytes inline.
     send_flags: SendFlags,
@@ -98,8 +98,7 @@ struct PingPong {
 
 impl PingPong {
     /// Posts the send as the C program does: one borrowed work request on the stack, one
-    /// `ibv_post_send` ([`Qp::post_send_unchecked`] builds chains this short without
-    /// allocating).
+    /// `ibv_post_send` (chains this short are built without allocating).
     fn post_send(&self) -> Result<(), BoxError> {
         let wr = SendWr {
             wr_id: SEND,
@@ -108,10 +107,8 @@ impl PingPong {
             flags: self.send_flags,
             ud: None,
         };
-        // SAFETY: the memory `sge` describes lies in the registered buffer, which stays
-        // allocated and registered while the QP lives (drop order) and is never written by the
-        // program once posting starts (an inline send is copied during the call anyway).
-        unsafe { self.qp.post_send_unchecked(&[wr]) }
+        self.buf
+            .post_send(&self.qp, &[wr])
             .map_err(|e| format!("Couldn't post send: {e}").into())
     }
 
@@ -125,9 +122,7 @@ impl PingPong {
         let mut posted = 0;
         while posted < n {
             let k = (n - posted).min(RECV_CHAIN);
-            // SAFETY: as for sends: `buf` outlives the QP's requests and the program never
-            // reads or writes it once posting starts.
-            if unsafe { self.qp.post_recv_unchecked(&chain[..k]) }.is_err() {
+            if self.buf.post_recv(&self.qp, &chain[..k]).is_err() {
                 break;
             }
             posted += k;
@@ -221,11 +216,12 @@ fn run(args: &Args) -> Result<(), BoxError> {
         send_flags |= SendFlags::INLINE;
     }
     qp.to_init(args.ib_port, AccessFlags::empty())?;
-    let sge = [buf.local(..size)?];
+    let mut kept = FixedBuffers::new();
+    let sge = [kept.add_sink(buf, ..size)?];
     let pp = PingPong {
         qp,
         cq,
-        _buf: buf,
+        buf: kept,
         sge,
         send_flags,
     };
