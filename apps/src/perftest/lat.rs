@@ -163,20 +163,22 @@ fn send_lat(
             while rcnt == start {
                 poller.wait(&s.ep, &mut done)?;
                 count_lat(&mut done, &mut rcnt, recvs, &mut send_pending);
-                recvs.refill(&s.ep)?;
             }
         }
         if scnt < iters {
             while send_pending {
                 poller.wait(&s.ep, &mut done)?;
                 count_lat(&mut done, &mut rcnt, recvs, &mut send_pending);
-                recvs.refill(&s.ep)?;
             }
             posted.push(t0.elapsed());
             s.ep.post_send(0, &[wr])?;
             send_pending = true;
             scnt += 1;
         }
+        // Replace the receive consumed after answering it, off the path from the peer's
+        // message to ours: the peer's next message cannot come before it has ours, and the
+        // others stay posted meanwhile.
+        recvs.refill(&s.ep)?;
     }
     while send_pending {
         poller.wait(&s.ep, &mut done)?;
