@@ -11,8 +11,27 @@ use crate::mr::LocalSlice;
 use crate::qp::Qp;
 use crate::{Error, Result};
 
+/// Inline slices gathered without allocating: a send rarely has more.
+const FEW: usize = 4;
+
+/// The SGEs of inline data, in place when there are at most [`FEW`].
+enum InlineSges {
+    Few([LocalSlice; FEW], usize),
+    Many(Vec<LocalSlice>),
+}
+
+impl std::ops::Deref for InlineSges {
+    type Target = [LocalSlice];
+    fn deref(&self) -> &[LocalSlice] {
+        match self {
+            InlineSges::Few(s, n) => &s[..*n],
+            InlineSges::Many(v) => v,
+        }
+    }
+}
+
 /// The SGEs of inline data: the slices' addresses with no lkey (the device copies them).
-fn inline_sges(qp: &Qp, data: &[IoSlice<'_>]) -> Result<Vec<LocalSlice>> {
+fn inline_sges(qp: &Qp, data: &[IoSlice<'_>]) -> Result<InlineSges> {
     let len: usize = data.iter().map(|d| d.len()).sum();
     let max = qp.cap().max_inline_data;
     if len > max as usize {
@@ -22,15 +41,25 @@ fn inline_sges(qp: &Qp, data: &[IoSlice<'_>]) -> Result<Vec<LocalSlice>> {
             max,
         });
     }
-    Ok(data
-        .iter()
-        .filter(|d| !d.is_empty())
-        .map(|d| LocalSlice {
-            addr: d.as_ptr() as u64,
-            len: d.len() as u32,
-            lkey: 0,
-        })
-        .collect())
+    let sges = data.iter().filter(|d| !d.is_empty()).map(|d| LocalSlice {
+        addr: d.as_ptr() as u64,
+        len: d.len() as u32,
+        lkey: 0,
+    });
+    if data.len() > FEW {
+        return Ok(InlineSges::Many(sges.collect()));
+    }
+    let mut few = [LocalSlice {
+        addr: 0,
+        len: 0,
+        lkey: 0,
+    }; FEW];
+    let mut n = 0;
+    for (slot, sge) in few.iter_mut().zip(sges) {
+        *slot = sge;
+        n += 1;
+    }
+    Ok(InlineSges::Few(few, n))
 }
 
 impl Qp {
