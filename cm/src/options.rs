@@ -69,7 +69,10 @@ impl ConnOptions {
         self.admit = hook;
         self
     }
-    /// QP queue sizes.
+    /// QP queue sizes. `max_inline_data` is what the QP asks for: a device that refuses it
+    /// (`EINVAL`) gets a QP with half as much, and so on down to none, so asking for generous
+    /// inline room does not fail on devices with less. The QP's
+    /// [`cap`](verbs::Qp::cap) tells what it got.
     pub fn cap(mut self, cap: QpCap) -> Self {
         self.cap = cap;
         self
@@ -153,11 +156,41 @@ impl ConnOptions {
                 ctx.create_cq(self.cq_entries, channel)?
             }
         };
-        let mut init = QpInitAttr::new(QpType::Rc, &cq, &cq).cap(self.cap);
-        if let Some(srq) = &self.srq {
-            init = init.srq(srq);
-        }
-        let qp = id.create_qp(&pd, &init, self.access)?;
+        let qp = self.create_qp(id, &pd, &cq)?;
         Ok((pd, cq, qp))
+    }
+
+    /// The QP, with as much of the inline room asked for as the device grants (see
+    /// [`cap`](Self::cap)); another failure, or one with no inline room asked, is the error.
+    fn create_qp(&self, id: &CmId, pd: &Pd, cq: &Cq) -> Result<Qp> {
+        let mut cap = self.cap;
+        let mut first = None;
+        loop {
+            let mut init = QpInitAttr::new(QpType::Rc, cq, cq).cap(cap);
+            if let Some(srq) = &self.srq {
+                init = init.srq(srq);
+            }
+            match id.create_qp(pd, &init, self.access) {
+                Ok(qp) => return Ok(qp),
+                Err(Error::Verbs(verbs::Error::CreateQp { source, .. }))
+                    if source.raw_os_error() == Some(libc::EINVAL) && cap.max_inline_data > 0 =>
+                {
+                    first.get_or_insert(source);
+                    cap.max_inline_data /= 2;
+                }
+                Err(e) => {
+                    return Err(match first {
+                        // Not even without inline room: the first refusal is the one to report.
+                        Some(source) if cap.max_inline_data == 0 => {
+                            Error::Verbs(verbs::Error::CreateQp {
+                                qp_type: QpType::Rc,
+                                source,
+                            })
+                        }
+                        _ => e,
+                    });
+                }
+            }
+        }
     }
 }

@@ -84,3 +84,52 @@ fn ids_bind_in_both_port_spaces_and_share_the_device_context() {
         drop((mr, pd, ctx));
     }
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn inline_room_beyond_the_device_gets_what_the_device_allows() {
+    let asked = 1 << 20;
+    let generous = || {
+        options().cap(verbs::QpCap {
+            max_inline_data: asked,
+            ..verbs::QpCap::default()
+        })
+    };
+    let listener = Listener::bind(SocketAddr::new(local_ip(), 0), generous()).unwrap();
+    let addr = listener.local_addr().expect("bound address");
+    let server = std::thread::spawn(move || {
+        let req = listener.get_request(TIMEOUT).unwrap();
+        let granted = req.qp().cap().max_inline_data;
+        post_recv(req.qp(), req.pd(), 1024);
+        let conn = req.accept(b"", TIMEOUT).unwrap();
+        let got = wait_recv(&conn).unwrap();
+        conn.wait_disconnect(TIMEOUT).unwrap();
+        (granted, got)
+    });
+    let conn = Connector::new(addr)
+        .src(local_ip())
+        .options(generous())
+        .timeout(TIMEOUT)
+        .connect()
+        .unwrap();
+    let granted = conn.qp().cap().max_inline_data;
+    assert!(
+        granted > 0 && granted < asked,
+        "granted {granted} of {asked} inline bytes"
+    );
+    // The room granted is real: a send of that many bytes goes inline.
+    let data: Vec<u8> = (0..granted.min(1024)).map(|i| i as u8).collect();
+    conn.qp()
+        .post_send_inline(
+            verbs::WrOp::Send,
+            &[std::io::IoSlice::new(&data)],
+            verbs::SendFlags::SIGNALED,
+            None,
+        )
+        .unwrap();
+    wait_one(&conn).status.unwrap();
+    conn.disconnect(Duration::from_secs(5)).unwrap();
+    let (server_granted, got) = server.join().unwrap();
+    assert!(server_granted > 0 && server_granted < asked);
+    assert_eq!(got, data);
+}
