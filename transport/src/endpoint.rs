@@ -15,6 +15,13 @@ use crate::proto::{self, ConnectInfo, HandshakeError};
 use crate::region::{Access, Region, Token};
 use crate::{Conn, EndpointConfig, Error, Listener, Result};
 
+/// Inline room each connection's QP asks for: frames up to this size (messages up to 112
+/// bytes, and every control frame) are copied by the device while posting, so they take no
+/// pool buffer past the post and the device reads no registered memory for them. A device
+/// that grants less gets asked for half as much (see [`cm::ConnOptions::cap`]); the frames
+/// that no longer fit go from the pool.
+const INLINE_ROOM: u32 = 128;
+
 /// The resources every connection of this side shares: the RDMA device that serves a local
 /// IP address, one protection domain, one memory pool, one completion queue and shared
 /// receive queue, and the threads that make progress. Cheap to clone.
@@ -156,7 +163,8 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Options for the CM: this endpoint's PD, CQ and SRQ; QPs sized for the protocol.
+    /// Options for the CM: this endpoint's PD, CQ and SRQ; QPs sized for the protocol,
+    /// asking for [`INLINE_ROOM`] bytes of inline data.
     pub(crate) fn conn_options(&self, private_data: Option<&[u8]>) -> Result<ConnOptions> {
         let s = self.shared();
         let mut param = ConnParam::new();
@@ -172,7 +180,7 @@ impl Endpoint {
                 max_recv_wr: 1,
                 max_send_sge: 1,
                 max_recv_sge: 1,
-                max_inline_data: 64,
+                max_inline_data: INLINE_ROOM,
             })
             .access(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE)
             .param(param))

@@ -252,28 +252,40 @@ impl ConnShared {
         }
     }
 
+    /// Posts a frame: inline when it fits the QP's inline room (the device copies it while
+    /// posting, so a payload's buffer is free again at once and the device reads no
+    /// registered memory for it), else from its pool buffer.
     fn post_frame(&self, st: &mut ConnState, header: [u8; HEADER_LEN], body: Body<Buffer>) {
+        let inline_max = self.qp.cap().max_inline_data as usize;
         let request = match body {
             Body::Payload(mut buf) => {
                 buf[..HEADER_LEN].copy_from_slice(&header);
                 let len = buf.len();
+                if len <= inline_max {
+                    self.post_inline(st, &buf[..len]);
+                    return;
+                }
                 SendRequest::send(buf, 0..len)
             }
-            Body::Control(bytes, n) => match self.shared.pool.try_alloc(HEADER_LEN + n) {
-                Ok(mut buf) => {
-                    buf[..HEADER_LEN].copy_from_slice(&header);
-                    buf[HEADER_LEN..].copy_from_slice(&bytes[..n]);
-                    let len = buf.len();
-                    SendRequest::send(buf, 0..len)
+            Body::Control(bytes, n) => {
+                let mut frame = [0u8; HEADER_LEN + proto::CONTROL_BODY_MAX];
+                frame[..HEADER_LEN].copy_from_slice(&header);
+                frame[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&bytes[..n]);
+                let frame = &frame[..HEADER_LEN + n];
+                if frame.len() <= inline_max {
+                    self.post_inline(st, frame);
+                    return;
                 }
-                // The pool is exhausted: control frames are small enough to go inline.
-                Err(_) => {
-                    let mut frame = [0u8; HEADER_LEN + proto::CONTROL_BODY_MAX];
-                    frame[..HEADER_LEN].copy_from_slice(&header);
-                    frame[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&bytes[..n]);
-                    SendRequest::inline(verbs::WrOp::Send, &frame[..HEADER_LEN + n])
+                match self.shared.pool.try_alloc(frame.len()) {
+                    Ok(mut buf) => {
+                        buf.copy_from_slice(frame);
+                        let len = buf.len();
+                        SendRequest::send(buf, 0..len)
+                    }
+                    // The pool is exhausted: the request keeps a copy.
+                    Err(_) => SendRequest::inline(verbs::WrOp::Send, frame),
                 }
-            },
+            }
         };
         self.post(st, request, SqOp::Frame);
     }
@@ -323,22 +335,51 @@ impl ConnShared {
     /// Posts a send-queue request built by the caller; a failure fails the connection (the
     /// protocol's accounting keeps the queue from filling, so this is a device error).
     pub(crate) fn post(&self, st: &mut ConnState, request: verbs::Result<SendRequest>, op: SqOp) {
-        // The CLOSE (and anything after it) is signaled: teardown waits for it to complete.
-        let signaled = !matches!(op, SqOp::Frame)
-            || st.unsignaled + 1 >= signal_every(self.shared.cfg.proto.sq_depth)
-            || st.proto.as_ref().is_some_and(|p| p.close_sent());
-        let posted = request.map_err(|e| e.to_string()).and_then(|r| {
+        let signaled = self.signal(st, &op);
+        let posted = request.map_err(drop).and_then(|r| {
             self.qp
                 .post_send(r.signaled(signaled))
-                .map_err(|e| e.error.to_string())
+                .map(drop)
+                .map_err(drop)
         });
-        match posted {
-            Ok(_) => {
-                st.sq_ops.push_back(op);
-                st.unsignaled = if signaled { 0 } else { st.unsignaled + 1 };
-            }
-            Err(_why) => self.fail(st, PeerGone::QueuePairError),
+        self.posted(st, posted.is_ok(), op, signaled);
+    }
+
+    /// Posts `frame` inline (copied by the device during the call), as [`post`](Self::post)
+    /// posts a request.
+    fn post_inline(&self, st: &mut ConnState, frame: &[u8]) {
+        let signaled = self.signal(st, &SqOp::Frame);
+        let flags = if signaled {
+            verbs::SendFlags::SIGNALED
+        } else {
+            verbs::SendFlags::empty()
+        };
+        let posted = self.qp.post_send_inline(
+            verbs::WrOp::Send,
+            &[std::io::IoSlice::new(frame)],
+            flags,
+            None,
+        );
+        self.posted(st, posted.is_ok(), SqOp::Frame, signaled);
+    }
+
+    /// Whether the next request, `op`, is signaled: one frame in [`signal_every`], and every
+    /// other request. The CLOSE (and anything after it) is signaled: teardown waits for it
+    /// to complete.
+    fn signal(&self, st: &ConnState, op: &SqOp) -> bool {
+        !matches!(op, SqOp::Frame)
+            || st.unsignaled + 1 >= signal_every(self.shared.cfg.proto.sq_depth)
+            || st.proto.as_ref().is_some_and(|p| p.close_sent())
+    }
+
+    /// Records a request posted (or fails the connection if the post failed).
+    fn posted(&self, st: &mut ConnState, ok: bool, op: SqOp, signaled: bool) {
+        if !ok {
+            self.fail(st, PeerGone::QueuePairError);
+            return;
         }
+        st.sq_ops.push_back(op);
+        st.unsignaled = if signaled { 0 } else { st.unsignaled + 1 };
     }
 
     /// A send-queue completion of this connection, with what it hands back: one entry per
