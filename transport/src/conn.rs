@@ -167,8 +167,11 @@ impl Conn {
             }
         };
         // A sender handles what came back (completions, credit) itself while it sends, so
-        // the progress thread need not run beside it.
-        self.inner.shared.progress();
+        // the progress thread need not run beside it. Not after a request or a response:
+        // their senders poll next anyway, waiting for the response or the next request.
+        if matches!(class, Class::Message) {
+            self.inner.shared.progress();
+        }
         sent
     }
 
@@ -311,14 +314,12 @@ impl Conn {
         self.send_frame(class, frame, Some(timeout))
     }
 
-    /// Largest message sent in one frame; longer ones go by rendezvous.
+    /// Largest message sent in one frame; longer ones go by rendezvous (0 until the
+    /// connection is set up).
     pub fn eager_limit(&self) -> usize {
         self.inner
-            .state
-            .lock()
-            .proto
-            .as_ref()
-            .map_or(0, |p| p.eager_limit())
+            .eager_limit
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Largest message this connection may send: the smaller of both sides'

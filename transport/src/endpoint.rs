@@ -199,19 +199,17 @@ impl Endpoint {
             peer_addr: id.peer_addr(),
             qp,
             id,
+            eager_limit: AtomicUsize::new(proto.as_ref().map_or(0, |p| p.eager_limit())),
             state: Mutex::new(ConnState::new(proto)),
             cond: Condvar::new(),
             handles: AtomicUsize::new(1),
         });
-        self.shared()
-            .conns
-            .write()
-            .insert(conn.qp.qp_num(), conn.clone());
+        self.shared().add_conn(conn.clone());
         conn
     }
 
     pub(crate) fn unregister(&self, conn: &ConnShared) {
-        self.shared().conns.write().remove(&conn.qp.qp_num());
+        self.shared().remove_conns([conn.qp.qp_num()]);
     }
 
     /// The peer's connect data arrived: start the protocol, replay early frames, and route the
@@ -226,9 +224,7 @@ impl Endpoint {
             .map_err(|e| Error::Config(e.to_string()))?;
         {
             let mut st = conn.state.lock();
-            if st.proto.is_none() {
-                st.proto = Some(proto);
-            }
+            conn.set_proto(&mut st, proto);
             conn.replay_early(&mut st);
             conn.drive(&mut st);
         }

@@ -156,9 +156,21 @@ pub(crate) struct ConnShared {
     pub cond: Condvar,
     /// User handles (`Conn`s) alive; the last one closes the connection.
     pub handles: std::sync::atomic::AtomicUsize,
+    /// The protocol's eager limit once it is set up (0 before), so a send finds it without
+    /// taking the state lock.
+    pub eager_limit: std::sync::atomic::AtomicUsize,
 }
 
 impl ConnShared {
+    /// Sets up the protocol (if it is not yet) and notes its eager limit.
+    pub(crate) fn set_proto(&self, st: &mut ConnState, proto: proto::Connection<Buffer>) {
+        if st.proto.is_none() {
+            self.eager_limit
+                .store(proto.eager_limit(), std::sync::atomic::Ordering::Release);
+            st.proto = Some(proto);
+        }
+    }
+
     /// Carries out every action the protocol has queued, then wakes whoever waits on the
     /// connection. Call with the state locked, after every call into the protocol.
     pub(crate) fn drive(&self, st: &mut ConnState) {

@@ -70,8 +70,12 @@ pub(crate) struct Shared {
     pub recv_pool: Pool,
     /// CM events (disconnects) of every established connection arrive here.
     pub cm_channel: cm::EventChannel,
-    /// Connections by QP number.
+    /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
+    /// [`remove_conns`](Shared::remove_conns), which keep `conns_gen` in step.
     pub conns: RwLock<HashMap<u32, Arc<ConnShared>>>,
+    /// Bumped after every change of `conns`: the poller's cached connection is good while it
+    /// stays the same.
+    conns_gen: AtomicU64,
     progress: Mutex<Progress>,
     /// Receives owed to the SRQ: consumed and not yet replaced (replacing waits for an idle
     /// poll), or not posted because the pool had no buffer.
@@ -113,6 +117,17 @@ pub(crate) struct Shared {
 struct Progress {
     wcs: CompletionBuf,
     reclaimed: Vec<Reclaimed>,
+    /// The connection of the last completion, so a run of completions of one connection
+    /// looks it up once.
+    last: Option<LastConn>,
+}
+
+/// A connection the poller looked up, valid while `conns_gen` is `gen`.
+#[derive(Debug)]
+struct LastConn {
+    qp_num: u32,
+    gen: u64,
+    conn: Arc<ConnShared>,
 }
 
 impl Shared {
@@ -206,9 +221,11 @@ impl Shared {
             pool,
             cm_channel: cm::EventChannel::new()?,
             conns: RwLock::new(HashMap::new()),
+            conns_gen: AtomicU64::new(0),
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),
                 reclaimed: Vec::with_capacity(64),
+                last: None,
             }),
             srq_deficit: AtomicU32::new(0),
             srq_slack,
@@ -399,13 +416,17 @@ impl Shared {
     }
 
     fn poll_with(&self, mut guard: parking_lot::MutexGuard<'_, Progress>) -> usize {
-        let Progress { wcs, reclaimed } = &mut *guard;
+        let Progress {
+            wcs,
+            reclaimed,
+            last,
+        } = &mut *guard;
         let Ok(polled) = self.cq.poll(wcs) else {
             return 0;
         };
         let n = polled.len();
         for wc in polled.iter() {
-            self.on_completion(wc, reclaimed);
+            self.on_completion(wc, reclaimed, last);
         }
         drop(guard);
         // Nothing came: replace the receives taken since the last idle poll (and what the
@@ -416,7 +437,51 @@ impl Shared {
         n
     }
 
-    fn on_completion(&self, wc: &WorkCompletion, reclaimed: &mut Vec<Reclaimed>) {
+    /// Adds a connection, known by its QP number from now on.
+    pub(crate) fn add_conn(&self, conn: Arc<ConnShared>) {
+        self.conns.write().insert(conn.qp.qp_num(), conn);
+        self.conns_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// Removes the connections of `qp_nums`, and lets go of the poller's cached one (it would
+    /// keep a removed connection's queue pair alive).
+    pub(crate) fn remove_conns(&self, qp_nums: impl IntoIterator<Item = u32>) {
+        {
+            let mut map = self.conns.write();
+            for qpn in qp_nums {
+                map.remove(&qpn);
+            }
+        }
+        self.conns_gen.fetch_add(1, Ordering::Release);
+        self.progress.lock().last = None;
+    }
+
+    /// The connection of QP `qp_num`: the cached one while no connection came or went since
+    /// it was looked up, else from the map (and cached).
+    fn conn_of<'c>(
+        &self,
+        last: &'c mut Option<LastConn>,
+        qp_num: u32,
+    ) -> Option<&'c Arc<ConnShared>> {
+        // Read before the map: a change after this read bumps it again, so a stale entry is
+        // never taken for current.
+        let gen = self.conns_gen.load(Ordering::Acquire);
+        let current = last
+            .as_ref()
+            .is_some_and(|l| l.qp_num == qp_num && l.gen == gen);
+        if !current {
+            let conn = self.conns.read().get(&qp_num).cloned()?;
+            *last = Some(LastConn { qp_num, gen, conn });
+        }
+        last.as_ref().map(|l| &l.conn)
+    }
+
+    fn on_completion(
+        &self,
+        wc: &WorkCompletion,
+        reclaimed: &mut Vec<Reclaimed>,
+        last: &mut Option<LastConn>,
+    ) {
         reclaimed.clear();
         if self.srq.reclaim_into(wc, reclaimed) > 0 {
             // A receive: it is replaced later, on an idle poll, unless `srq_slack` are owed
@@ -426,14 +491,14 @@ impl Shared {
             if self.srq_deficit.fetch_add(1, Ordering::Relaxed) + 1 >= self.srq_slack {
                 self.repay_receives();
             }
-            let conn = self.conns.read().get(&wc.qp_num()).cloned();
+            let conn = self.conn_of(last, wc.qp_num());
             if let (Some(conn), Some(buf), Ok(())) = (conn, buf, wc.status()) {
                 let mut st = conn.state.lock();
                 conn.on_frame(&mut st, buf, wc.byte_len() as usize);
             }
             return;
         }
-        let Some(conn) = self.conns.read().get(&wc.qp_num()).cloned() else {
+        let Some(conn) = self.conn_of(last, wc.qp_num()) else {
             return;
         };
         conn.qp.reclaim_into(wc, reclaimed);
@@ -488,10 +553,7 @@ impl Shared {
             }
         }
         if !gone.is_empty() {
-            let mut map = self.conns.write();
-            for qpn in gone.drain(..) {
-                map.remove(&qpn);
-            }
+            self.remove_conns(gone.drain(..));
         }
         next.max(now + MIN_TICK)
     }
@@ -643,7 +705,9 @@ impl Drop for Engine {
             let _ = t.join();
         }
         // End every connection still known, and let go of them (they hold the shared state).
-        let conns: Vec<_> = self.shared.conns.write().drain().map(|(_, c)| c).collect();
+        let conns: Vec<_> = self.shared.conns.read().values().cloned().collect();
+        self.shared
+            .remove_conns(conns.iter().map(|c| c.qp.qp_num()).collect::<Vec<_>>());
         for conn in conns {
             let mut st = conn.state.lock();
             let _ = conn.qp.to_error();
