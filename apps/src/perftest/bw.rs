@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use verbs::{LocalSlice, SendFlags, SendWr, WrOp};
 
-use super::endpoint::{part, remote_slice, send_wr_id, Endpoint, Poller};
+use super::endpoint::{part, remote_slice, send_wr_id, Poller};
 use super::exchange::BwReport;
 use super::options::{Output, Params};
+use super::receives::Receives;
 use super::report::{self, BwStats};
 use super::{Error, TestRun, Verb};
 
@@ -47,13 +48,7 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     // up before each size's synchronising handshake.
     let receives = verb == Verb::Send && (server || duplex);
     let mut recvs = if receives {
-        Some(Receives {
-            sge: [s
-                .ep
-                .add_sink(p.max_size, "register the receive buffer (lower -s?)")?],
-            depth: p.rx_depth as usize,
-            posted: vec![0; s.ep.qps.len()],
-        })
+        Some(Receives::new(&mut s.ep, p.max_size, p.rx_depth as usize)?)
     } else {
         None
     };
@@ -61,7 +56,7 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
         let mine = s.mine[0];
         if let Some(r) = &mut recvs {
             for qp in 0..s.ep.qps.len() {
-                r.post(&s.ep, qp, r.depth - r.posted[qp])?;
+                r.refill(&s.ep, qp)?;
             }
         }
         if verb == Verb::Send || duplex {
@@ -129,30 +124,6 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
 
 /// The receives of send-bw: up to `depth` per QP posted into one buffer, whose contents
 /// nobody reads; `posted` counts them per QP across sizes.
-struct Receives {
-    sge: [LocalSlice; 1],
-    depth: usize,
-    posted: Vec<usize>,
-}
-
-impl Receives {
-    fn post(&mut self, ep: &Endpoint, qp: usize, n: usize) -> Result<(), Error> {
-        ep.post_recvs(qp, &self.sge, n)?;
-        self.posted[qp] += n;
-        Ok(())
-    }
-
-    /// A receive of `qp` completed, and `left` more are still to come on it: reposts one
-    /// if fewer are posted (only receives this run will consume are kept posted).
-    fn on_recv(&mut self, ep: &Endpoint, qp: usize, left: usize) -> Result<(), Error> {
-        self.posted[qp] = self.posted[qp].saturating_sub(1);
-        if self.posted[qp] < left.min(self.depth) {
-            self.post(ep, qp, 1)?;
-        }
-        Ok(())
-    }
-}
-
 /// send-bw server: counts `-n` receives per QP; times from the first to each.
 fn serve_sends(
     p: &Params,

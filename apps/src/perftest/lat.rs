@@ -12,6 +12,7 @@ use verbs::{LocalSlice, SendFlags, SendWr, WrOp};
 
 use super::endpoint::{part, remote_slice, send_wr_id, Done, Endpoint, Poller};
 use super::options::{AtomicType, Output, Params};
+use super::receives::Receives;
 use super::report::{self, LatDuration, LatStats};
 use super::{Error, Test, TestRun};
 
@@ -49,15 +50,10 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     };
     let mut receives = None;
     if p.test == Test::SendLat {
-        let mut r = Receives {
-            sge: [s
-                .ep
-                .add_sink(p.max_size, "register the receive buffer (lower -s?)")?],
-            depth: LAT_RECVS.min(p.rx_depth as usize).max(1),
-            posted: 0,
-        };
+        let depth = LAT_RECVS.min(p.rx_depth as usize).max(1);
+        let mut r = Receives::new(&mut s.ep, p.max_size, depth)?;
         // Posted before the first synchronising handshake: the client sends right after it.
-        r.refill(&s.ep)?;
+        r.refill(&s.ep, 0)?;
         receives = Some(r);
     }
     for &size in &p.sizes {
@@ -114,22 +110,6 @@ fn ping_flags(ep: &Endpoint, size: u64) -> SendFlags {
     }
 }
 
-/// send-lat's receives: `depth` kept posted into one buffer, whose contents nobody reads.
-struct Receives {
-    sge: [LocalSlice; 1],
-    depth: usize,
-    posted: usize,
-}
-
-impl Receives {
-    /// Posts what was consumed.
-    fn refill(&mut self, ep: &Endpoint) -> Result<(), Error> {
-        ep.post_recvs(0, &self.sge, self.depth - self.posted)?;
-        self.posted = self.depth;
-        Ok(())
-    }
-}
-
 /// send-lat: one SEND ping-pong per iteration, sent from `local` (inline when the QP takes
 /// it).
 fn send_lat(
@@ -178,7 +158,7 @@ fn send_lat(
         // Replace the receive consumed after answering it, off the path from the peer's
         // message to ours: the peer's next message cannot come before it has ours, and the
         // others stay posted meanwhile.
-        recvs.refill(&s.ep)?;
+        recvs.refill(&s.ep, 0)?;
     }
     while send_pending {
         poller.wait(&s.ep, &mut done)?;
@@ -197,7 +177,7 @@ fn count_lat(
     for d in done.drain(..) {
         if d.recv {
             *rcnt += 1;
-            recvs.posted = recvs.posted.saturating_sub(1);
+            recvs.consumed(0);
         } else {
             *send_pending = false;
         }

@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod exchange;
 pub mod lat;
 pub mod options;
+pub mod receives;
 pub mod report;
 
 use endpoint::{Device, Endpoint};
