@@ -102,7 +102,13 @@ fn a_busy_endpoint_without_connections_leaves_the_core_alone() {
             .filter(|(tid, _)| !earlier.contains(tid))
             .collect()
     };
-    let start = ours();
+    // A new thread names itself once it runs: give it a moment to show up under its name.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut start = ours();
+    while start.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        start = ours();
+    }
     assert_eq!(start.len(), 1, "one new progress thread: {start:?}");
     std::thread::sleep(Duration::from_millis(600));
     let end = ours();
