@@ -74,6 +74,13 @@ pub struct EndpointConfig {
     /// connection), this hook sees the peer's address and connect data and may reject it,
     /// before any queue pair or buffer exists for it.
     pub admit: Option<cm::AdmitHook>,
+    /// How long a task that finds no message waiting polls the completion queue itself
+    /// before [`Conn::poll_recv`](crate::Conn::poll_recv) (and so a byte stream's read)
+    /// returns `Pending`; zero (the default) returns at once. Like Linux's `busy_read` for
+    /// sockets, it trades the executor thread's time for latency: a message that comes
+    /// within it is taken by the reading task itself, with no wakeup, but the thread's other
+    /// tasks wait meanwhile. For a latency-critical connection on a runtime of its own.
+    pub busy_read: Duration,
 }
 
 impl Default for EndpointConfig {
@@ -93,6 +100,7 @@ impl Default for EndpointConfig {
             connect_timeout: cm::DEFAULT_CONNECT_TIMEOUT,
             max_one_sided: 8,
             admit: None,
+            busy_read: Duration::ZERO,
         }
     }
 }

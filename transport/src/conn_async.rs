@@ -27,7 +27,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::conn::{remote_chunk, send_error};
-use crate::engine::{pool_error, ConnShared, ConnState};
+use crate::engine::{pool_error, ConnShared, ConnState, Spinning};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN};
 use crate::task::{register, register_recv, register_tick};
@@ -36,18 +36,48 @@ use crate::{Conn, Error, Result};
 impl Conn {
     /// Polls for the next message: `Ready(Ok)` takes it from the connection; after the peer
     /// closed and every message was taken, `Ready(Err(`[`Error::Closed`]` { cause: None }))`.
-    /// `Pending` takes nothing and wakes the task when something changes.
+    /// `Pending` takes nothing and wakes the task when something changes. With
+    /// [`busy_read`](crate::EndpointConfig::busy_read), it first polls the completion queue
+    /// for up to that long.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Message>> {
-        self.inner.shared.progress();
-        let mut st = self.inner.state.lock();
-        if let Some(d) = st.inbox.pop_front() {
-            return Poll::Ready(Ok(Message::new(self.inner.clone(), d)));
+        let shared = &self.inner.shared;
+        let busy = shared.cfg.busy_read;
+        let mut since: Option<Instant> = None;
+        let mut turns = 0u32;
+        // While it busy-reads, the task counts as a spinning caller (the progress thread
+        // stands aside for it).
+        let mut spinner: Option<Spinning<'_>> = None;
+        loop {
+            match &spinner {
+                Some(s) => {
+                    s.poll();
+                }
+                None => {
+                    shared.progress();
+                }
+            }
+            let mut st = self.inner.state.lock();
+            if let Some(d) = st.inbox.pop_front() {
+                return Poll::Ready(Ok(Message::new(self.inner.clone(), d)));
+            }
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            // The clock only every few turns: a shorter turn sees a message sooner.
+            turns = turns.wrapping_add(1);
+            let spinning = !busy.is_zero()
+                && (turns % 8 != 0 || since.get_or_insert_with(Instant::now).elapsed() < busy);
+            if !spinning {
+                // Stop spinning first: registering then hands polling back to the progress
+                // thread (or the reactor).
+                drop(spinner.take());
+                register_recv(shared, &mut st, cx);
+                return Poll::Pending;
+            }
+            drop(st);
+            spinner.get_or_insert_with(|| Spinning::new(shared));
+            std::hint::spin_loop();
         }
-        if let Some(e) = st.ended() {
-            return Poll::Ready(Err(e));
-        }
-        register_recv(&self.inner.shared, &mut st, cx);
-        Poll::Pending
     }
 
     /// Receives the next message. Cancel safe: dropping the future loses no message. Bound it

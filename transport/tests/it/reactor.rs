@@ -194,3 +194,56 @@ fn without_a_reactor_the_progress_thread_still_carries_the_traffic() {
         assert!(c.progress_thread + c.callers > 0, "{side}: {c:?}");
     }
 }
+
+/// A reactor endpoint that busy-reads for `busy`.
+fn busy_reading(busy: Duration) -> EndpointConfig {
+    EndpointConfig {
+        busy_read: busy,
+        ..reactor_config()
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn busy_read_takes_the_message_in_the_reading_task() {
+    // No driver runs: without the busy read only the progress thread's per-tick fallback
+    // would see the message.
+    let (s, c) = pair_with(reactor_config(), busy_reading(Duration::from_secs(5)));
+    let data = pattern(7, 64);
+    let sent = data.clone();
+    let sender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        s.send(&sent).unwrap();
+        s
+    });
+    let before = c.endpoint().progress_counts();
+    let msg = block_on(c.recv_async()).unwrap();
+    let after = c.endpoint().progress_counts();
+    assert_eq!(msg.bytes(), data);
+    assert!(
+        after.callers > before.callers,
+        "the reading task should have polled the message itself: {before:?} -> {after:?}"
+    );
+    drop(msg);
+    let _s = sender.join().unwrap();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn busy_read_gives_up_after_its_time() {
+    let busy = Duration::from_millis(100);
+    let (_s, c) = pair_with(reactor_config(), busy_reading(busy));
+    let mut cx = std::task::Context::from_waker(futures::task::noop_waker_ref());
+    let started = std::time::Instant::now();
+    assert!(c.poll_recv(&mut cx).is_pending(), "no message was sent");
+    let took = started.elapsed();
+    assert!(
+        took >= busy && took < busy + Duration::from_secs(2),
+        "a busy read of {busy:?} returned after {took:?}"
+    );
+    // Without a busy read, a poll returns at once.
+    let (_s, c) = pair_with(reactor_config(), reactor_config());
+    let started = std::time::Instant::now();
+    assert!(c.poll_recv(&mut cx).is_pending());
+    assert!(started.elapsed() < busy, "{:?}", started.elapsed());
+}
