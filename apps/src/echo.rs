@@ -87,14 +87,17 @@ pub fn parse_polling(s: &str) -> Result<transport::Polling, String> {
     }
 }
 
-/// An endpoint on the device of `ip` polling as `polling`; for the reactor modes, with its
-/// tokio driver spawned on the current runtime.
+/// An endpoint on the device of `ip` polling as `polling`, its reads busy-polling for
+/// `busy_read` (see [`transport::EndpointConfig::busy_read`]); for the reactor modes, with
+/// its tokio driver spawned on the current runtime.
 pub fn endpoint(
     ip: std::net::IpAddr,
     polling: transport::Polling,
+    busy_read: Duration,
 ) -> transport::Result<transport::Endpoint> {
     let config = transport::EndpointConfig {
         polling,
+        busy_read,
         ..transport::EndpointConfig::default()
     };
     let ep = transport::Endpoint::with_config(ip, config)?;

@@ -11,13 +11,17 @@ const SERVER: &str = env!("CARGO_BIN_EXE_echo-server");
 const CLIENT: &str = env!("CARGO_BIN_EXE_echo-client");
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Starts `echo-server` on the peer's address and `port` polling as `polling`, once it says
-/// it listens.
-fn server(port: u16, polling: &str) -> ChildGuard {
+/// Starts `echo-server` on the peer's address and `port` polling as `polling`, reads
+/// busy-polling for `busy_read` microseconds, once it says it listens.
+fn server(port: u16, polling: &str, busy_read: &str) -> ChildGuard {
     let peer = testkit::peer();
     let mut cmd = peer.command(SERVER);
-    cmd.arg(format!("{}:{port}", peer.device.addr))
-        .args(["--polling", polling]);
+    cmd.arg(format!("{}:{port}", peer.device.addr)).args([
+        "--polling",
+        polling,
+        "--busy-read",
+        busy_read,
+    ]);
     let mut child = ChildGuard::spawn(cmd).expect("start echo-server");
     let out = child.take_stdout().expect("server stdout");
     // Read on a thread of its own so the wait is bounded (a server that never speaks is
@@ -49,12 +53,17 @@ fn client(port: u16, args: &[&str]) -> Command {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn echo_client_and_server_verify_every_byte_in_each_polling_mode() {
-    for (i, polling) in ["adaptive", "busy", "event", "reactor", "reactor:1000"]
-        .into_iter()
-        .enumerate()
-    {
+    let modes = [
+        ("adaptive", "0"),
+        ("busy", "0"),
+        ("event", "0"),
+        ("reactor", "0"),
+        ("reactor:1000", "0"),
+        ("reactor:1000", "1000"),
+    ];
+    for (i, (polling, busy_read)) in modes.into_iter().enumerate() {
         let port = 7_710 + i as u16;
-        let _server = server(port, polling);
+        let _server = server(port, polling, busy_read);
         let out = run_with_timeout(
             client(
                 port,
@@ -67,17 +76,20 @@ fn echo_client_and_server_verify_every_byte_in_each_polling_mode() {
                     "4",
                     "--polling",
                     polling,
+                    "--busy-read",
+                    busy_read,
                 ],
             ),
             TIMEOUT,
         );
-        assert_success(&format!("echo-client --polling {polling}"), &out);
+        let what = format!("echo-client --polling {polling} --busy-read {busy_read}");
+        assert_success(&what, &out);
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             text.contains("200 round trips of 5000 bytes on 4 connections: min "),
-            "{polling}: {text}"
+            "{what}: {text}"
         );
-        println!("{polling}: {text}");
+        println!("{what}: {text}");
     }
 }
 
