@@ -36,8 +36,9 @@ struct Args {
     /// Seconds one round trip may take.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
-    /// How the endpoint polls: adaptive[:SPIN_US], busy, event, reactor[:SPIN_US] (tokio's
-    /// reactor drives progress; with a spin for the lowest latency, e.g. reactor:1000).
+    /// How the endpoint polls: adaptive or adaptive:SPIN_US, busy, event, reactor or
+    /// reactor:SPIN_US (tokio's reactor drives progress; with a spin for the lowest latency,
+    /// e.g. reactor:1000).
     #[arg(long, default_value = "adaptive", value_parser = parse_polling)]
     polling: Polling,
     /// Microseconds a read polls the device itself before it waits (busy read; 0: none).

@@ -1,7 +1,7 @@
 //! The bandwidth tests, as perftest runs them: the client keeps up to `-t` requests in flight
 //! per QP, signalling one in `-Q` (`run_iter_bw`); for SEND the server counts receives
 //! (`run_iter_bw_server`); for WRITE and READ the server only waits for the report exchange.
-//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_source`]).
+//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_source`](super::endpoint::Endpoint::add_source)).
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
