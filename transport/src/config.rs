@@ -75,8 +75,10 @@ pub struct EndpointConfig {
     /// before any queue pair or buffer exists for it.
     pub admit: Option<cm::AdmitHook>,
     /// How long a task that finds no message waiting polls the completion queue itself
-    /// before [`Conn::poll_recv`](crate::Conn::poll_recv) (and so a byte stream's read)
-    /// returns `Pending`; zero (the default) returns at once. Like Linux's `busy_read` for
+    /// before [`Conn::poll_recv`](crate::Conn::poll_recv) (and so a byte stream's read),
+    /// [`Conn::recv_request_async`](crate::Conn::recv_request_async) or
+    /// [`Conn::call_async`](crate::Conn::call_async) waits for a wakeup; zero (the default)
+    /// waits at once. Like Linux's `busy_read` for
     /// sockets, it trades the executor thread's time for latency: a message that comes
     /// within it is taken by the reading task itself, with no wakeup, but the thread's other
     /// tasks wait meanwhile. For a latency-critical connection on a runtime of its own.

@@ -40,30 +40,42 @@ impl Conn {
     /// [`busy_read`](crate::EndpointConfig::busy_read), it first polls the completion queue
     /// for up to that long.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Message>> {
+        self.inner.shared.progress();
+        self.poll_busy(
+            cx,
+            |st| {
+                if let Some(d) = st.inbox.pop_front() {
+                    return Some(Ok(Message::new(self.inner.clone(), d)));
+                }
+                st.ended().map(Err)
+            },
+            |st, cx| register_recv(&self.inner.shared, st, cx),
+        )
+    }
+
+    /// Looks for what a task waits for with `check` (under the state lock). While it finds
+    /// nothing, the task polls the completion queue itself for up to
+    /// [`busy_read`](crate::EndpointConfig::busy_read), as a spinning caller; then `wait`
+    /// registers its waker (under the same lock) and the poll is `Pending`.
+    fn poll_busy<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut check: impl FnMut(&mut ConnState) -> Option<T>,
+        wait: impl FnOnce(&mut ConnState, &mut Context<'_>),
+    ) -> Poll<T> {
         let shared = &self.inner.shared;
         let busy = shared.cfg.busy_read;
         let mut since: Option<Instant> = None;
         let mut turns = 0u32;
-        // While it busy-reads, the task counts as a spinning caller (the progress thread
+        // While it busy-polls, the task counts as a spinning caller (the progress thread
         // stands aside for it).
         let mut spinner: Option<Spinning<'_>> = None;
         loop {
-            match &spinner {
-                Some(s) => {
-                    s.poll();
-                }
-                None => {
-                    shared.progress();
-                }
-            }
             let mut st = self.inner.state.lock();
-            if let Some(d) = st.inbox.pop_front() {
-                return Poll::Ready(Ok(Message::new(self.inner.clone(), d)));
+            if let Some(found) = check(&mut st) {
+                return Poll::Ready(found);
             }
-            if let Some(e) = st.ended() {
-                return Poll::Ready(Err(e));
-            }
-            // The clock only every few turns: a shorter turn sees a message sooner.
+            // The clock only every few turns: a shorter turn sees a completion sooner.
             turns = turns.wrapping_add(1);
             let spinning = !busy.is_zero()
                 && (turns % 8 != 0 || since.get_or_insert_with(Instant::now).elapsed() < busy);
@@ -71,11 +83,11 @@ impl Conn {
                 // Stop spinning first: registering then hands polling back to the progress
                 // thread (or the reactor).
                 drop(spinner.take());
-                register_recv(shared, &mut st, cx);
+                wait(&mut st, cx);
                 return Poll::Pending;
             }
             drop(st);
-            spinner.get_or_insert_with(|| Spinning::new(shared));
+            spinner.get_or_insert_with(|| Spinning::new(shared)).poll();
             std::hint::spin_loop();
         }
     }
@@ -90,22 +102,23 @@ impl Conn {
     /// Receives the next RPC request (cancel safe, like [`recv_async`](Self::recv_async)).
     pub async fn recv_request_async(&self) -> Result<Request> {
         poll_fn(|cx| {
-            let mut st = self.inner.state.lock();
-            if let Some(d) = st.requests.pop_front() {
-                let Received::Request { call } = d.class else {
-                    unreachable!("only requests are queued here")
-                };
-                return Poll::Ready(Ok(Request {
-                    message: Some(Message::new(self.inner.clone(), d)),
-                    call,
-                    conn: self.clone(),
-                }));
-            }
-            if let Some(e) = st.ended() {
-                return Poll::Ready(Err(e));
-            }
-            register(&self.inner.shared, &mut st, cx);
-            Poll::Pending
+            self.poll_busy(
+                cx,
+                |st| {
+                    if let Some(d) = st.requests.pop_front() {
+                        let Received::Request { call } = d.class else {
+                            unreachable!("only requests are queued here")
+                        };
+                        return Some(Ok(Request {
+                            message: Some(Message::new(self.inner.clone(), d)),
+                            call,
+                            conn: self.clone(),
+                        }));
+                    }
+                    st.ended().map(Err)
+                },
+                |st, cx| register(&self.inner.shared, st, cx),
+            )
         })
         .await
     }
@@ -350,25 +363,26 @@ impl Conn {
             id: Some(id),
         };
         let result = poll_fn(|cx| {
-            let mut st = self.inner.state.lock();
-            if let Some(r) = st.calls.remove(&id.0) {
-                return Poll::Ready(match r {
-                    Ok(d) => Ok(Message::new(self.inner.clone(), d)),
-                    Err(e) => Err(Error::Call(e)),
-                });
-            }
-            if let Some(e) = st.ended() {
-                return Poll::Ready(Err(e));
-            }
-            // Woken by this call's end only, not by every change of a busy connection.
-            match st.call_wakers.get(&id.0) {
-                Some(w) if w.will_wake(cx.waker()) => {}
-                _ => {
-                    st.call_wakers.insert(id.0, cx.waker().clone());
-                    self.inner.shared.wake_progress();
-                }
-            }
-            Poll::Pending
+            self.poll_busy(
+                cx,
+                |st| {
+                    if let Some(r) = st.calls.remove(&id.0) {
+                        return Some(match r {
+                            Ok(d) => Ok(Message::new(self.inner.clone(), d)),
+                            Err(e) => Err(Error::Call(e)),
+                        });
+                    }
+                    st.ended().map(Err)
+                },
+                // Woken by this call's end only, not by every change of a busy connection.
+                |st, cx| match st.call_wakers.get(&id.0) {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => {
+                        st.call_wakers.insert(id.0, cx.waker().clone());
+                        self.inner.shared.wake_progress();
+                    }
+                },
+            )
         })
         .await;
         self.inner.state.lock().call_wakers.remove(&id.0);

@@ -247,3 +247,29 @@ fn busy_read_gives_up_after_its_time() {
     assert!(c.poll_recv(&mut cx).is_pending());
     assert!(started.elapsed() < busy, "{:?}", started.elapsed());
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn busy_read_takes_a_response_in_the_calling_task() {
+    let (s, c) = pair_with(reactor_config(), busy_reading(Duration::from_secs(5)));
+    let server = std::thread::spawn(move || {
+        let req = s.recv_request(TIMEOUT).unwrap();
+        let mut answer = req.message().to_vec();
+        answer.reverse();
+        std::thread::sleep(Duration::from_millis(50));
+        req.respond(&answer).unwrap();
+        s
+    });
+    let request = pattern(9, 100);
+    let before = c.endpoint().progress_counts();
+    let response = block_on(c.call_async(&request, TIMEOUT)).unwrap();
+    let after = c.endpoint().progress_counts();
+    let expected: Vec<u8> = request.iter().rev().copied().collect();
+    assert_eq!(response.bytes(), expected);
+    assert!(
+        after.callers > before.callers,
+        "the calling task should have polled the response itself: {before:?} -> {after:?}"
+    );
+    drop(response);
+    let _s = server.join().unwrap();
+}
