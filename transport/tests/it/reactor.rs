@@ -203,6 +203,19 @@ fn busy_reading(busy: Duration) -> EndpointConfig {
     }
 }
 
+/// Runs `wait` (a task waiting for `what` on `c`) and checks that a completion was polled by
+/// the caller meanwhile, not only by the progress thread.
+fn polled_by_caller<T>(c: &transport::Conn, what: &str, wait: impl FnOnce() -> T) -> T {
+    let before = c.endpoint().progress_counts();
+    let got = wait();
+    let after = c.endpoint().progress_counts();
+    assert!(
+        after.callers > before.callers,
+        "the waiting task should have polled the {what} itself: {before:?} -> {after:?}"
+    );
+    got
+}
+
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn busy_read_takes_the_message_in_the_reading_task() {
@@ -216,14 +229,8 @@ fn busy_read_takes_the_message_in_the_reading_task() {
         s.send(&sent).unwrap();
         s
     });
-    let before = c.endpoint().progress_counts();
-    let msg = block_on(c.recv_async()).unwrap();
-    let after = c.endpoint().progress_counts();
+    let msg = polled_by_caller(&c, "message", || block_on(c.recv_async()).unwrap());
     assert_eq!(msg.bytes(), data);
-    assert!(
-        after.callers > before.callers,
-        "the reading task should have polled the message itself: {before:?} -> {after:?}"
-    );
     drop(msg);
     let _s = sender.join().unwrap();
 }
@@ -261,15 +268,11 @@ fn busy_read_takes_a_response_in_the_calling_task() {
         s
     });
     let request = pattern(9, 100);
-    let before = c.endpoint().progress_counts();
-    let response = block_on(c.call_async(&request, TIMEOUT)).unwrap();
-    let after = c.endpoint().progress_counts();
+    let response = polled_by_caller(&c, "response", || {
+        block_on(c.call_async(&request, TIMEOUT)).unwrap()
+    });
     let expected: Vec<u8> = request.iter().rev().copied().collect();
     assert_eq!(response.bytes(), expected);
-    assert!(
-        after.callers > before.callers,
-        "the calling task should have polled the response itself: {before:?} -> {after:?}"
-    );
     drop(response);
     let _s = server.join().unwrap();
 }
