@@ -2,7 +2,9 @@
 //! carries out the protocol's actions (posting sends and READs, delivering messages, waking
 //! waiters).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Waker;
@@ -69,7 +71,7 @@ pub(crate) struct ConnState {
     /// RPC requests delivered and not yet taken.
     pub requests: VecDeque<Delivery<Buffer>>,
     /// Finished calls not yet picked up by their caller.
-    pub calls: HashMap<u64, Result<Delivery<Buffer>, CallError>>,
+    pub calls: FxHashMap<u64, Result<Delivery<Buffer>, CallError>>,
     /// READs the pool had no buffer for yet.
     pub deferred_reads: VecDeque<(ReadId, RemoteChunk, u32)>,
     /// Set once the protocol ended: `Some(None)` graceful end of stream, else the failure.
@@ -82,7 +84,7 @@ pub(crate) struct ConnState {
     pub one_sided_in_flight: u32,
     /// A keepalive probe is in flight (in the send-queue slot kept for it).
     pub probe_in_flight: bool,
-    pub one_sided_done: HashMap<u64, OneSidedResult>,
+    pub one_sided_done: FxHashMap<u64, OneSidedResult>,
     pub next_one_sided: u64,
     /// Async tasks to wake on any change.
     pub wakers: Vec<Waker>,
@@ -90,7 +92,7 @@ pub(crate) struct ConnState {
     /// ends (a send completion does not wake them).
     pub recv_wakers: Vec<Waker>,
     /// Async callers by call id, woken when their call finishes or the connection ends.
-    pub call_wakers: HashMap<u64, Waker>,
+    pub call_wakers: FxHashMap<u64, Waker>,
 }
 
 impl ConnState {
@@ -102,18 +104,18 @@ impl ConnState {
             unsignaled: 0,
             inbox: VecDeque::with_capacity(64),
             requests: VecDeque::new(),
-            calls: HashMap::with_capacity(64),
+            calls: FxHashMap::with_capacity_and_hasher(64, Default::default()),
             deferred_reads: VecDeque::new(),
             end: None,
             ended_at: None,
             teardown: None,
             one_sided_in_flight: 0,
             probe_in_flight: false,
-            one_sided_done: HashMap::new(),
+            one_sided_done: FxHashMap::default(),
             next_one_sided: 1,
             wakers: Vec::new(),
             recv_wakers: Vec::new(),
-            call_wakers: HashMap::new(),
+            call_wakers: FxHashMap::default(),
         }
     }
 

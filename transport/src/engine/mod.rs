@@ -9,7 +9,6 @@
 
 mod conn;
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -18,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use memory::{Buffer, ClassConfig, Pool, PoolAccess, PoolConfig};
 use parking_lot::{Mutex, RwLock};
+use rustc_hash::FxHashMap;
 use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRequest, Srq, WorkCompletion};
 
 pub(crate) use conn::{ConnShared, ConnState, SqOp};
@@ -72,7 +72,7 @@ pub(crate) struct Shared {
     pub cm_channel: cm::EventChannel,
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
     /// [`remove_conns`](Shared::remove_conns), which keep `conns_gen` in step.
-    pub conns: RwLock<HashMap<u32, Arc<ConnShared>>>,
+    pub conns: RwLock<FxHashMap<u32, Arc<ConnShared>>>,
     /// Bumped after every change of `conns`: the poller's cached connection is good while it
     /// stays the same.
     conns_gen: AtomicU64,
@@ -220,7 +220,7 @@ impl Shared {
             srq,
             pool,
             cm_channel: cm::EventChannel::new()?,
-            conns: RwLock::new(HashMap::new()),
+            conns: RwLock::new(FxHashMap::default()),
             conns_gen: AtomicU64::new(0),
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),
