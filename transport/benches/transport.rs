@@ -61,8 +61,11 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     let device = hosts.device();
     let (sip, cip) = hosts.ips();
     println!(
-        "transport vs C baselines, client {} -> server {}",
-        hosts.client.name, hosts.server.name
+        "transport vs C baselines, client {} -> server {}; window {}, send queue {} (perftest's depths)",
+        hosts.client.name,
+        hosts.server.name,
+        ours::WINDOW,
+        ours::SQ_DEPTH
     );
 
     // Both polling modes on the small cases; the faster one (by RPC round trip) runs the rest.

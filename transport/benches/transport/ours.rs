@@ -16,8 +16,17 @@ fn err(what: &str) -> impl Fn(transport::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-/// An endpoint configuration for the benchmark: `polling`, and frames of `frame_size` bytes
-/// (header included) when given.
+/// Receives each connection grants its peer: perftest's receive depth for `ib_send_bw`
+/// (`--rx-depth`, 512 by default), so both sides of a comparison keep as many receives
+/// posted. The default window (32) is sized for hundreds of connections per endpoint; with
+/// it, a one-way stream sends a credit frame back every 16 messages.
+pub const WINDOW: u32 = 512;
+
+/// Send-queue slots per connection: perftest's send depth (`--tx-depth`, 128 by default).
+pub const SQ_DEPTH: u32 = 128;
+
+/// An endpoint configuration for the benchmark: `polling`, perftest's queue depths, and
+/// frames of `frame_size` bytes (header included) when given.
 pub fn config(polling: Polling, frame_size: Option<u32>) -> EndpointConfig {
     let mut c = EndpointConfig {
         polling,
@@ -25,6 +34,8 @@ pub fn config(polling: Polling, frame_size: Option<u32>) -> EndpointConfig {
         max_connections: 2,
         ..EndpointConfig::default()
     };
+    c.proto.window = WINDOW;
+    c.proto.sq_depth = SQ_DEPTH;
     if let Some(f) = frame_size {
         c.proto.frame_size = f;
     }
