@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use verbs_sys as sys;
 
+/// Wakes a thread blocked in [`EventChannel::get_event_unless`]; once woken, stays woken.
+pub use sys::fd::Wakeup;
+
 use crate::id::{CmId, CmIdInner};
 use crate::{Error, Result};
 
@@ -82,10 +85,35 @@ impl EventChannel {
     /// (also when another thread took the event that woke this one).
     #[doc(alias = "rdma_get_cm_event")]
     pub fn get_event(&self, timeout: Duration) -> Result<Option<CmEvent>> {
-        let deadline = Instant::now() + timeout;
+        self.next_event(Some(timeout), None)
+    }
+
+    /// Waits for the next event until `stop` is woken, up to `timeout` (`None`: no bound but
+    /// `stop`). `Ok(None)` means it was woken, or the time passed, without an event. For a
+    /// thread that serves the channel until told to stop, without waking to look meanwhile.
+    #[doc(alias = "rdma_get_cm_event")]
+    pub fn get_event_unless(
+        &self,
+        stop: &Wakeup,
+        timeout: Option<Duration>,
+    ) -> Result<Option<CmEvent>> {
+        self.next_event(timeout, Some(stop))
+    }
+
+    fn next_event(
+        &self,
+        timeout: Option<Duration>,
+        stop: Option<&Wakeup>,
+    ) -> Result<Option<CmEvent>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if !sys::fd::wait_readable(self.as_raw_fd(), Some(left)).map_err(Error::GetEvent)? {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let ready = match stop {
+                None => sys::fd::wait_readable(self.as_raw_fd(), left),
+                Some(stop) => sys::fd::wait_readable_or_woken(self.as_raw_fd(), stop, left)
+                    .map(|r| r == sys::fd::Ready::Readable),
+            };
+            if !ready.map_err(Error::GetEvent)? {
                 return Ok(None);
             }
             let mut ev = std::ptr::null_mut();

@@ -159,7 +159,7 @@ pub use connector::{
     connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT, RESOLVE_ATTEMPT,
 };
 pub use error::{Error, Result};
-pub use event::{CmEvent, EventChannel, EventKind, PeerParam};
+pub use event::{CmEvent, EventChannel, EventKind, PeerParam, Wakeup};
 pub use id::{CmId, PortSpace};
 pub use listener::{ConnectRequest, Listener, DEFAULT_BACKLOG};
 pub use multicast::Membership;

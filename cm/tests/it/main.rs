@@ -2,6 +2,7 @@
 //! between two hosts (network namespaces with an rxe device each); without a configured peer
 //! the peer is this host. The far end runs `cm-test-peer` (src/bin) on the peer host.
 mod admission;
+mod channel;
 mod connect;
 mod disconnect;
 mod failures;
