@@ -37,6 +37,9 @@ const IDLE_TICK: Duration = Duration::from_millis(100);
 /// The shortest sleep before the next timer run.
 const MIN_TICK: Duration = Duration::from_micros(100);
 
+/// How long the CM thread waits before it reads again from a channel that failed a read.
+const CM_RETRY: Duration = Duration::from_millis(50);
+
 /// A reactor that polled or armed the queue this recently counts as driving progress: the
 /// progress thread's fallback poll ([`Polling::Reactor`]) waits until it has been quiet this
 /// long.
@@ -70,6 +73,8 @@ pub(crate) struct Shared {
     pub recv_pool: Pool,
     /// CM events (disconnects) of every established connection arrive here.
     pub cm_channel: cm::EventChannel,
+    /// Stops the thread serving `cm_channel`, which otherwise sleeps until an event comes.
+    cm_stop: cm::Wakeup,
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
     /// [`remove_conns`](Shared::remove_conns), which keep `conns_gen` in step.
     pub conns: RwLock<FxHashMap<u32, Arc<ConnShared>>>,
@@ -220,6 +225,7 @@ impl Shared {
             srq,
             pool,
             cm_channel: cm::EventChannel::new()?,
+            cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
             conns: RwLock::new(FxHashMap::default()),
             conns_gen: AtomicU64::new(0),
             progress: Mutex::new(Progress {
@@ -659,10 +665,14 @@ impl Engine {
             std::thread::Builder::new()
                 .name("transport-cm".into())
                 .spawn(move || {
+                    // Sleeps until an event comes or the endpoint stops: an idle endpoint's
+                    // CM thread never wakes.
                     while !shared.stop.load(Ordering::Relaxed) {
-                        if let Ok(Some(ev)) = shared.cm_channel.get_event(Duration::from_millis(50))
-                        {
-                            shared.on_cm_event(&ev);
+                        match shared.cm_channel.get_event_unless(&shared.cm_stop, None) {
+                            Ok(Some(ev)) => shared.on_cm_event(&ev),
+                            Ok(None) => {}
+                            // Whatever broke the channel, do not spin on it.
+                            Err(_) => std::thread::sleep(CM_RETRY),
                         }
                     }
                 })
@@ -697,6 +707,7 @@ impl Drop for Engine {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.cm_stop.wake();
         self.shared.unpark_progress();
         if let Some(w) = self.shared.reactor_waker.lock().take() {
             w.wake();
