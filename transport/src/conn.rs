@@ -26,7 +26,7 @@ pub struct Conn {
 }
 
 /// Turns of a spinning wait per look at the clock.
-const SPIN_TURNS_PER_CLOCK: u32 = 8;
+pub(crate) const SPIN_TURNS_PER_CLOCK: u32 = 8;
 
 impl Clone for Conn {
     /// Another handle to the same connection (the connection closes when the last is dropped).

@@ -26,7 +26,7 @@ use std::future::poll_fn;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::conn::{remote_chunk, send_error};
+use crate::conn::{remote_chunk, send_error, SPIN_TURNS_PER_CLOCK};
 use crate::engine::{pool_error, ConnShared, ConnState, Spinning};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN};
@@ -78,7 +78,8 @@ impl Conn {
             // The clock only every few turns: a shorter turn sees a completion sooner.
             turns = turns.wrapping_add(1);
             let spinning = !busy.is_zero()
-                && (turns % 8 != 0 || since.get_or_insert_with(Instant::now).elapsed() < busy);
+                && (turns % SPIN_TURNS_PER_CLOCK != 0
+                    || since.get_or_insert_with(Instant::now).elapsed() < busy);
             if !spinning {
                 // Stop spinning first: registering then hands polling back to the progress
                 // thread (or the reactor).

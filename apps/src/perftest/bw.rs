@@ -122,8 +122,6 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     Ok(results)
 }
 
-/// The receives of send-bw: up to `depth` per QP posted into one buffer, whose contents
-/// nobody reads; `posted` counts them per QP across sizes.
 /// send-bw server: counts `-n` receives per QP; times from the first to each.
 fn serve_sends(
     p: &Params,

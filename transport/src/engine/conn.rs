@@ -3,8 +3,6 @@
 //! waiters).
 
 use std::collections::VecDeque;
-
-use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::Waker;
@@ -12,6 +10,7 @@ use std::time::Instant;
 
 use memory::Buffer;
 use parking_lot::{Condvar, Mutex};
+use rustc_hash::FxHashMap;
 use verbs::{Qp, RemoteSlice, SendRequest};
 
 use super::Shared;

@@ -718,7 +718,7 @@ impl Drop for Engine {
         // End every connection still known, and let go of them (they hold the shared state).
         let conns: Vec<_> = self.shared.conns.read().values().cloned().collect();
         self.shared
-            .remove_conns(conns.iter().map(|c| c.qp.qp_num()).collect::<Vec<_>>());
+            .remove_conns(conns.iter().map(|c| c.qp.qp_num()));
         for conn in conns {
             let mut st = conn.state.lock();
             let _ = conn.qp.to_error();
