@@ -9,7 +9,9 @@ use verbs::{RemoteSlice, SendRequest};
 
 use crate::engine::{frame_from, ConnShared, ConnState, Engine, Spinning, SqOp};
 use crate::message::{Message, MessageBuf, Request};
-use crate::proto::{CallId, Class, MsgId, Received, RemoteChunk, SendError, SendErrorKind};
+use crate::proto::{
+    CallId, Class, MsgId, Received, RemoteChunk, SendError, SendErrorKind, HEADER_LEN,
+};
 use crate::region::Token;
 use crate::{Error, Polling, Result};
 
@@ -64,11 +66,28 @@ impl Conn {
         &self,
         op: &'static str,
         timeout: Duration,
+        check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        self.wait_until(op, timeout, None, check)
+    }
+
+    /// [`wait`](Self::wait) until `deadline` when given (a caller that read the clock
+    /// already), else until `timeout` after the first look at the clock. A `check` that
+    /// succeeds at once costs no look at the clock: most sends find room, most receives a
+    /// message.
+    pub(crate) fn wait_until<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        deadline: Option<Instant>,
         mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
     ) -> Result<T> {
-        let start = Instant::now();
-        let deadline = start + timeout;
         let conn = &*self.inner;
+        if let Some(r) = check(conn, &mut conn.state.lock()) {
+            return r;
+        }
+        let start = Instant::now();
+        let deadline = deadline.unwrap_or(start + timeout);
         // How long this thread polls the queue itself before it sleeps until the progress
         // thread wakes it: no handoff between threads while it spins.
         let spin_until = match conn.shared.cfg.polling {
@@ -76,24 +95,23 @@ impl Conn {
             Polling::Adaptive { spin } => start + spin,
             Polling::Event | Polling::Reactor { .. } => start,
         };
-        let mut spinning: Option<Spinning<'_>> = None;
+        let mut spinning = (start < spin_until).then(|| Spinning::new(&conn.shared));
         let mut turns = 0u32;
         loop {
-            if let Some(r) = check(conn, &mut conn.state.lock()) {
-                return r;
-            }
             let polled = match &spinning {
                 Some(s) => s.poll(),
                 None => conn.shared.progress(),
             };
-            if polled > 0 {
-                continue;
-            }
             // While spinning, look at the clock (deadline, spin time) only every few turns:
             // a shorter turn sees a completion sooner.
             turns = turns.wrapping_add(1);
-            if spinning.is_some() && turns % SPIN_TURNS_PER_CLOCK != 0 {
-                std::hint::spin_loop();
+            if polled > 0 || (spinning.is_some() && turns % SPIN_TURNS_PER_CLOCK != 0) {
+                if let Some(r) = check(conn, &mut conn.state.lock()) {
+                    return r;
+                }
+                if polled == 0 {
+                    std::hint::spin_loop();
+                }
                 continue;
             }
             let mut st = conn.state.lock();
@@ -136,9 +154,26 @@ impl Conn {
         frame: memory::Buffer,
         timeout: Option<Duration>,
     ) -> Result<Option<CallId>> {
+        self.send_frame_releasing(class, frame, timeout, false)
+    }
+
+    /// [`send_frame`](Self::send_frame), first releasing the receive credit of a message
+    /// just handled when `release` is set (under the same lock: the frame's header then
+    /// carries the credit back).
+    fn send_frame_releasing(
+        &self,
+        class: Class,
+        frame: memory::Buffer,
+        timeout: Option<Duration>,
+        mut release: bool,
+    ) -> Result<Option<CallId>> {
         let mut frame = Some(frame);
         let mut attempt =
             |conn: &ConnShared, st: &mut ConnState| -> Option<Result<Option<CallId>>> {
+                let released = std::mem::take(&mut release);
+                if released {
+                    conn.release_one(st);
+                }
                 if let Some(e) = st.ended() {
                     return Some(Err(e));
                 }
@@ -153,6 +188,11 @@ impl Conn {
                         payload,
                     }) => {
                         frame = Some(payload);
+                        if released {
+                            // The credit goes back on its own if it is due (the frame
+                            // waits).
+                            conn.drive(st);
+                        }
                         None
                     }
                     Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
@@ -310,7 +350,7 @@ impl Conn {
         if data.len() > eager {
             return self.send_large(class, data, timeout);
         }
-        let frame = frame_from(&self.inner.shared, data, Some(timeout))?;
+        let frame = self.eager_frame(data, Some(timeout))?;
         self.send_frame(class, frame, Some(timeout))
     }
 
@@ -356,8 +396,25 @@ impl Conn {
                 limit: self.eager_limit() as u64,
             });
         }
-        let frame = frame_from(&self.inner.shared, data, None)?;
+        let frame = self.eager_frame(data, None)?;
         self.send_frame(Class::Message, frame, None).map(drop)
+    }
+
+    /// The frame of an eager message: `data` copied after the header room, into the buffer
+    /// of the last frame the device copied while posting (inline) if this one is as small,
+    /// else into a buffer from the pool, waiting up to `timeout` for one (`None`: not at all).
+    fn eager_frame(&self, data: &[u8], timeout: Option<Duration>) -> Result<memory::Buffer> {
+        let len = HEADER_LEN + data.len();
+        let spare = (len <= self.inner.qp.cap().max_inline_data as usize)
+            .then(|| self.inner.state.lock().take_spare_frame(len))
+            .flatten();
+        match spare {
+            Some(mut buf) => {
+                buf[HEADER_LEN..].copy_from_slice(data);
+                Ok(buf)
+            }
+            None => frame_from(&self.inner.shared, data, timeout),
+        }
     }
 
     /// A pool buffer for `len` bytes to fill and [`send_buf`](Self::send_buf) without a copy
@@ -385,10 +442,9 @@ impl Conn {
     /// Receives the next message, waiting up to `timeout`. After the peer closed and every
     /// message was received: [`Error::Closed`] with no cause (end of stream).
     pub fn recv(&self, timeout: Duration) -> Result<Message> {
-        let me = self.inner.clone();
         self.wait("recv", timeout, |_, st| {
             if let Some(d) = st.inbox.pop_front() {
-                return Some(Ok(Message::new(me.clone(), d)));
+                return Some(Ok(Message::new(self.inner.clone(), d)));
             }
             st.ended().map(Err)
         })
@@ -412,12 +468,12 @@ impl Conn {
         let id = self
             .send_class(Class::Request { deadline }, request, timeout)?
             .expect("a request has a call id");
-        let me = self.inner.clone();
-        let left = deadline.saturating_duration_since(Instant::now());
-        let result = self.wait("call", left + Duration::from_millis(50), |_, st| {
+        // A little past the call's deadline: the protocol fails the call at the deadline.
+        let wait_deadline = deadline + Duration::from_millis(50);
+        let result = self.wait_until("call", timeout, Some(wait_deadline), |_, st| {
             if let Some(r) = st.calls.remove(&id.0) {
                 return Some(match r {
-                    Ok(d) => Ok(Message::new(me.clone(), d)),
+                    Ok(d) => Ok(Message::new(self.inner.clone(), d)),
                     Err(e) => Err(Error::Call(e)),
                 });
             }
@@ -436,17 +492,15 @@ impl Conn {
     /// Receives the next RPC request, waiting up to `timeout`; answer it with
     /// [`Request::respond`].
     pub fn recv_request(&self, timeout: Duration) -> Result<Request> {
-        let me = self.inner.clone();
-        let conn = self.clone();
         self.wait("recv_request", timeout, |_, st| {
             if let Some(d) = st.requests.pop_front() {
                 let Received::Request { call } = d.class else {
                     unreachable!("only requests are queued here")
                 };
                 return Some(Ok(Request {
-                    message: Some(Message::new(me.clone(), d)),
+                    message: Some(Message::new(self.inner.clone(), d)),
                     call,
-                    conn: conn.clone(),
+                    conn: self.clone(),
                 }));
             }
             st.ended().map(Err)
@@ -469,9 +523,28 @@ impl Conn {
         }
     }
 
-    pub(crate) fn respond(&self, call: CallId, response: &[u8]) -> Result<()> {
-        self.send_class(Class::Response { call }, response, DEFAULT_OP_TIMEOUT)
-            .map(drop)
+    /// Answers call `call` with `response`, releasing `request` (the call's message). An
+    /// eager response carries the request's credit back in its header, and the request's
+    /// buffer goes back to the pool after the response is on its way.
+    pub(crate) fn respond(
+        &self,
+        call: CallId,
+        response: &[u8],
+        request: Option<Message>,
+    ) -> Result<()> {
+        let class = Class::Response { call };
+        if response.len() > self.eager_limit() {
+            drop(request);
+            return self
+                .send_class(class, response, DEFAULT_OP_TIMEOUT)
+                .map(drop);
+        }
+        let frame = self.eager_frame(response, Some(DEFAULT_OP_TIMEOUT))?;
+        let request = request.and_then(Message::into_delivery);
+        let credit = request.as_ref().is_some_and(|d| d.holds_credit());
+        let sent = self.send_frame_releasing(class, frame, Some(DEFAULT_OP_TIMEOUT), credit);
+        drop(request);
+        sent.map(drop)
     }
 
     pub(crate) fn reject(&self, call: CallId) {

@@ -151,7 +151,9 @@ impl Conn {
         let conn = &*self.inner;
         let pool = &conn.shared.pool;
         let eager = self.eager_limit();
-        {
+        let frame_len = HEADER_LEN + data.len();
+        let small = frame_len <= conn.qp.cap().max_inline_data as usize;
+        let spare = {
             // Wait without copying while the queue is full (many tasks may be waiting).
             let mut st = conn.state.lock();
             if let Some(e) = st.ended() {
@@ -168,9 +170,16 @@ impl Conn {
                 }
                 Some(_) => {}
             }
-        }
+            // A frame the device copies while posting: the buffer of the last one serves
+            // again.
+            if small && data.len() <= eager {
+                st.take_spare_frame(frame_len)
+            } else {
+                None
+            }
+        };
         if data.len() <= eager {
-            let mut frame = match pool.try_alloc(HEADER_LEN + data.len()) {
+            let mut frame = match spare.map_or_else(|| pool.try_alloc(frame_len), Ok) {
                 Ok(b) => b,
                 Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
                 Err(e) => return Poll::Ready(Err(pool_error(e))),

@@ -27,6 +27,12 @@ impl Message {
         }
     }
 
+    /// The delivery, for a caller that releases its credit itself ([`ConnShared::release_one`]):
+    /// the message no longer does when dropped.
+    pub(crate) fn into_delivery(mut self) -> Option<Delivery<Buffer>> {
+        self.delivery.take()
+    }
+
     fn delivery(&self) -> &Delivery<Buffer> {
         self.delivery.as_ref().expect("present until drop")
     }
@@ -123,12 +129,13 @@ impl Request {
     }
 
     /// Sends `response` to the caller, blocking up to the endpoint's operation timeout for
-    /// credit. The request's buffers are released first.
+    /// credit. The request's buffers are released (and its credit goes back with the
+    /// response).
     pub fn respond(mut self, response: &[u8]) -> crate::Result<()> {
-        drop(self.message.take());
+        let request = self.message.take();
         let call = self.call;
         self.call = CallId(0);
-        self.conn.respond(call, response)
+        self.conn.respond(call, response, request)
     }
 }
 

@@ -43,6 +43,12 @@ pub(crate) fn signal_every(sq_depth: u32) -> u32 {
     (sq_depth / 4).clamp(1, SIGNAL_EVERY_MAX)
 }
 
+/// Frame buffers a connection keeps after posting them inline (the device copied them, so
+/// they are free at once), for its next small sends: a send then takes no buffer from the
+/// pool and gives none back. One serves a sender that sends and posts in turn; the second
+/// a frame queued behind one being posted.
+const SPARE_FRAMES: usize = 2;
+
 /// How long a gracefully closed connection waits for its last frames (its CLOSE) to complete
 /// before teardown moves its QP to error, which would flush them unsent.
 pub(crate) const CLOSE_FLUSH: std::time::Duration = std::time::Duration::from_secs(1);
@@ -92,6 +98,8 @@ pub(crate) struct ConnState {
     pub recv_wakers: Vec<Waker>,
     /// Async callers by call id, woken when their call finishes or the connection ends.
     pub call_wakers: FxHashMap<u64, Waker>,
+    /// Small frame buffers kept for the next sends (see [`SPARE_FRAMES`]).
+    pub spare_frames: Vec<Buffer>,
 }
 
 impl ConnState {
@@ -115,6 +123,21 @@ impl ConnState {
             wakers: Vec::new(),
             recv_wakers: Vec::new(),
             call_wakers: FxHashMap::default(),
+            spare_frames: Vec::with_capacity(SPARE_FRAMES),
+        }
+    }
+
+    /// A kept frame buffer holding at least `len` bytes, set to that length, if there is one.
+    pub(crate) fn take_spare_frame(&mut self, len: usize) -> Option<Buffer> {
+        let mut buf = self.spare_frames.pop()?;
+        buf.set_len(len).ok()?;
+        Some(buf)
+    }
+
+    /// Keeps a frame buffer the device no longer needs for the next send, if there is room.
+    fn keep_spare_frame(&mut self, buf: Buffer) {
+        if self.spare_frames.len() < SPARE_FRAMES && self.end.is_none() {
+            self.spare_frames.push(buf);
         }
     }
 
@@ -276,6 +299,7 @@ impl ConnShared {
                 let len = buf.len();
                 if len <= inline_max {
                     self.post_inline(st, &buf[..len]);
+                    st.keep_spare_frame(buf);
                     return;
                 }
                 SendRequest::send(buf, 0..len)

@@ -97,9 +97,10 @@ pub(crate) struct Shared {
     /// waiting without spinning (a thread going to sleep, a task registering its waker)
     /// unparks it through [`wake_progress`](Shared::wake_progress).
     standing_aside: AtomicBool,
-    /// When (nanoseconds after `epoch`, 0: never or cancelled) an application thread last
-    /// polled the queue: while they poll, the progress thread stands aside too.
-    caller_polled: AtomicU64,
+    /// An application thread polled the queue since the progress thread last looked (and
+    /// nobody waited without polling since): while they poll, the progress thread stands
+    /// aside too. A flag, not a time: a poll costs a store, no look at the clock.
+    caller_polled: AtomicBool,
     /// When (after `epoch`) a reactor last polled or armed the queue (0: never).
     reactor_polled: AtomicU64,
     epoch: Instant,
@@ -237,7 +238,7 @@ impl Shared {
             srq_slack,
             stop: AtomicBool::new(false),
             spinners: AtomicU32::new(0),
-            caller_polled: AtomicU64::new(0),
+            caller_polled: AtomicBool::new(false),
             reactor_polled: AtomicU64::new(0),
             epoch: Instant::now(),
             standing_aside: AtomicBool::new(false),
@@ -279,9 +280,9 @@ impl Shared {
     }
 
     /// Whether application threads poll the queue now (one spins in a call, or one polled
-    /// within [`CALLERS_ACTIVE`]): the progress thread then stands aside.
+    /// since the progress thread's last nap began): the progress thread then stands aside.
     fn callers_poll(&self) -> bool {
-        self.spinners.load(Ordering::SeqCst) > 0 || self.within(&self.caller_polled, CALLERS_ACTIVE)
+        self.spinners.load(Ordering::SeqCst) > 0 || self.caller_polled.load(Ordering::Relaxed)
     }
 
     /// Records now in `stamp` (nanoseconds after `epoch`, at least 1: 0 means never).
@@ -304,7 +305,7 @@ impl Shared {
     pub(crate) fn wake_progress(&self) {
         // Someone now depends on the progress thread: earlier polls by callers no longer
         // excuse it (a spinning caller still does).
-        self.caller_polled.store(0, Ordering::Relaxed);
+        self.caller_polled.store(false, Ordering::Relaxed);
         if self.standing_aside.load(Ordering::SeqCst) {
             self.unpark_progress();
         }
@@ -327,7 +328,7 @@ impl Shared {
     /// Polls the completion queue once and handles what it finds; returns how many
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
-        self.stamp(&self.caller_polled);
+        self.caller_polled.store(true, Ordering::Relaxed);
         self.caller_poll()
     }
 
@@ -546,6 +547,8 @@ impl Shared {
             }
             if st.end.is_some() {
                 next = next.min(soon);
+                // Kept frame buffers go back to the pool: the connection sends no more.
+                st.spare_frames.clear();
                 if st.teardown.is_none() && st.ready_for_teardown(now) {
                     st.teardown = Some(now);
                     // Flush what is still queued; the peer learns through the CM.
@@ -637,7 +640,7 @@ impl<'a> Spinning<'a> {
 impl Drop for Spinning<'_> {
     fn drop(&mut self) {
         // Its last poll counts as recent, as a caller's poll does.
-        self.0.stamp(&self.0.caller_polled);
+        self.0.caller_polled.store(true, Ordering::Relaxed);
         self.0.spinners.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -787,7 +790,10 @@ fn progress_loop(shared: &Shared) {
             shared.standing_aside.store(true, Ordering::SeqCst);
             if shared.spinners.load(Ordering::SeqCst) > 0 {
                 std::thread::park_timeout(until_tick);
-            } else if shared.callers_poll() {
+            } else if shared.caller_polled.swap(false, Ordering::Relaxed) {
+                // Callers polled since the last look (and nobody waited without polling
+                // since, which clears the flag): nap, and look again whether they polled
+                // during the nap.
                 std::thread::park_timeout(nap.min(until_tick));
                 nap = (nap * 2).min(ASIDE_NAP_MAX);
             }
