@@ -8,8 +8,10 @@
 //! `ulimit -l unlimited`). The server is on the peer's device and address
 //! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints of
 //! the default configuration in this process on one multi-threaded tokio runtime, run with
-//! adaptive polling (the default), busy, and from tokio's reactor (`spawn_tokio_driver`),
-//! each row taking the best (its `polling` field says which); rstream as bounded child
+//! adaptive polling (the default), busy, and from tokio's reactor (`spawn_tokio_driver`), and
+//! once more with each side on a current-thread runtime in a thread of its own (the shape of
+//! rstream's two processes), each row taking the best (its `polling` field says which);
+//! rstream as bounded child
 //! processes once ours are gone. Prints a table and writes JSON to
 //! `STREAM_BENCH_JSON`, else `<target dir>/bench/stream.raw.json`. Exits non-zero if a
 //! measurement of ours failed; a failed baseline gets a null baseline and ratio.
@@ -139,13 +141,13 @@ async fn tcp_echo(sip: IpAddr, cip: IpAddr) -> Res<(f64, f64)> {
     Ok(r)
 }
 
-/// The echo run with a current-thread runtime per side.
+/// The runs with a current-thread runtime per side.
 const PER_SIDE: &str = "reactor, spinning, busy read, a current-thread runtime per side";
 
-/// The echo with each side on a current-thread runtime in a thread of its own (the shape of
+/// Every case with each side on a current-thread runtime in a thread of its own (the shape of
 /// rstream's two single-threaded processes), progress from tokio's reactor, spinning 1 ms,
-/// and reads that busy-poll for 1 ms before they wait (`busy_read`): median and p99 in us.
-fn echo_per_side(sip: IpAddr, cip: IpAddr) -> Res<(f64, f64)> {
+/// and reads that busy-poll for 1 ms before they wait (`busy_read`).
+fn per_side(sip: IpAddr, cip: IpAddr) -> Res<Ours> {
     let cfg = EndpointConfig {
         polling: Polling::Reactor {
             spin: Duration::from_millis(1),
@@ -165,33 +167,55 @@ fn echo_per_side(sip: IpAddr, cip: IpAddr) -> Res<(f64, f64)> {
     let listener = StreamListener::bind_on(&server, 0).map_err(io("listen"))?;
     let addr = listener.local_addr().map_err(io("listener address"))?;
     let server_rt = current()?;
+    // The server takes the connections in the client's order: per size a warm-up and a
+    // measured run, then the echo.
     let serving = std::thread::spawn(move || -> Res<()> {
         server_rt.block_on(async move {
             server.spawn_tokio_driver().map_err(driver)?;
+            for size in SIZES {
+                let n = count(size);
+                for n in [(n / 10).max(4), n] {
+                    let (s, _) = listener.accept().await.map_err(io("accept"))?;
+                    ours::sink(s, size as u64 * n).await?;
+                }
+            }
             let (s, _) = listener.accept().await.map_err(io("accept"))?;
             ours::echo(s).await
         })
     });
-    let times = current()?.block_on(async {
+    let ours = current()?.block_on(async {
         let client =
             Endpoint::with_config(cip, cfg).map_err(|e| format!("client endpoint: {e}"))?;
         client.spawn_tokio_driver().map_err(driver)?;
-        let mut c = Stream::connect_on(&client, addr)
-            .await
-            .map_err(io("connect"))?;
+        let connect = || async {
+            Stream::connect_on(&client, addr)
+                .await
+                .map_err(io("connect"))
+        };
+        let mut throughput = Vec::new();
+        for size in SIZES {
+            let n = count(size);
+            let mut mbs = 0.0;
+            for n in [(n / 10).max(4), n] {
+                mbs = ours::source(&mut connect().await?, size, n).await?;
+            }
+            println!("stream {:>8} writes: {mbs:>10.2} MB/s", human(size));
+            throughput.push(mbs);
+        }
+        let mut c = connect().await?;
         let times = ours::round_trips(&mut c, ECHO_SIZE, ECHO_WARM, ECHO_N).await?;
         c.shutdown().await.map_err(io("shutdown"))?;
-        Res::Ok(times)
+        let echo = ours::percentiles(times);
+        println!(
+            "stream echo {ECHO_SIZE} B: median {:.1} us, p99 {:.1} us",
+            echo.0, echo.1
+        );
+        Res::Ok(Ours { throughput, echo })
     })?;
     serving
         .join()
-        .map_err(|_| "echo server panicked".to_string())??;
-    let r = ours::percentiles(times);
-    println!(
-        "stream echo {ECHO_SIZE} B, {PER_SIDE}: median {:.1} us, p99 {:.1} us",
-        r.0, r.1
-    );
-    Ok(r)
+        .map_err(|_| "the per-side server panicked".to_string())??;
+    Ok(ours)
 }
 
 fn run(rows: &mut Vec<Row>) -> Res<String> {
@@ -231,6 +255,9 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         // takes CPU.
         std::thread::sleep(SETTLE);
     }
+    println!("polling {PER_SIDE}:");
+    modes.push((PER_SIDE, per_side(sip, cip)?));
+    std::thread::sleep(SETTLE);
     let pick = |v: &dyn Fn(&Ours) -> f64, higher: bool| -> (f64, &'static str) {
         let mut best = modes
             .iter()
@@ -261,14 +288,10 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     }
     let rstream_rtt = baseline("rstream", hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7581));
     let name = format!("rstream -S {ECHO_SIZE} -I {ECHO_N} (2 x usec/xfer, mean)");
-    // Median and p99 of the mode with the best median, the echo with a runtime per side
-    // included.
-    let per_side = echo_per_side(sip, cip)?;
-    std::thread::sleep(SETTLE);
+    // Median and p99 of the mode with the best median.
     let (mode, echo) = modes
         .iter()
         .map(|(name, o)| (*name, o.echo))
-        .chain([(PER_SIDE, per_side)])
         .min_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
         .expect("echo runs");
     for (metric, ours) in [("round trip median", echo.0), ("round trip p99", echo.1)] {
