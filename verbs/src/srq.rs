@@ -189,6 +189,24 @@ impl Srq {
         }
     }
 
+    /// The buffer of type `B` of the owned receive this completion finishes, for receives
+    /// posted with one buffer: [`reclaim_into`](Self::reclaim_into) and
+    /// [`Reclaimed::take`] in one step, without the list. `None` when the completion finishes
+    /// no owned receive of this SRQ; [`Error::WrongBufferType`](crate::Error::WrongBufferType)
+    /// when the receive held no `B` (its buffers are dropped: the device is done with them).
+    pub fn reclaim_one<B: 'static, W: PolledWc + ?Sized>(&self, wc: &W) -> Option<Result<B>> {
+        let id = wc.polled_wr_id();
+        if post::owned_kind(id) != Some(true) {
+            return None;
+        }
+        let found = self.inner.rq.lock().complete_one::<B>(id)?;
+        Some(found.map_err(|held| Error::WrongBufferType {
+            wr_id: id,
+            expected: std::any::type_name::<B>(),
+            held,
+        }))
+    }
+
     /// Number of owned receives in flight.
     pub fn in_flight(&self) -> usize {
         self.inner.rq.lock().len()

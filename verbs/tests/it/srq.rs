@@ -65,16 +65,19 @@ fn srq_shared_by_two_qps() {
         assert_eq!(wc.opcode(), Some(WcOpcode::Recv));
         by_qp.push(wc.qp_num());
         got_ids.insert(wc.wr_id());
-        // Every other completion through the allocation-free variant.
-        let mut back = if got_ids.len() % 2 == 0 {
-            srq.reclaim(wc)
-        } else {
-            let mut list = Vec::with_capacity(1);
-            assert_eq!(srq.reclaim_into(wc, &mut list), 1);
-            assert_eq!(list[0].wr_id, wc.wr_id());
-            list
+        // The completions go through each way of reclaiming in turn.
+        let mr: MemoryRegion = match got_ids.len() % 3 {
+            0 => srq.reclaim(wc)[0].take().unwrap(),
+            1 => {
+                let mut list = Vec::with_capacity(1);
+                assert_eq!(srq.reclaim_into(wc, &mut list), 1);
+                assert_eq!(list[0].wr_id, wc.wr_id());
+                list[0].take().unwrap()
+            }
+            _ => srq.reclaim_one::<MemoryRegion, _>(wc).unwrap().unwrap(),
         };
-        let mr: MemoryRegion = back[0].take().unwrap();
+        // Reclaimed once only.
+        assert!(srq.reclaim_one::<MemoryRegion, _>(wc).is_none());
         payloads.insert(mr.as_slice()[0]);
     });
     assert_eq!(got_ids, ids);

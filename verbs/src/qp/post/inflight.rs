@@ -109,6 +109,30 @@ impl InFlight {
             1
         }
     }
+    /// Removes `id` alone (an out-of-order queue's completion) and hands back its first
+    /// buffer of type `B`, dropping any others: `None` for an unknown id, `Some(Err(..))`
+    /// with the type names it held when it held no `B`. Moves the entry once, where
+    /// [`complete_into`](Self::complete_into) builds a [`Reclaimed`] and moves it through
+    /// the caller's list.
+    pub(crate) fn complete_one<B: 'static>(
+        &mut self,
+        id: u64,
+    ) -> Option<Result<B, Vec<&'static str>>> {
+        let entry = if self.ring.front().is_some_and(|e| e.id == id) {
+            self.ring.pop_front()?
+        } else {
+            let i = self.ring.binary_search_by_key(&id, |e| e.id).ok()?;
+            self.ring.remove(i)?
+        };
+        let mut bufs = entry.bufs;
+        Some(super::request::take_buffer::<B>(&mut bufs).ok_or_else(|| {
+            bufs.as_slice()
+                .iter()
+                .map(super::request::Owner::type_name)
+                .collect()
+        }))
+    }
+
     /// [`complete_into`](Self::complete_into) into a new list.
     #[cfg(test)]
     fn complete(&mut self, id: u64, in_order: bool) -> Vec<Reclaimed> {
@@ -192,6 +216,18 @@ mod tests {
         assert_eq!(ids(&rest), [4]);
         assert_eq!(rest[0].take::<u64>().unwrap(), 4);
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn complete_one_takes_its_buffer_and_names_what_else_it_held() {
+        let mut t = table(&[1, 2, 3]);
+        assert!(t.complete_one::<u64>(9).is_none(), "unknown id");
+        // Out of order: the middle one only.
+        assert_eq!(t.complete_one::<u64>(2), Some(Ok(2)));
+        assert!(t.complete_one::<u64>(2).is_none(), "taken already");
+        let held = t.complete_one::<String>(1).unwrap().unwrap_err();
+        assert_eq!(held, [std::any::type_name::<u64>()]);
+        assert_eq!(ids(&t.take_all()), [3]);
     }
 
     #[test]

@@ -62,7 +62,7 @@ impl Owner {
             Owner::Other(b, _) => (**b).is::<B>(),
         }
     }
-    fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self {
             Owner::Region(_) => std::any::type_name::<MemoryRegion>(),
             Owner::Shared(_) => std::any::type_name::<Arc<MemoryRegion>>(),
@@ -326,6 +326,21 @@ impl RecvRequest {
     }
 }
 
+/// Takes the first buffer of type `B` out of `bufs` (in SGE order).
+pub(crate) fn take_buffer<B: 'static>(bufs: &mut Small<Owner>) -> Option<B> {
+    if let Small::One(owner) = bufs {
+        if !owner.is::<B>() {
+            return None;
+        }
+        let Small::One(owner) = std::mem::take(bufs) else {
+            unreachable!("matched above")
+        };
+        return owner.downcast::<B>();
+    }
+    let i = bufs.as_slice().iter().position(Owner::is::<B>)?;
+    bufs.remove(i).downcast::<B>()
+}
+
 /// Buffers handed back from a finished (or never posted) request.
 pub struct Reclaimed {
     /// The request's id.
@@ -359,13 +374,7 @@ impl Reclaimed {
     /// type was posted, or it was taken already) is [`Error::WrongBufferType`], naming the
     /// type asked for and the types the request holds.
     pub fn take<B: 'static>(&mut self) -> Result<B> {
-        let found = self
-            .bufs
-            .as_slice()
-            .iter()
-            .position(Owner::is::<B>)
-            .and_then(|i| self.bufs.remove(i).downcast::<B>());
-        found.ok_or_else(|| Error::WrongBufferType {
+        take_buffer::<B>(&mut self.bufs).ok_or_else(|| Error::WrongBufferType {
             wr_id: self.wr_id,
             expected: std::any::type_name::<B>(),
             held: self.type_names(),
