@@ -471,7 +471,7 @@ impl Conn {
         // A little past the call's deadline: the protocol fails the call at the deadline.
         let wait_deadline = deadline + Duration::from_millis(50);
         let result = self.wait_until("call", timeout, Some(wait_deadline), |_, st| {
-            if let Some(r) = st.calls.remove(&id.0) {
+            if let Some(r) = st.calls.remove(id.0) {
                 return Some(match r {
                     Ok(d) => Ok(Message::new(self.inner.clone(), d)),
                     Err(e) => Err(Error::Call(e)),
@@ -484,7 +484,7 @@ impl Conn {
             if let Some(p) = st.proto.as_mut() {
                 p.cancel_call(id);
             }
-            st.calls.remove(&id.0);
+            st.calls.remove(id.0);
         }
         result
     }

@@ -376,7 +376,7 @@ impl Conn {
             self.poll_busy(
                 cx,
                 |st| {
-                    if let Some(r) = st.calls.remove(&id.0) {
+                    if let Some(r) = st.calls.remove(id.0) {
                         return Some(match r {
                             Ok(d) => Ok(Message::new(self.inner.clone(), d)),
                             Err(e) => Err(Error::Call(e)),
@@ -514,7 +514,7 @@ impl Drop for ForgetCall<'_> {
             if let Some(p) = st.proto.as_mut() {
                 p.cancel_call(id);
             }
-            st.calls.remove(&id.0);
+            st.calls.remove(id.0);
             st.call_wakers.remove(&id.0);
         }
     }

@@ -109,7 +109,10 @@ impl Drop for Message {
         if credit {
             let mut st = self.conn.state.lock();
             self.conn.release_one(&mut st);
-            self.conn.drive(&mut st);
+            // A release can only make a credit update due: most drops have nothing to drive.
+            if st.proto.as_ref().is_some_and(|p| p.release_needs_poll()) {
+                self.conn.drive(&mut st);
+            }
         }
     }
 }

@@ -489,12 +489,11 @@ impl Shared {
         reclaimed: &mut Vec<Reclaimed>,
         last: &mut Option<LastConn>,
     ) {
-        reclaimed.clear();
-        if self.srq.reclaim_into(wc, reclaimed) > 0 {
+        if let Some(buf) = self.srq.reclaim_one::<Buffer, _>(wc) {
             // A receive: it is replaced later, on an idle poll, unless `srq_slack` are owed
             // now. The SRQ holds that many beyond every credit granted, so the receives owed
             // never leave a credit without a receive behind it.
-            let buf = reclaimed.pop().and_then(|mut r| r.take::<Buffer>().ok());
+            let buf = buf.ok();
             if self.srq_deficit.fetch_add(1, Ordering::Relaxed) + 1 >= self.srq_slack {
                 self.repay_receives();
             }
@@ -508,6 +507,7 @@ impl Shared {
         let Some(conn) = self.conn_of(last, wc.qp_num()) else {
             return;
         };
+        reclaimed.clear();
         conn.qp.reclaim_into(wc, reclaimed);
         let mut st = conn.state.lock();
         conn.on_send_completion(&mut st, wc.status(), reclaimed.drain(..));

@@ -186,3 +186,36 @@ fn probes_never_spend_the_last_credit_on_nothing() {
     sim.run_until_quiet(100_000);
     check_all_delivered(&sim);
 }
+
+/// A driver may skip polling for actions after a release that does not ask for it: the
+/// release asks exactly when it made a credit update due (half the window unadvertised).
+#[test]
+fn a_release_asks_for_a_poll_only_when_it_makes_a_credit_update_due() {
+    let cfg = small_config(8, 1, 16, 4, 4);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[0].to_send = msgs(&[10; 6]);
+    while sim.hosts[0].send_next(0) {}
+    sim.pump();
+    while sim.deliver(0) {}
+    sim.pump();
+    let b = &mut sim.hosts[1];
+    assert_eq!(b.held.len(), 6, "the receiver holds every message");
+    let mut asked = Vec::new();
+    while let Some(d) = b.held.pop_front() {
+        drop(d);
+        b.conn.on_release();
+        let asks = b.conn.release_needs_poll();
+        let action = b.conn.poll_action();
+        assert_eq!(asks, action.is_some(), "release {}", asked.len() + 1);
+        asked.push(asks);
+        if action.is_some() {
+            // The credit update: the sim's driver is not used from here on.
+            break;
+        }
+    }
+    assert_eq!(
+        asked,
+        [false, false, false, true],
+        "an update is due at 4 of 8"
+    );
+}

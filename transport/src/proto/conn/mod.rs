@@ -234,6 +234,14 @@ impl<B: Payload> Connection<B> {
         }
     }
 
+    /// Whether [`poll_action`](Self::poll_action) may have something now that it had not at
+    /// the last call that returned `None`, after [`on_release`](Self::on_release) (the only
+    /// call that can make a credit update due without queueing an action): a driver may skip
+    /// polling for actions after a release when this is false.
+    pub fn release_needs_poll(&self) -> bool {
+        !self.actions.is_empty() || self.credits.update_due()
+    }
+
     /// The peer's device acknowledged a frame of ours (a send completed successfully): its
     /// queue pair is alive even if its frames to us are held back (behind a long READ in its
     /// send queue, say), so the keepalive timeout counts from now. Each keepalive interval

@@ -71,7 +71,12 @@ impl<B: Payload> Connection<B> {
                     self.inq.push_back(In::NoHandler(h.tag));
                 } else {
                     let class = in_class(h.flags, h.tag);
-                    self.inq.push_back(In::Eager { class, buf, len });
+                    if self.inq.is_empty() {
+                        // Nothing before it: delivered now, without a trip through the queue.
+                        self.complete(class, len as u64, Parts::Eager(buf));
+                    } else {
+                        self.inq.push_back(In::Eager { class, buf, len });
+                    }
                 }
             }
             FrameBody::RndvStart { total, call } => {
