@@ -192,7 +192,7 @@ impl Srq {
     /// The buffer of type `B` of the owned receive this completion finishes, for receives
     /// posted with one buffer: [`reclaim_into`](Self::reclaim_into) and
     /// [`Reclaimed::take`] in one step, without the list. `None` when the completion finishes
-    /// no owned receive of this SRQ; [`Error::WrongBufferType`](crate::Error::WrongBufferType)
+    /// no owned receive of this SRQ; [`Error::WrongBufferType`]
     /// when the receive held no `B` (its buffers are dropped: the device is done with them).
     pub fn reclaim_one<B: 'static, W: PolledWc + ?Sized>(&self, wc: &W) -> Option<Result<B>> {
         let id = wc.polled_wr_id();
