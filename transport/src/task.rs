@@ -3,7 +3,6 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -33,8 +32,7 @@ pub(crate) fn register_recv(shared: &Shared, st: &mut ConnState, cx: &Context<'_
 pub(crate) fn register_tick(shared: &Shared, cx: &Context<'_>) {
     push_waker(&mut shared.tick_wakers.lock(), cx.waker());
     // The timers may be far off: have the next tick come within its usual interval.
-    shared.tick_soon.store(true, Ordering::Relaxed);
-    shared.unpark_progress();
+    shared.tick_soon();
 }
 
 /// Adds `waker` unless one of the last few entries wakes the same task (a task polled again

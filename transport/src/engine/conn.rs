@@ -284,6 +284,9 @@ impl ConnShared {
                         );
                     }
                     st.end = Some(error);
+                    // Torn down at the next tick, which may be far off: bring it closer, so
+                    // the connection's slot is free again within a tick.
+                    self.shared.tick_soon();
                 }
             }
         }

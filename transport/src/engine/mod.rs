@@ -567,6 +567,14 @@ impl Shared {
         next.max(now + MIN_TICK)
     }
 
+    /// Has the progress thread run its timers within [`TICK`] even if they are far off (it
+    /// may sleep up to [`IDLE_TICK`]): for a task waiting on a tick, or a connection that
+    /// ended and is to be torn down (its slot is taken until then).
+    pub(crate) fn tick_soon(&self) {
+        self.tick_soon.store(true, Ordering::Relaxed);
+        self.unpark_progress();
+    }
+
     /// Unparks the progress thread whatever it waits for (to stop, or to run the timers).
     pub(crate) fn unpark_progress(&self) {
         if let Some(t) = self.progress_thread.get() {
