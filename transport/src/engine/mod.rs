@@ -349,15 +349,23 @@ impl Shared {
         }
     }
 
-    /// One poll by a reactor's spin (counted as the reactor's); 0 while another polls.
+    /// One poll by a reactor's spin (counted as the reactor's); 0 while another polls. A
+    /// reactor that found completions records when with
+    /// [`reactor_drove_at`](Self::reactor_drove_at) (it reads the clock for its spin anyway).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn reactor_poll(&self) -> usize {
         let n = self.try_poll();
         if n > 0 {
             self.counts.reactor.fetch_add(n as u64, Ordering::Relaxed);
-            self.stamp(&self.reactor_polled);
         }
         n
+    }
+
+    /// A reactor drove progress at `at` (see [`reactor_active`](Self::reactor_active)).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn reactor_drove_at(&self, at: Instant) {
+        let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.reactor_polled.store(at.max(1), Ordering::Relaxed);
     }
 
     /// Whether a reactor drove progress within [`REACTOR_QUIET`].
