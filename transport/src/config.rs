@@ -25,9 +25,12 @@ pub enum Polling {
     /// so no completion is missed): no CPU when idle, a wakeup's latency per message.
     Event,
     /// Spin for `spin`, then sleep on the completion channel (the progress thread), or until
-    /// the progress thread wakes it (a blocked call).
+    /// the progress thread wakes it (a blocked call). A connection whose blocked calls sleep
+    /// for frames that arrive soon after (up to 16 times `spin`) stretches its calls' spin
+    /// to twice that, so a ping-pong slower than `spin` does not pay a thread handoff per
+    /// message; calls that end early shrink it back towards `spin`.
     Adaptive {
-        /// How long to spin before sleeping.
+        /// How long to spin before sleeping (at least; see above).
         spin: Duration,
     },
     /// A reactor of yours waits on the completion channel: register

@@ -90,13 +90,31 @@ impl Conn {
         let deadline = deadline.unwrap_or(start + timeout);
         // How long this thread polls the queue itself before it sleeps until the progress
         // thread wakes it: no handoff between threads while it spins.
+        let adaptive = matches!(conn.shared.cfg.polling, Polling::Adaptive { .. });
         let spin_until = match conn.shared.cfg.polling {
             Polling::Busy => deadline,
-            Polling::Adaptive { spin } => start + spin,
+            Polling::Adaptive { .. } => start + conn.spin.get(),
             Polling::Event | Polling::Reactor { .. } => start,
         };
         let mut spinning = (start < spin_until).then(|| Spinning::new(&conn.shared));
         let mut turns = 0u32;
+        // The last look at the clock, and whether the wait slept: how it ended tunes the
+        // adaptive spin.
+        let (mut looked, mut slept) = (start, false);
+        let ended = |r: Result<T>, st: &ConnState, looked: Instant, slept: bool| {
+            if adaptive {
+                if slept {
+                    // When the frame it waited for arrived, not when this thread woke.
+                    if let Some(p) = &st.proto {
+                        conn.spin
+                            .slept(p.last_frame_at().saturating_duration_since(start));
+                    }
+                } else {
+                    conn.spin.spun(looked.duration_since(start));
+                }
+            }
+            r
+        };
         loop {
             let polled = match &spinning {
                 Some(s) => s.poll(),
@@ -106,9 +124,11 @@ impl Conn {
             // a shorter turn sees a completion sooner.
             turns = turns.wrapping_add(1);
             if polled > 0 || (spinning.is_some() && turns % SPIN_TURNS_PER_CLOCK != 0) {
-                if let Some(r) = check(conn, &mut conn.state.lock()) {
-                    return r;
+                let mut st = conn.state.lock();
+                if let Some(r) = check(conn, &mut st) {
+                    return ended(r, &st, looked, slept);
                 }
+                drop(st);
                 if polled == 0 {
                     std::hint::spin_loop();
                 }
@@ -116,9 +136,10 @@ impl Conn {
             }
             let mut st = conn.state.lock();
             if let Some(r) = check(conn, &mut st) {
-                return r;
+                return ended(r, &st, looked, slept);
             }
             let now = Instant::now();
+            looked = now;
             if now >= deadline {
                 if std::env::var_os("TRANSPORT_DEBUG").is_some() {
                     eprintln!(
@@ -141,6 +162,7 @@ impl Conn {
             }
             // Hand polling back to the progress thread before sleeping.
             spinning = None;
+            slept = true;
             conn.shared.wake_progress();
             let nap = deadline.min(now + Duration::from_millis(2));
             conn.cond.wait_until(&mut st, nap);

@@ -200,6 +200,10 @@ impl Endpoint {
             qp,
             id,
             eager_limit: AtomicUsize::new(proto.as_ref().map_or(0, |p| p.eager_limit())),
+            spin: crate::engine::SpinBudget::new(match self.config().polling {
+                crate::Polling::Adaptive { spin } => spin,
+                _ => Duration::ZERO,
+            }),
             state: Mutex::new(ConnState::new(proto)),
             cond: Condvar::new(),
             handles: AtomicUsize::new(1),

@@ -222,6 +222,8 @@ pub(crate) struct ConnShared {
     /// The protocol's eager limit once it is set up (0 before), so a send finds it without
     /// taking the state lock.
     pub eager_limit: std::sync::atomic::AtomicUsize,
+    /// How long a blocked call spins before it sleeps, under adaptive polling.
+    pub spin: super::spin::SpinBudget,
 }
 
 impl ConnShared {

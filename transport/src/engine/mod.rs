@@ -8,6 +8,7 @@
 //! `Waker`s.
 
 mod conn;
+mod spin;
 
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -21,6 +22,7 @@ use rustc_hash::FxHashMap;
 use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRequest, Srq, WorkCompletion};
 
 pub(crate) use conn::{ConnShared, ConnState, SqOp};
+pub(crate) use spin::SpinBudget;
 
 use crate::config::{EndpointConfig, Polling, SRQ_SLACK};
 use crate::{Error, Result};

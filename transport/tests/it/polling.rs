@@ -1,7 +1,8 @@
 //! Every polling mode (busy, event, adaptive) carries messages and calls both ways, and a
-//! mix of modes on the two ends works too; a busy endpoint without connections does not spin.
+//! mix of modes on the two ends works too; a busy endpoint without connections does not spin;
+//! adaptive polling stretches its spin to a ping-pong slower than the configured spin.
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use transport::{Endpoint, EndpointConfig, Polling};
 
@@ -133,4 +134,49 @@ fn a_busy_endpoint_without_connections_leaves_the_core_alone() {
         );
     }
     c.close(TIMEOUT).unwrap();
+}
+
+/// Calls whose round trip is several times the configured spin: the caller's first waits
+/// outlast the spin and sleep (the progress thread then polls the response and wakes it), then
+/// the connection's spin budget covers the round trip and the caller polls the responses
+/// itself. Counted: who polled the client's completions during the calls.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
+    let cfg = with(Polling::Adaptive {
+        spin: Duration::from_micros(50),
+    });
+    let (server, client) = pair_with(cfg.clone(), cfg);
+    let serving = std::thread::spawn(move || {
+        server
+            .serve(|req| {
+                // A handler that takes 150 us: three times the spin.
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_micros(150) {
+                    std::hint::spin_loop();
+                }
+                req.to_vec()
+            })
+            .unwrap();
+    });
+    let ep = client.endpoint();
+    let before = ep.progress_counts();
+    for i in 0..300u64 {
+        let req = pattern(i, 48);
+        assert!(
+            client.call(&req, TIMEOUT).unwrap().to_vec() == req,
+            "call {i}"
+        );
+    }
+    let after = ep.progress_counts();
+    let callers = after.callers - before.callers;
+    let thread = after.progress_thread - before.progress_thread;
+    eprintln!("completions polled by the caller {callers}, by the progress thread {thread}");
+    assert!(
+        callers >= 3 * (callers + thread) / 4,
+        "the caller polled {callers} of {} completions: its waits kept sleeping",
+        callers + thread
+    );
+    client.close(TIMEOUT).unwrap();
+    serving.join().unwrap();
 }

@@ -234,6 +234,12 @@ impl<B: Payload> Connection<B> {
         }
     }
 
+    /// When the last frame arrived (as given to [`on_receive`](Self::on_receive); the
+    /// connection's start before any).
+    pub fn last_frame_at(&self) -> Instant {
+        self.last_recv
+    }
+
     /// Whether [`poll_action`](Self::poll_action) may have something now that it had not at
     /// the last call that returned `None`, after [`on_release`](Self::on_release) (the only
     /// call that can make a credit update due without queueing an action): a driver may skip
