@@ -1,7 +1,7 @@
 //! Device benchmark of the transport against C baselines measured in the same run: message
-//! rate, RPC round trip and large-message throughput against perftest (each the median of
-//! three rounds, ours and perftest in turn within each), messages of 64 B to 1 MiB against
-//! rdma-core's `rstream` (rsocket), plus the eager/rendezvous crossover.
+//! rate, RPC round trip and large-message throughput against perftest, messages of 64 B to
+//! 1 MiB against rdma-core's `rstream` (rsocket), each row the median of three rounds (ours
+//! and the baseline in turn within each), plus the eager/rendezvous crossover.
 //!
 //! Run on two devices (`cargo xtask bench transport`, or by hand in the two-hosts guest:
 //! `cargo bench -p transport --bench transport --no-run`, then `EXE --bench` with
@@ -128,17 +128,35 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         );
     }
 
-    let pair = Pair::new(sip, cip, ours::config(mode, None))?;
-    let mut sized = Vec::new();
-    for size in SIZES {
-        let (n, m) = (stream_count(size), echo_count(size));
-        sized.push((
-            ours::throughput(&pair, size, n / 10 + 1, n)?,
-            ours::echo_rtt(&pair, size, m / 10 + 1, m)?,
-        ));
+    // The rstream rows in rounds too: per round ours at every size, then rstream's.
+    let mut sized: Vec<[Vec<f64>; 4]> = SIZES.iter().map(|_| Default::default()).collect();
+    for round in 1..=ROUNDS {
+        let pair = Pair::new(sip, cip, ours::config(mode, None))?;
+        for (i, size) in SIZES.into_iter().enumerate() {
+            let (n, m) = (stream_count(size), echo_count(size));
+            sized[i][0].push(ours::throughput(&pair, size, n / 10 + 1, n)?);
+            sized[i][1].push(ours::echo_rtt(&pair, size, m / 10 + 1, m)?);
+        }
+        drop(pair);
+        thread::sleep(SETTLE);
+        for (i, size) in SIZES.into_iter().enumerate() {
+            let port = 7471 + 2 * i as u16;
+            let (n, m) = (stream_count(size), echo_count(size));
+            sized[i][2].extend(baseline("rstream", hosts.rstream_bw(size, n as u32, port)));
+            sized[i][3].extend(baseline(
+                "rstream",
+                hosts.rstream_rtt(size, m as u32, port + 1),
+            ));
+            println!(
+                "round {round}, {:>8}: {:.2} vs {:?} MB/s, round trip {:.1} vs {:?} us",
+                human(size),
+                sized[i][0][sized[i][0].len() - 1],
+                sized[i][2].last(),
+                sized[i][1][sized[i][1].len() - 1],
+                sized[i][3].last()
+            );
+        }
     }
-    drop(pair);
-    thread::sleep(SETTLE);
 
     let rounds = format!("median of {ROUNDS} rounds, each beside ours");
     rows.push(Row {
@@ -174,16 +192,15 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         goal: Some(0.90),
         polling: None,
     });
-    for (i, (size, (bw, rtt))) in SIZES.into_iter().zip(sized).enumerate() {
-        let port = 7471 + 2 * i as u16;
+    for (size, [bw, rtt, base_bw, base_rtt]) in SIZES.into_iter().zip(sized) {
         let (n, m) = (stream_count(size), echo_count(size));
         rows.push(Row {
             case: format!("messages {} throughput", human(size)),
             metric: "throughput",
             unit: "MB/s",
-            ours: bw,
-            baseline: baseline("rstream", hosts.rstream_bw(size, n as u32, port)),
-            baseline_name: format!("rstream -S {size} -C {n}"),
+            ours: median(bw),
+            baseline: median_of(base_bw),
+            baseline_name: format!("rstream -S {size} -C {n}, {rounds}"),
             higher: true,
             goal: Some(1.0),
             polling: None,
@@ -192,9 +209,9 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             case: format!("messages {} round trip", human(size)),
             metric: "round trip median",
             unit: "us",
-            ours: rtt,
-            baseline: baseline("rstream", hosts.rstream_rtt(size, m as u32, port + 1)),
-            baseline_name: format!("rstream -S {size} -I {m} (2 x usec/xfer, mean)"),
+            ours: median(rtt),
+            baseline: median_of(base_rtt),
+            baseline_name: format!("rstream -S {size} -I {m} (2 x usec/xfer, mean), {rounds}"),
             higher: false,
             goal: Some(1.0),
             polling: None,
