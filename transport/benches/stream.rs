@@ -9,9 +9,10 @@
 //! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints of
 //! the default configuration in this process on one multi-threaded tokio runtime, run with
 //! adaptive polling (the default), busy, and from tokio's reactor (`spawn_tokio_driver`), and
-//! once more with each side on a current-thread runtime in a thread of its own (the shape of
-//! rstream's two processes), each row taking the best (its `polling` field says which);
-//! rstream as bounded child
+//! in three rounds with each side on a current-thread runtime in a thread of its own (the
+//! shape of rstream's two processes; the medians of the rounds count), each row taking the
+//! best (its `polling` field says which); rstream (three rounds, each after one of ours with
+//! a runtime per side, the medians counting) as bounded child
 //! processes once ours are gone. Prints a table and writes JSON to
 //! `STREAM_BENCH_JSON`, else `<target dir>/bench/stream.raw.json`. Exits non-zero if a
 //! measurement of ours failed; a failed baseline gets a null baseline and ratio.
@@ -141,6 +142,21 @@ async fn tcp_echo(sip: IpAddr, cip: IpAddr) -> Res<(f64, f64)> {
     Ok(r)
 }
 
+/// Rounds of the runs with a runtime per side, and of rstream beside them.
+const ROUNDS: usize = 3;
+const ROUNDS_NOTE: &str = "median of 3 rounds, each after ours with a runtime per side";
+
+/// The median of `v` (not empty; the upper middle of an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The median of a baseline's successful rounds, `None` if none succeeded.
+fn median_of(v: Vec<f64>) -> Option<f64> {
+    (!v.is_empty()).then(|| median(v))
+}
+
 /// The runs with a current-thread runtime per side.
 const PER_SIDE: &str = "reactor, spinning, busy read, a current-thread runtime per side";
 
@@ -255,9 +271,38 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         // takes CPU.
         std::thread::sleep(SETTLE);
     }
-    println!("polling {PER_SIDE}:");
-    modes.push((PER_SIDE, per_side(sip, cip)?));
-    std::thread::sleep(SETTLE);
+    // The shape closest to rstream's, in ROUNDS rounds, each followed by rstream's runs: the
+    // rows' baselines are the medians of those, and this mode's values the medians of its
+    // rounds (the host's load swings single runs by 20% and more).
+    let mut side_rounds = Vec::new();
+    let mut base_bw: Vec<Vec<f64>> = SIZES.iter().map(|_| Vec::new()).collect();
+    let mut base_rtt = Vec::new();
+    for round in 1..=ROUNDS {
+        println!("polling {PER_SIDE}, round {round}:");
+        side_rounds.push(per_side(sip, cip)?);
+        std::thread::sleep(SETTLE);
+        for (i, size) in SIZES.into_iter().enumerate() {
+            let got = hosts.rstream_bw(size, count(size) as u32, 7571 + i as u16);
+            base_bw[i].extend(baseline("rstream", got));
+        }
+        let got = hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7581);
+        base_rtt.extend(baseline("rstream", got));
+        println!(
+            "rstream, round {round}: {:?} MB/s, echo {:?} us",
+            base_bw.iter().map(|b| b.last()).collect::<Vec<_>>(),
+            base_rtt.last()
+        );
+    }
+    let side = Ours {
+        throughput: (0..SIZES.len())
+            .map(|i| median(side_rounds.iter().map(|o| o.throughput[i]).collect()))
+            .collect(),
+        echo: (
+            median(side_rounds.iter().map(|o| o.echo.0).collect()),
+            median(side_rounds.iter().map(|o| o.echo.1).collect()),
+        ),
+    };
+    modes.push((PER_SIDE, side));
     let pick = |v: &dyn Fn(&Ours) -> f64, higher: bool| -> (f64, &'static str) {
         let mut best = modes
             .iter()
@@ -280,14 +325,14 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             unit: "MB/s",
             ours: bw,
             polling: Some(mode),
-            baseline: baseline("rstream", hosts.rstream_bw(size, n as u32, 7571 + i as u16)),
-            baseline_name: format!("rstream -S {size} -C {n}"),
+            baseline: median_of(std::mem::take(&mut base_bw[i])),
+            baseline_name: format!("rstream -S {size} -C {n}, {ROUNDS_NOTE}"),
             higher: true,
             goal: Some(1.0),
         });
     }
-    let rstream_rtt = baseline("rstream", hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7581));
-    let name = format!("rstream -S {ECHO_SIZE} -I {ECHO_N} (2 x usec/xfer, mean)");
+    let rstream_rtt = median_of(base_rtt);
+    let name = format!("rstream -S {ECHO_SIZE} -I {ECHO_N} (2 x usec/xfer, mean), {ROUNDS_NOTE}");
     // Median and p99 of the mode with the best median.
     let (mode, echo) = modes
         .iter()
