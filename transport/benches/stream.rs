@@ -39,7 +39,7 @@ use transport::{Endpoint, EndpointConfig, Polling};
 
 use baseline::Hosts;
 use ours::Res;
-use report::{baseline, human, Row};
+use report::{baseline, human, median, median_of, Row};
 
 const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const ECHO_SIZE: usize = 64;
@@ -145,17 +145,6 @@ async fn tcp_echo(sip: IpAddr, cip: IpAddr) -> Res<(f64, f64)> {
 /// Rounds of the runs with a runtime per side, and of rstream beside them.
 const ROUNDS: usize = 3;
 const ROUNDS_NOTE: &str = "median of 3 rounds, each after ours with a runtime per side";
-
-/// The median of `v` (not empty; the upper middle of an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// The median of a baseline's successful rounds, `None` if none succeeded.
-fn median_of(v: Vec<f64>) -> Option<f64> {
-    (!v.is_empty()).then(|| median(v))
-}
 
 /// The runs with a current-thread runtime per side.
 const PER_SIDE: &str = "reactor, spinning, busy read, a current-thread runtime per side";

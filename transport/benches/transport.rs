@@ -31,7 +31,7 @@ use transport::Polling;
 
 use baseline::Hosts;
 use ours::{Pair, Res};
-use report::{baseline, human, Row};
+use report::{baseline, human, median, median_of, Row};
 
 /// Messages and round trips of the small cases.
 const RATE_N: u64 = 4000;
@@ -249,17 +249,6 @@ fn crossover(sip: IpAddr, cip: IpAddr, mode: Polling) -> Res<()> {
         println!("{:>8} {d:>12.2} {r:>12.2} {:>8.2}", human(size), r / d);
     }
     Ok(())
-}
-
-/// The median of `v` (not empty; the upper middle of an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// The median of the baseline's successful rounds, `None` if none succeeded.
-fn median_of(v: Vec<f64>) -> Option<f64> {
-    (!v.is_empty()).then(|| median(v))
 }
 
 /// Messages of a streaming run: about 8 MiB, at least 16, at most 4000.

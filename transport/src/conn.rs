@@ -427,9 +427,7 @@ impl Conn {
     /// else into a buffer from the pool, waiting up to `timeout` for one (`None`: not at all).
     fn eager_frame(&self, data: &[u8], timeout: Option<Duration>) -> Result<memory::Buffer> {
         let len = HEADER_LEN + data.len();
-        let spare = (len <= self.inner.qp.cap().max_inline_data as usize)
-            .then(|| self.inner.state.lock().take_spare_frame(len))
-            .flatten();
+        let spare = self.inner.spare_frame(&mut self.inner.state.lock(), len);
         match spare {
             Some(mut buf) => {
                 buf[HEADER_LEN..].copy_from_slice(data);

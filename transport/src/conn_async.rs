@@ -152,7 +152,6 @@ impl Conn {
         let pool = &conn.shared.pool;
         let eager = self.eager_limit();
         let frame_len = HEADER_LEN + data.len();
-        let small = frame_len <= conn.qp.cap().max_inline_data as usize;
         let spare = {
             // Wait without copying while the queue is full (many tasks may be waiting).
             let mut st = conn.state.lock();
@@ -172,8 +171,8 @@ impl Conn {
             }
             // A frame the device copies while posting: the buffer of the last one serves
             // again.
-            if small && data.len() <= eager {
-                st.take_spare_frame(frame_len)
+            if data.len() <= eager {
+                conn.spare_frame(&mut st, frame_len)
             } else {
                 None
             }

@@ -46,6 +46,17 @@ impl Row {
     }
 }
 
+/// The median of `v` (not empty; the upper middle of an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The median of a baseline's successful rounds, `None` if none succeeded.
+pub fn median_of(v: Vec<f64>) -> Option<f64> {
+    (!v.is_empty()).then(|| median(v))
+}
+
 /// A baseline's measurement, or `None` (and why on stderr) if it failed or is not a number.
 pub fn baseline(name: &str, r: Result<f64, String>) -> Option<f64> {
     r.and_then(|v| {

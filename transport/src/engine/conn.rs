@@ -166,8 +166,12 @@ impl ConnState {
         }
     }
 
-    /// A kept frame buffer holding at least `len` bytes, set to that length, if there is one.
-    pub(crate) fn take_spare_frame(&mut self, len: usize) -> Option<Buffer> {
+    /// A kept frame buffer holding at least `len` bytes, set to that length, if there is one
+    /// (see [`ConnShared::spare_frame`]).
+    fn take_spare_frame(&mut self, len: usize) -> Option<Buffer> {
+        if self.spare_frames.last()?.capacity() < len {
+            return None;
+        }
         let mut buf = self.spare_frames.pop()?;
         buf.set_len(len).ok()?;
         Some(buf)
@@ -227,6 +231,21 @@ pub(crate) struct ConnShared {
 }
 
 impl ConnShared {
+    /// Bytes a frame may have to be posted inline (the device copies it during the post).
+    pub(crate) fn inline_room(&self) -> usize {
+        self.qp.cap().max_inline_data as usize
+    }
+
+    /// A kept frame buffer for a frame of `len` bytes (header included), set to that length:
+    /// only a frame posted inline may take one, since only such a frame leaves its buffer
+    /// free the moment it is posted.
+    pub(crate) fn spare_frame(&self, st: &mut ConnState, len: usize) -> Option<Buffer> {
+        if len > self.inline_room() {
+            return None;
+        }
+        st.take_spare_frame(len)
+    }
+
     /// Sets up the protocol (if it is not yet) and notes its eager limit.
     pub(crate) fn set_proto(&self, st: &mut ConnState, proto: proto::Connection<Buffer>) {
         if st.proto.is_none() {
@@ -336,7 +355,7 @@ impl ConnShared {
     /// posting, so a payload's buffer is free again at once and the device reads no
     /// registered memory for it), else from its pool buffer.
     fn post_frame(&self, st: &mut ConnState, header: [u8; HEADER_LEN], body: Body<Buffer>) {
-        let inline_max = self.qp.cap().max_inline_data as usize;
+        let inline_max = self.inline_room();
         let request = match body {
             Body::Payload(mut buf) => {
                 buf[..HEADER_LEN].copy_from_slice(&header);

@@ -287,12 +287,6 @@ impl Shared {
         self.spinners.load(Ordering::SeqCst) > 0 || self.caller_polled.load(Ordering::Relaxed)
     }
 
-    /// Records now in `stamp` (nanoseconds after `epoch`, at least 1: 0 means never).
-    fn stamp(&self, stamp: &AtomicU64) {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        stamp.store(now.max(1), Ordering::Relaxed);
-    }
-
     /// Whether `stamp` was recorded less than `window` ago (never, if it is 0).
     fn within(&self, stamp: &AtomicU64, window: Duration) -> bool {
         let at = stamp.load(Ordering::Relaxed);
@@ -363,8 +357,8 @@ impl Shared {
         n
     }
 
-    /// A reactor drove progress at `at` (see [`reactor_active`](Self::reactor_active)).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    /// A reactor drove progress at `at` (see [`reactor_active`](Self::reactor_active)):
+    /// recorded as nanoseconds after `epoch`, at least 1 (0 means never).
     pub(crate) fn reactor_drove_at(&self, at: Instant) {
         let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
         self.reactor_polled.store(at.max(1), Ordering::Relaxed);
@@ -401,7 +395,7 @@ impl Shared {
         self.counts
             .reactor
             .fetch_add(total as u64, Ordering::Relaxed);
-        self.stamp(&self.reactor_polled);
+        self.reactor_drove_at(Instant::now());
         total
     }
 

@@ -328,15 +328,6 @@ impl RecvRequest {
 
 /// Takes the first buffer of type `B` out of `bufs` (in SGE order).
 pub(crate) fn take_buffer<B: 'static>(bufs: &mut Small<Owner>) -> Option<B> {
-    if let Small::One(owner) = bufs {
-        if !owner.is::<B>() {
-            return None;
-        }
-        let Small::One(owner) = std::mem::take(bufs) else {
-            unreachable!("matched above")
-        };
-        return owner.downcast::<B>();
-    }
     let i = bufs.as_slice().iter().position(Owner::is::<B>)?;
     bufs.remove(i).downcast::<B>()
 }
