@@ -23,6 +23,7 @@
 //!   lets it finish and drops its result.
 
 use std::future::poll_fn;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,7 @@ use crate::engine::{pool_error, ConnShared, ConnState, Spinning};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN};
 use crate::task::{register, register_recv, register_tick};
-use crate::{Conn, Error, Result};
+use crate::{Conn, Error, Polling, Result};
 
 impl Conn {
     /// Polls for the next message: `Ready(Ok)` takes it from the connection; after the peer
@@ -54,41 +55,84 @@ impl Conn {
     }
 
     /// Looks for what a task waits for with `check` (under the state lock). While it finds
-    /// nothing, the task polls the completion queue itself for up to
-    /// [`busy_read`](crate::EndpointConfig::busy_read), as a spinning caller; then `wait`
-    /// registers its waker (under the same lock) and the poll is `Pending`.
+    /// nothing, the task polls the completion queue itself, as a spinning caller, for up to
+    /// [`busy_read`](crate::EndpointConfig::busy_read) or, when that is zero, under
+    /// [`Polling::Adaptive`] on an endpoint with one connection, for the connection's
+    /// adaptive spin (see [`SpinBudget::for_task`](crate::engine::SpinBudget::for_task)). It
+    /// stops early when the engine wakes another task (the executor has work for its
+    /// thread). Then `wait` registers its waker (under the same lock) and the poll is
+    /// `Pending`.
     fn poll_busy<T>(
         &self,
         cx: &mut Context<'_>,
         mut check: impl FnMut(&mut ConnState) -> Option<T>,
         wait: impl FnOnce(&mut ConnState, &mut Context<'_>),
     ) -> Poll<T> {
-        let shared = &self.inner.shared;
-        let busy = shared.cfg.busy_read;
-        let mut since: Option<Instant> = None;
-        let mut turns = 0u32;
+        let conn = &*self.inner;
+        let shared = &conn.shared;
+        let adaptive = matches!(shared.cfg.polling, Polling::Adaptive { .. });
+        let mut st = conn.state.lock();
+        if let Some(found) = check(&mut st) {
+            // The end of a wait that registered its waker: tune the spin by when the frame
+            // it waited for arrived.
+            if let (Some(start), Some(p)) = (st.async_wait.take(), &st.proto) {
+                conn.spin
+                    .slept(p.last_frame_at().saturating_duration_since(start));
+            }
+            return Poll::Ready(found);
+        }
+        let busy = match shared.cfg.busy_read {
+            d if !d.is_zero() => d,
+            // Spinning tasks of several connections would take turns holding executor
+            // threads (and cores) from each other: the adaptive spin is for a lone one.
+            _ if adaptive && shared.conn_count() <= 1 => conn.spin.for_task(),
+            _ => Duration::ZERO,
+        };
+        if busy.is_zero() {
+            wait(&mut st, cx);
+            return Poll::Pending;
+        }
+        drop(st);
+        let start = Instant::now();
+        let (mut looked, mut turns) = (start, 0u32);
+        let wakes = shared.task_wakes.load(Ordering::Relaxed);
         // While it busy-polls, the task counts as a spinning caller (the progress thread
         // stands aside for it).
-        let mut spinner: Option<Spinning<'_>> = None;
+        let spinner = Spinning::new(shared);
         loop {
-            let mut st = self.inner.state.lock();
+            spinner.poll();
+            let mut st = conn.state.lock();
             if let Some(found) = check(&mut st) {
+                match (st.async_wait.take(), &st.proto) {
+                    // A wait woken before its frame came (or by something else), which
+                    // then spun for it.
+                    (Some(began), Some(p)) => conn
+                        .spin
+                        .slept(p.last_frame_at().saturating_duration_since(began)),
+                    _ if adaptive => conn.spin.spun(looked.duration_since(start)),
+                    _ => {}
+                }
                 return Poll::Ready(found);
             }
             // The clock only every few turns: a shorter turn sees a completion sooner.
             turns = turns.wrapping_add(1);
-            let spinning = !busy.is_zero()
-                && (turns % SPIN_TURNS_PER_CLOCK != 0
-                    || since.get_or_insert_with(Instant::now).elapsed() < busy);
-            if !spinning {
+            let other_work = shared.task_wakes.load(Ordering::Relaxed) != wakes;
+            if other_work
+                || (turns % SPIN_TURNS_PER_CLOCK == 0 && {
+                    looked = Instant::now();
+                    looked.duration_since(start) >= busy
+                })
+            {
                 // Stop spinning first: registering then hands polling back to the progress
                 // thread (or the reactor).
-                drop(spinner.take());
+                drop(spinner);
+                if adaptive && st.async_wait.is_none() {
+                    st.async_wait = Some(start);
+                }
                 wait(&mut st, cx);
                 return Poll::Pending;
             }
             drop(st);
-            spinner.get_or_insert_with(|| Spinning::new(shared)).poll();
             std::hint::spin_loop();
         }
     }

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::Instant;
@@ -139,6 +140,10 @@ pub(crate) struct ConnState {
     pub call_wakers: FxHashMap<u64, Waker>,
     /// Small frame buffers kept for the next sends (see [`SPARE_FRAMES`]).
     pub spare_frames: Vec<Buffer>,
+    /// When the async wait under way began (a task that found nothing, spun and registered
+    /// its waker): when a poll finds what it waited for, the frame's arrival tunes the
+    /// adaptive spin, as a blocking wait's does.
+    pub async_wait: Option<Instant>,
 }
 
 impl ConnState {
@@ -163,6 +168,7 @@ impl ConnState {
             recv_wakers: Vec::new(),
             call_wakers: FxHashMap::default(),
             spare_frames: Vec::with_capacity(SPARE_FRAMES),
+            async_wait: None,
         }
     }
 
@@ -250,7 +256,7 @@ impl ConnShared {
     pub(crate) fn set_proto(&self, st: &mut ConnState, proto: proto::Connection<Buffer>) {
         if st.proto.is_none() {
             self.eager_limit
-                .store(proto.eager_limit(), std::sync::atomic::Ordering::Release);
+                .store(proto.eager_limit(), Ordering::Release);
             st.proto = Some(proto);
         }
     }
@@ -286,6 +292,7 @@ impl ConnShared {
                 Action::CallDone { id, result } => {
                     st.calls.insert(id.0, result);
                     if let Some(w) = st.call_wakers.remove(&id.0) {
+                        self.shared.task_wakes.fetch_add(1, Ordering::Relaxed);
                         w.wake();
                     }
                 }
@@ -312,9 +319,7 @@ impl ConnShared {
             }
         }
         if delivered {
-            for w in st.recv_wakers.drain(..) {
-                w.wake();
-            }
+            self.shared.wake_tasks(&mut st.recv_wakers);
         }
         self.wake(st);
     }
@@ -323,13 +328,12 @@ impl ConnShared {
     /// it ended: a delivery wakes them in [`drive`](Self::drive)).
     pub(crate) fn wake(&self, st: &mut ConnState) {
         self.cond.notify_all();
-        for w in st.wakers.drain(..) {
-            w.wake();
-        }
+        self.shared.wake_tasks(&mut st.wakers);
         if st.end.is_some() {
-            for w in st.recv_wakers.drain(..) {
-                w.wake();
-            }
+            self.shared.wake_tasks(&mut st.recv_wakers);
+            self.shared
+                .task_wakes
+                .fetch_add(st.call_wakers.len() as u64, Ordering::Relaxed);
             for (_, w) in st.call_wakers.drain() {
                 w.wake();
             }

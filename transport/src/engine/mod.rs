@@ -11,7 +11,7 @@ mod conn;
 mod spin;
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -83,6 +83,9 @@ pub(crate) struct Shared {
     /// Bumped after every change of `conns`: the poller's cached connection is good while it
     /// stays the same.
     conns_gen: AtomicU64,
+    /// How many connections `conns` holds, for readers that may not take its lock (one who
+    /// holds a connection's state lock: the ticker locks states under the map's lock).
+    conn_count: AtomicUsize,
     progress: Mutex<Progress>,
     /// Receives owed to the SRQ: consumed and not yet replaced (replacing waits for an idle
     /// poll), or not posted because the pool had no buffer.
@@ -117,6 +120,9 @@ pub(crate) struct Shared {
     pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
     /// A task joined `tick_wakers`: the next tick comes within [`TICK`] of the last.
     pub(crate) tick_soon: AtomicBool,
+    /// Wakers the engine woke so far: a task busy-polling for its own connection stops when
+    /// this moves, since other tasks then have work for its executor.
+    pub(crate) task_wakes: AtomicU64,
     /// The id bound to the local address: it holds librdmacm's device context open.
     _anchor: cm::CmId,
 }
@@ -231,6 +237,7 @@ impl Shared {
             cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
             conns: RwLock::new(FxHashMap::default()),
             conns_gen: AtomicU64::new(0),
+            conn_count: AtomicUsize::new(0),
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),
                 reclaimed: Vec::with_capacity(64),
@@ -247,6 +254,7 @@ impl Shared {
             progress_thread: OnceLock::new(),
             tick_wakers: Mutex::new(Vec::new()),
             tick_soon: AtomicBool::new(false),
+            task_wakes: AtomicU64::new(0),
             reactor_waker: Mutex::new(None),
             counts: Counts::default(),
             _anchor: anchor,
@@ -318,6 +326,18 @@ impl Shared {
                 self.pool.alloc(len, timeout).map_err(pool_error)
             }
             Err(e) => Err(pool_error(e)),
+        }
+    }
+
+    /// Wakes (and empties) `wakers`, counted in `task_wakes`.
+    pub(crate) fn wake_tasks(&self, wakers: &mut Vec<std::task::Waker>) {
+        if wakers.is_empty() {
+            return;
+        }
+        self.task_wakes
+            .fetch_add(wakers.len() as u64, Ordering::Relaxed);
+        for w in wakers.drain(..) {
+            w.wake();
         }
     }
 
@@ -450,8 +470,16 @@ impl Shared {
 
     /// Adds a connection, known by its QP number from now on.
     pub(crate) fn add_conn(&self, conn: Arc<ConnShared>) {
-        self.conns.write().insert(conn.qp.qp_num(), conn);
+        let mut map = self.conns.write();
+        map.insert(conn.qp.qp_num(), conn);
+        self.conn_count.store(map.len(), Ordering::Relaxed);
+        drop(map);
         self.conns_gen.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many connections the endpoint has (lock-free).
+    pub(crate) fn conn_count(&self) -> usize {
+        self.conn_count.load(Ordering::Relaxed)
     }
 
     /// Removes the connections of `qp_nums`, and lets go of the poller's cached one (it would
@@ -462,6 +490,7 @@ impl Shared {
             for qpn in qp_nums {
                 map.remove(&qpn);
             }
+            self.conn_count.store(map.len(), Ordering::Relaxed);
         }
         self.conns_gen.fetch_add(1, Ordering::Release);
         self.progress.lock().last = None;
@@ -526,13 +555,11 @@ impl Shared {
         gone.clear();
         let mut next = now + IDLE_TICK;
         let soon = now + TICK;
-        let waiting = std::mem::take(&mut *self.tick_wakers.lock());
+        let mut waiting = std::mem::take(&mut *self.tick_wakers.lock());
         if !waiting.is_empty() {
             next = soon;
         }
-        for w in waiting {
-            w.wake();
-        }
+        self.wake_tasks(&mut waiting);
         for conn in self.conns.read().values() {
             let mut st = conn.state.lock();
             if let Some(p) = st.proto.as_mut() {
@@ -850,10 +877,10 @@ fn progress_loop(shared: &Shared) {
         // listens, or one setting up its first connection, would take a core from the
         // handshake itself).
         let sleep = match shared.cfg.polling {
-            Polling::Busy => shared.conns.read().is_empty(),
+            Polling::Busy => shared.conn_count() == 0,
             Polling::Event | Polling::Reactor { .. } => true,
             Polling::Adaptive { spin } => {
-                now.duration_since(idle) >= spin || shared.conns.read().is_empty()
+                now.duration_since(idle) >= spin || shared.conn_count() == 0
             }
         };
         if !sleep {

@@ -1,6 +1,7 @@
 //! Every polling mode (busy, event, adaptive) carries messages and calls both ways, and a
 //! mix of modes on the two ends works too; a busy endpoint without connections does not spin;
-//! adaptive polling stretches its spin to a ping-pong slower than the configured spin.
+//! adaptive polling stretches its spin to a ping-pong slower than the configured spin, and
+//! spins the async waits of a lone connection (not those of an endpoint with several).
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -175,6 +176,89 @@ fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
     assert!(
         callers >= 3 * (callers + thread) / 4,
         "the caller polled {callers} of {} completions: its waits kept sleeping",
+        callers + thread
+    );
+    client.close(TIMEOUT).unwrap();
+    serving.join().unwrap();
+}
+
+/// A server whose handler takes `delay` (spinning), answering calls until its peer closes.
+fn slow_server(server: transport::Conn, delay: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        server
+            .serve(move |req| {
+                let t = Instant::now();
+                while t.elapsed() < delay {
+                    std::hint::spin_loop();
+                }
+                req.to_vec()
+            })
+            .unwrap();
+    })
+}
+
+/// `n` async calls of `client` on a plain executor (no runtime: a parked thread); returns
+/// the completions of its endpoint polled by callers and by the progress thread meanwhile.
+fn async_calls(client: &transport::Conn, n: u64) -> (u64, u64) {
+    let ep = client.endpoint();
+    let before = ep.progress_counts();
+    futures::executor::block_on(async {
+        for i in 0..n {
+            let req = pattern(i, 48);
+            let back = client.call_async(&req, TIMEOUT).await.unwrap();
+            assert!(back.to_vec() == req, "call {i}");
+        }
+    });
+    let after = ep.progress_counts();
+    (
+        after.callers - before.callers,
+        after.progress_thread - before.progress_thread,
+    )
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn adaptive_async_waits_of_a_lone_connection_poll_their_own_completions() {
+    let cfg = with(Polling::Adaptive {
+        spin: Duration::from_micros(50),
+    });
+    let (server, client) = pair_with(cfg.clone(), cfg);
+    // A round trip past the spin (the handler alone takes 60 us): the task's spin stretches
+    // to it.
+    let serving = slow_server(server, Duration::from_micros(60));
+    let (callers, thread) = async_calls(&client, 300);
+    eprintln!("completions polled by the task {callers}, by the progress thread {thread}");
+    assert!(
+        callers >= 3 * (callers + thread) / 4,
+        "the task polled {callers} of {} completions: its waits did not spin",
+        callers + thread
+    );
+    client.close(TIMEOUT).unwrap();
+    serving.join().unwrap();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn adaptive_async_waits_do_not_spin_on_an_endpoint_of_several_connections() {
+    let cfg = with(Polling::Adaptive {
+        spin: Duration::from_micros(50),
+    });
+    let (listener, client_ep) = endpoints(cfg.clone(), cfg);
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || {
+        let a = listener.accept(TIMEOUT).expect("accept");
+        let b = listener.accept(TIMEOUT).expect("accept");
+        (a, b)
+    });
+    let client = client_ep.connect(addr).expect("connect");
+    let _idle = client_ep.connect(addr).expect("connect");
+    let (server, _idle_server) = accept.join().unwrap();
+    let serving = slow_server(server, Duration::from_micros(60));
+    let (callers, thread) = async_calls(&client, 300);
+    eprintln!("completions polled by the task {callers}, by the progress thread {thread}");
+    assert!(
+        callers <= (callers + thread) / 4,
+        "the task polled {callers} of {} completions: it spun beside another connection",
         callers + thread
     );
     client.close(TIMEOUT).unwrap();

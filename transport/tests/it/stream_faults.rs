@@ -123,7 +123,9 @@ fn ten_thousand_cancelled_reads_and_writes_lose_and_duplicate_nothing() {
         });
         let s = Stream::connect_on(&client, addr).await.unwrap();
         let (mut r, mut w) = s.into_split();
-        let data = pattern(11, 8 << 20);
+        // Less than the rounds write on average (about 2 KB each): the last few thousand
+        // rounds only read, and a read that finds nothing left is cancelled by the timer.
+        let data = pattern(11, 4 << 20);
         let (mut sent, mut got) = (0usize, Vec::with_capacity(data.len()));
         let mut buf = vec![0u8; 5000];
         let (mut reads, mut writes, mut cancelled) = (0, 0, 0);
@@ -146,7 +148,10 @@ fn ten_thousand_cancelled_reads_and_writes_lose_and_duplicate_nothing() {
             assert!(got[..] == data[..got.len()], "stream differs after iteration {i}");
         }
         eprintln!("{reads} reads, {writes} writes, {cancelled} rounds cancelled both");
-        assert!(cancelled > 0 && reads > 0 && writes > 0);
+        assert!(
+            cancelled > 100 && reads > 100 && writes > 100,
+            "too few rounds of a kind"
+        );
         w.shutdown().await.unwrap();
         tokio::time::timeout(TIMEOUT, r.read_to_end(&mut got))
             .await
