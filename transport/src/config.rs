@@ -32,9 +32,10 @@ pub enum Polling {
     ///
     /// Async waits (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),
     /// [`Conn::call_async`](crate::Conn::call_async)) on an endpoint with a single connection
-    /// spin the same way in the waiting task before it registers its waker, at most 4 times
-    /// `spin`, and stop as soon as the endpoint wakes another task: a wakeup through an
-    /// executor is a thread handoff too (a 64 B tokio echo: about 45 us a round trip with the
+    /// spin the same way in the waiting task before it registers its waker (not on tokio's
+    /// current-thread runtime, whose one thread the spin would hold from every other task),
+    /// and stop as soon as an endpoint wakes another task: a wakeup through an executor is a
+    /// thread handoff too (a 64 B tokio echo: about 45 us a round trip with the
     /// spin, 600 us without, on rxe in an emulated guest). With more connections, tasks wait
     /// without spinning (spinning tasks of many connections would hold executor threads from
     /// each other); set [`EndpointConfig::busy_read`] to spin anyway.

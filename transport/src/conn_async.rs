@@ -28,7 +28,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::conn::{remote_chunk, send_error, SPIN_TURNS_PER_CLOCK};
-use crate::engine::{pool_error, ConnShared, ConnState, Spinning};
+use crate::engine::{pool_error, ConnShared, ConnState, Spinning, TASK_WAKES};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN};
 use crate::task::{register, register_recv, register_tick};
@@ -58,7 +58,8 @@ impl Conn {
     /// nothing, the task polls the completion queue itself, as a spinning caller, for up to
     /// [`busy_read`](crate::EndpointConfig::busy_read) or, when that is zero, under
     /// [`Polling::Adaptive`] on an endpoint with one connection, for the connection's
-    /// adaptive spin (see [`SpinBudget::for_task`](crate::engine::SpinBudget::for_task)). It
+    /// adaptive spin (see [`SpinBudget`](crate::engine::SpinBudget)), unless it runs on
+    /// tokio's current-thread runtime. It
     /// stops early when the engine wakes another task (the executor has work for its
     /// thread). Then `wait` registers its waker (under the same lock) and the poll is
     /// `Pending`.
@@ -85,7 +86,9 @@ impl Conn {
             d if !d.is_zero() => d,
             // Spinning tasks of several connections would take turns holding executor
             // threads (and cores) from each other: the adaptive spin is for a lone one.
-            _ if adaptive && shared.conn_count() <= 1 => conn.spin.for_task(),
+            _ if adaptive && shared.conn_count() <= 1 && !on_a_single_threaded_runtime() => {
+                conn.spin.get()
+            }
             _ => Duration::ZERO,
         };
         if busy.is_zero() {
@@ -95,7 +98,7 @@ impl Conn {
         drop(st);
         let start = Instant::now();
         let (mut looked, mut turns) = (start, 0u32);
-        let wakes = shared.task_wakes.load(Ordering::Relaxed);
+        let wakes = TASK_WAKES.load(Ordering::Relaxed);
         // While it busy-polls, the task counts as a spinning caller (the progress thread
         // stands aside for it).
         let spinner = Spinning::new(shared);
@@ -116,7 +119,7 @@ impl Conn {
             }
             // The clock only every few turns: a shorter turn sees a completion sooner.
             turns = turns.wrapping_add(1);
-            let other_work = shared.task_wakes.load(Ordering::Relaxed) != wakes;
+            let other_work = TASK_WAKES.load(Ordering::Relaxed) != wakes;
             if other_work
                 || (turns % SPIN_TURNS_PER_CLOCK == 0 && {
                     looked = Instant::now();
@@ -561,4 +564,17 @@ impl Drop for ForgetCall<'_> {
             st.call_wakers.remove(&id.0);
         }
     }
+}
+
+/// Whether the task runs on tokio's current-thread runtime, whose one thread a spinning
+/// task would hold from every other task (the peer's too, when both ends live there).
+#[cfg(feature = "tokio")]
+fn on_a_single_threaded_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+}
+
+#[cfg(not(feature = "tokio"))]
+fn on_a_single_threaded_runtime() -> bool {
+    false
 }

@@ -292,7 +292,7 @@ impl ConnShared {
                 Action::CallDone { id, result } => {
                     st.calls.insert(id.0, result);
                     if let Some(w) = st.call_wakers.remove(&id.0) {
-                        self.shared.task_wakes.fetch_add(1, Ordering::Relaxed);
+                        super::count_task_wakes(1);
                         w.wake();
                     }
                 }
@@ -331,9 +331,7 @@ impl ConnShared {
         self.shared.wake_tasks(&mut st.wakers);
         if st.end.is_some() {
             self.shared.wake_tasks(&mut st.recv_wakers);
-            self.shared
-                .task_wakes
-                .fetch_add(st.call_wakers.len() as u64, Ordering::Relaxed);
+            super::count_task_wakes(st.call_wakers.len());
             for (_, w) in st.call_wakers.drain() {
                 w.wake();
             }

@@ -59,6 +59,17 @@ const CALLERS_ACTIVE: Duration = Duration::from_micros(500);
 /// for can sit this long.
 const ASIDE_NAP_MAX: Duration = Duration::from_millis(20);
 
+/// Tasks the engines of this process woke so far: a task busy-polling for its connection
+/// stops when this moves, since other tasks then have work for an executor, maybe its own
+/// thread (two endpoints of one process on a current-thread runtime: the peer's task can
+/// only run once the spinning one yields).
+pub(crate) static TASK_WAKES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `n` tasks woken (see [`TASK_WAKES`]).
+pub(crate) fn count_task_wakes(n: usize) {
+    TASK_WAKES.fetch_add(n as u64, Ordering::Relaxed);
+}
+
 /// Everything an endpoint's connections share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -120,9 +131,6 @@ pub(crate) struct Shared {
     pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
     /// A task joined `tick_wakers`: the next tick comes within [`TICK`] of the last.
     pub(crate) tick_soon: AtomicBool,
-    /// Wakers the engine woke so far: a task busy-polling for its own connection stops when
-    /// this moves, since other tasks then have work for its executor.
-    pub(crate) task_wakes: AtomicU64,
     /// The id bound to the local address: it holds librdmacm's device context open.
     _anchor: cm::CmId,
 }
@@ -254,7 +262,6 @@ impl Shared {
             progress_thread: OnceLock::new(),
             tick_wakers: Mutex::new(Vec::new()),
             tick_soon: AtomicBool::new(false),
-            task_wakes: AtomicU64::new(0),
             reactor_waker: Mutex::new(None),
             counts: Counts::default(),
             _anchor: anchor,
@@ -329,13 +336,12 @@ impl Shared {
         }
     }
 
-    /// Wakes (and empties) `wakers`, counted in `task_wakes`.
+    /// Wakes (and empties) `wakers`, counted in [`TASK_WAKES`].
     pub(crate) fn wake_tasks(&self, wakers: &mut Vec<std::task::Waker>) {
         if wakers.is_empty() {
             return;
         }
-        self.task_wakes
-            .fetch_add(wakers.len() as u64, Ordering::Relaxed);
+        count_task_wakes(wakers.len());
         for w in wakers.drain(..) {
             w.wake();
         }

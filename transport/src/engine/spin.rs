@@ -10,18 +10,16 @@
 //! end early shrink it back, an eighth at a time, never below the configured spin. Frames
 //! later than that bound (a quiet peer) leave it alone: spinning would not have caught them.
 //!
-//! Async tasks spin from the same budget before they register their wakers, capped lower
-//! ([`TASK_GROWTH`]): a wakeup through an executor is such a handoff too.
+//! Async tasks spin from the same budget before they register their wakers: a wakeup through
+//! an executor is such a handoff too. The bound is the same for them: with a lower one, two
+//! peers whose waits both outlast it stay in the slow mode for good (each side's wait then
+//! lasts the other side's wakeup, which is longer than the bound).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The budget grows to at most this many times the configured spin.
 pub(crate) const GROWTH: u32 = 16;
-
-/// An async task spins at most this many times the configured spin, however far the budget
-/// grew: it holds an executor thread other tasks may need.
-pub(crate) const TASK_GROWTH: u32 = 4;
 
 /// A connection's spin budget (lock-free: every waiter of the connection reads and updates
 /// it).
@@ -43,12 +41,6 @@ impl SpinBudget {
     /// How long the next wait spins.
     pub(crate) fn get(&self) -> Duration {
         Duration::from_nanos(self.budget_ns.load(Ordering::Relaxed))
-    }
-
-    /// How long the next wait of an async task spins: the budget, at most [`TASK_GROWTH`]
-    /// times the configured spin.
-    pub(crate) fn for_task(&self) -> Duration {
-        self.get().min(self.base * TASK_GROWTH)
     }
 
     fn max(&self) -> Duration {
@@ -126,16 +118,5 @@ mod tests {
         let settled = b.get();
         assert!(settled / 4 <= 45 * US, "still shrinking at {settled:?}");
         assert!(settled >= 160 * US, "too little room at {settled:?}");
-    }
-
-    #[test]
-    fn a_task_spins_the_budget_up_to_its_own_bound() {
-        let b = SpinBudget::new(50 * US);
-        assert_eq!(b.for_task(), 50 * US);
-        b.slept(60 * US);
-        assert_eq!(b.for_task(), 120 * US, "stretched like a blocking wait");
-        b.slept(300 * US);
-        assert_eq!(b.get(), 600 * US);
-        assert_eq!(b.for_task(), 200 * US, "at most 4 times the spin");
     }
 }
