@@ -1,7 +1,9 @@
 //! Device benchmark of the byte stream (`transport::stream`, tokio) against rdma-core's
 //! `rstream` (rsocket) measured in the same run: throughput of 64 B, 4 KiB, 64 KiB and 1 MiB
 //! writes, and the 64 B echo round trip (median and p99); plus the same echo over tokio's
-//! `TcpStream` between the same two addresses (a ratio to report, no goal).
+//! `TcpStream` between the same two addresses (a ratio to report, no goal), against our best
+//! mode and against our default configuration on the same multi-threaded runtime (what a
+//! `#[tokio::main]` program gets without tuning).
 //!
 //! Run on two devices (`cargo xtask bench stream`, or by hand in the two-hosts guest:
 //! `cargo bench -p transport --bench stream --no-run`, then `EXE --bench` with
@@ -353,6 +355,30 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             polling: Some(mode),
             baseline: Some(theirs),
             baseline_name: "tokio TcpStream echo, same addresses".into(),
+            higher: false,
+            goal: None,
+        });
+    }
+    // What the seed program gets: the default configuration (adaptive polling) on a
+    // multi-threaded runtime, against tokio's TCP on the same runtime.
+    let (name, default) = modes
+        .iter()
+        .find(|(name, _)| *name == "adaptive")
+        .map(|(name, o)| (*name, o.echo))
+        .expect("the default mode ran");
+    for (metric, ours, theirs) in [
+        ("round trip median", default.0, tcp.0),
+        ("round trip p99", default.1, tcp.1),
+    ] {
+        rows.push(Row {
+            case: format!("stream echo {ECHO_SIZE} B, default config, vs TCP"),
+            metric,
+            unit: "us",
+            ours,
+            polling: Some(name),
+            baseline: Some(theirs),
+            baseline_name: "tokio TcpStream echo, same addresses, same multi-threaded runtime"
+                .into(),
             higher: false,
             goal: None,
         });
