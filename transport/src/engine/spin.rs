@@ -7,8 +7,11 @@
 //! trip, so the next wait outlasts the spin too. A wait that slept for a frame that arrived
 //! within [`GROWTH`] times the configured spin (counted to the frame's arrival, not to the
 //! wakeup) stretches the budget to twice that (so the next wait spins through it); waits that
-//! end early shrink it back, an eighth at a time, never below the configured spin. Frames
-//! later than that bound (a quiet peer) leave it alone: spinning would not have caught them.
+//! end early shrink it back by 1/64 at a time ([`SHRINK`]), never below the configured spin.
+//! Frames later than that bound (a quiet peer) leave it alone: spinning would not have caught
+//! them. The shrinking is slow because a miss costs far more than a longer spin: a budget is
+//! only spent in full when the peer goes quiet, while a wait that outlasts it (a preempted
+//! peer, say) pays a handoff.
 //!
 //! Async tasks spin from the same budget before they register their wakers: a wakeup through
 //! an executor is such a handoff too. The bound is the same for them: with a lower one, two
@@ -20,6 +23,9 @@ use std::time::Duration;
 
 /// The budget grows to at most this many times the configured spin.
 pub(crate) const GROWTH: u32 = 16;
+
+/// A wait that ends early takes this fraction (one over it) off a stretched budget.
+pub(crate) const SHRINK: u32 = 64;
 
 /// A connection's spin budget (lock-free: every waiter of the connection reads and updates
 /// it).
@@ -51,7 +57,7 @@ impl SpinBudget {
     pub(crate) fn spun(&self, after: Duration) {
         let budget = self.get();
         if budget > self.base && after < budget / 4 {
-            let shrunk = (budget - budget / 8).max(self.base);
+            let shrunk = (budget - budget / SHRINK).max(self.base);
             self.budget_ns.store(nanos(shrunk), Ordering::Relaxed);
         }
     }
@@ -97,8 +103,12 @@ mod tests {
         b.spun(300 * US);
         assert_eq!(b.get(), 800 * US, "a late end keeps it");
         b.spun(10 * US);
-        assert_eq!(b.get(), 700 * US, "an early end takes an eighth");
-        for _ in 0..100 {
+        assert_eq!(
+            b.get(),
+            800 * US - 800 * US / SHRINK,
+            "an early end takes a little"
+        );
+        for _ in 0..400 {
             b.spun(Duration::ZERO);
         }
         assert_eq!(b.get(), 50 * US);
