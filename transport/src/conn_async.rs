@@ -59,10 +59,9 @@ impl Conn {
     /// [`busy_read`](crate::EndpointConfig::busy_read) or, when that is zero, under
     /// [`Polling::Adaptive`] on an endpoint with one connection, for the connection's
     /// adaptive spin (see [`SpinBudget`](crate::engine::SpinBudget)), unless it runs on
-    /// tokio's current-thread runtime. It
-    /// stops early when the engine wakes another task (the executor has work for its
-    /// thread). Then `wait` registers its waker (under the same lock) and the poll is
-    /// `Pending`.
+    /// tokio's current-thread runtime. It stops early when an endpoint wakes another task
+    /// (an executor has work, maybe for its thread). Then `wait` registers its waker (under
+    /// the same lock) and the poll is `Pending`.
     fn poll_busy<T>(
         &self,
         cx: &mut Context<'_>,
