@@ -104,11 +104,7 @@ impl Conn {
         let ended = |r: Result<T>, st: &ConnState, looked: Instant, slept: bool| {
             if adaptive {
                 if slept {
-                    // When the frame it waited for arrived, not when this thread woke.
-                    if let Some(p) = &st.proto {
-                        conn.spin
-                            .slept(p.last_frame_at().saturating_duration_since(start));
-                    }
+                    conn.wait_slept(st, start);
                 } else {
                     conn.spin.spun(looked.duration_since(start));
                 }

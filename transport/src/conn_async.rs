@@ -73,11 +73,9 @@ impl Conn {
         let adaptive = matches!(shared.cfg.polling, Polling::Adaptive { .. });
         let mut st = conn.state.lock();
         if let Some(found) = check(&mut st) {
-            // The end of a wait that registered its waker: tune the spin by when the frame
-            // it waited for arrived.
-            if let (Some(start), Some(p)) = (st.async_wait.take(), &st.proto) {
-                conn.spin
-                    .slept(p.last_frame_at().saturating_duration_since(start));
+            // The end of a wait that registered its waker.
+            if let Some(began) = st.async_wait.take() {
+                conn.wait_slept(&st, began);
             }
             return Poll::Ready(found);
         }
@@ -105,14 +103,12 @@ impl Conn {
             spinner.poll();
             let mut st = conn.state.lock();
             if let Some(found) = check(&mut st) {
-                match (st.async_wait.take(), &st.proto) {
+                match st.async_wait.take() {
                     // A wait woken before its frame came (or by something else), which
                     // then spun for it.
-                    (Some(began), Some(p)) => conn
-                        .spin
-                        .slept(p.last_frame_at().saturating_duration_since(began)),
-                    _ if adaptive => conn.spin.spun(looked.duration_since(start)),
-                    _ => {}
+                    Some(began) => conn.wait_slept(&st, began),
+                    None if adaptive => conn.spin.spun(looked.duration_since(start)),
+                    None => {}
                 }
                 return Poll::Ready(found);
             }

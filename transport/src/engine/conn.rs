@@ -14,7 +14,7 @@ use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
 use verbs::{Qp, RemoteSlice, SendRequest};
 
-use super::Shared;
+use super::{wake_task, wake_tasks, Shared};
 use crate::proto::{
     self, Action, Body, CallError, ConnError, Delivery, PeerGone, ReadId, RemoteChunk, HEADER_LEN,
 };
@@ -252,6 +252,16 @@ impl ConnShared {
         st.take_spare_frame(len)
     }
 
+    /// A wait that began at `began` and handed off (slept, or registered its waker) found
+    /// what it waited for: stretches the adaptive spin by when the last frame arrived, not
+    /// by when the waiter woke (see [`SpinBudget::slept`](super::SpinBudget::slept)).
+    pub(crate) fn wait_slept(&self, st: &ConnState, began: Instant) {
+        if let Some(p) = &st.proto {
+            self.spin
+                .slept(p.last_frame_at().saturating_duration_since(began));
+        }
+    }
+
     /// Sets up the protocol (if it is not yet) and notes its eager limit.
     pub(crate) fn set_proto(&self, st: &mut ConnState, proto: proto::Connection<Buffer>) {
         if st.proto.is_none() {
@@ -292,8 +302,7 @@ impl ConnShared {
                 Action::CallDone { id, result } => {
                     st.calls.insert(id.0, result);
                     if let Some(w) = st.call_wakers.remove(&id.0) {
-                        super::count_task_wakes(1);
-                        w.wake();
+                        wake_task(w);
                     }
                 }
                 Action::Closed { error } => {
@@ -319,7 +328,7 @@ impl ConnShared {
             }
         }
         if delivered {
-            self.shared.wake_tasks(&mut st.recv_wakers);
+            wake_tasks(&mut st.recv_wakers);
         }
         self.wake(st);
     }
@@ -328,12 +337,11 @@ impl ConnShared {
     /// it ended: a delivery wakes them in [`drive`](Self::drive)).
     pub(crate) fn wake(&self, st: &mut ConnState) {
         self.cond.notify_all();
-        self.shared.wake_tasks(&mut st.wakers);
+        wake_tasks(&mut st.wakers);
         if st.end.is_some() {
-            self.shared.wake_tasks(&mut st.recv_wakers);
-            super::count_task_wakes(st.call_wakers.len());
+            wake_tasks(&mut st.recv_wakers);
             for (_, w) in st.call_wakers.drain() {
-                w.wake();
+                wake_task(w);
             }
         }
     }

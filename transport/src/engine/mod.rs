@@ -65,9 +65,15 @@ const ASIDE_NAP_MAX: Duration = Duration::from_millis(20);
 /// only run once the spinning one yields).
 pub(crate) static TASK_WAKES: AtomicU64 = AtomicU64::new(0);
 
-/// Counts `n` tasks woken (see [`TASK_WAKES`]).
-pub(crate) fn count_task_wakes(n: usize) {
-    TASK_WAKES.fetch_add(n as u64, Ordering::Relaxed);
+/// Wakes a task waiting on the engine, counted in [`TASK_WAKES`].
+pub(crate) fn wake_task(waker: std::task::Waker) {
+    TASK_WAKES.fetch_add(1, Ordering::Relaxed);
+    waker.wake();
+}
+
+/// Wakes (and empties) `wakers`, each through [`wake_task`].
+pub(crate) fn wake_tasks(wakers: &mut Vec<std::task::Waker>) {
+    wakers.drain(..).for_each(wake_task);
 }
 
 /// Everything an endpoint's connections share.
@@ -336,17 +342,6 @@ impl Shared {
         }
     }
 
-    /// Wakes (and empties) `wakers`, counted in [`TASK_WAKES`].
-    pub(crate) fn wake_tasks(&self, wakers: &mut Vec<std::task::Waker>) {
-        if wakers.is_empty() {
-            return;
-        }
-        count_task_wakes(wakers.len());
-        for w in wakers.drain(..) {
-            w.wake();
-        }
-    }
-
     /// Polls the completion queue once and handles what it finds; returns how many
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
@@ -565,7 +560,7 @@ impl Shared {
         if !waiting.is_empty() {
             next = soon;
         }
-        self.wake_tasks(&mut waiting);
+        wake_tasks(&mut waiting);
         for conn in self.conns.read().values() {
             let mut st = conn.state.lock();
             if let Some(p) = st.proto.as_mut() {

@@ -148,30 +148,17 @@ fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
         spin: Duration::from_micros(50),
     });
     let (server, client) = pair_with(cfg.clone(), cfg);
-    let serving = std::thread::spawn(move || {
-        server
-            .serve(|req| {
-                // A handler that takes 150 us: three times the spin.
-                let t = Instant::now();
-                while t.elapsed() < Duration::from_micros(150) {
-                    std::hint::spin_loop();
-                }
-                req.to_vec()
-            })
-            .unwrap();
+    // A handler that takes 150 us: three times the spin.
+    let serving = slow_server(server, Duration::from_micros(150));
+    let (callers, thread) = polled_during(&client, || {
+        for i in 0..300u64 {
+            let req = pattern(i, 48);
+            assert!(
+                client.call(&req, TIMEOUT).unwrap().to_vec() == req,
+                "call {i}"
+            );
+        }
     });
-    let ep = client.endpoint();
-    let before = ep.progress_counts();
-    for i in 0..300u64 {
-        let req = pattern(i, 48);
-        assert!(
-            client.call(&req, TIMEOUT).unwrap().to_vec() == req,
-            "call {i}"
-        );
-    }
-    let after = ep.progress_counts();
-    let callers = after.callers - before.callers;
-    let thread = after.progress_thread - before.progress_thread;
     eprintln!("completions polled by the caller {callers}, by the progress thread {thread}");
     assert!(
         callers >= 3 * (callers + thread) / 4,
@@ -197,23 +184,31 @@ fn slow_server(server: transport::Conn, delay: Duration) -> std::thread::JoinHan
     })
 }
 
-/// `n` async calls of `client` on a plain executor (no runtime: a parked thread); returns
-/// the completions of its endpoint polled by callers and by the progress thread meanwhile.
-fn async_calls(client: &transport::Conn, n: u64) -> (u64, u64) {
+/// Runs `f`; returns the completions of `client`'s endpoint polled meanwhile by callers and
+/// by the progress thread.
+fn polled_during(client: &transport::Conn, f: impl FnOnce()) -> (u64, u64) {
     let ep = client.endpoint();
     let before = ep.progress_counts();
-    futures::executor::block_on(async {
-        for i in 0..n {
-            let req = pattern(i, 48);
-            let back = client.call_async(&req, TIMEOUT).await.unwrap();
-            assert!(back.to_vec() == req, "call {i}");
-        }
-    });
+    f();
     let after = ep.progress_counts();
     (
         after.callers - before.callers,
         after.progress_thread - before.progress_thread,
     )
+}
+
+/// `n` async calls of `client` on a plain executor (no runtime: a parked thread); returns
+/// who polled its endpoint's completions meanwhile (see [`polled_during`]).
+fn async_calls(client: &transport::Conn, n: u64) -> (u64, u64) {
+    polled_during(client, || {
+        futures::executor::block_on(async {
+            for i in 0..n {
+                let req = pattern(i, 48);
+                let back = client.call_async(&req, TIMEOUT).await.unwrap();
+                assert!(back.to_vec() == req, "call {i}");
+            }
+        })
+    })
 }
 
 #[test]
