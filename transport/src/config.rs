@@ -28,7 +28,11 @@ pub enum Polling {
     /// the progress thread wakes it (a blocked call). A connection whose blocked calls sleep
     /// for frames that arrive soon after (up to 16 times `spin`) stretches its calls' spin
     /// to twice that, so a ping-pong slower than `spin` does not pay a thread handoff per
-    /// message; calls that end early shrink it back towards `spin`.
+    /// message; calls that end early shrink it back towards `spin`. A wait also spins on
+    /// while a large message of its connection moved less than 2 ms ago (a chunk READ
+    /// completed, a rendezvous frame arrived; one waiting thread per endpoint): each chunk
+    /// and the answer that follows a large message come without a handoff (a 64 KiB echo:
+    /// 2.1 ms instead of 2.8 on rxe in an emulated guest).
     ///
     /// Async waits (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),
     /// [`Conn::call_async`](crate::Conn::call_async)) on an endpoint with a single connection

@@ -150,7 +150,7 @@ impl Conn {
                 }
                 return Err(Error::TimedOut { op, after: timeout });
             }
-            if now < spin_until {
+            if now < spin_until || conn.spins_through_transfer(&st, now) {
                 drop(st);
                 spinning.get_or_insert_with(|| Spinning::new(&conn.shared));
                 std::hint::spin_loop();

@@ -58,8 +58,9 @@ impl Conn {
     /// nothing, the task polls the completion queue itself, as a spinning caller, for up to
     /// [`busy_read`](crate::EndpointConfig::busy_read) or, when that is zero, under
     /// [`Polling::Adaptive`] on an endpoint with one connection, for the connection's
-    /// adaptive spin (see [`SpinBudget`](crate::engine::SpinBudget)), unless it runs on
-    /// tokio's current-thread runtime. It stops early when an endpoint wakes another task
+    /// adaptive spin (see [`SpinBudget`](crate::engine::SpinBudget)), longer while a large
+    /// message of the connection moves, unless it runs on tokio's current-thread runtime.
+    /// It stops early when an endpoint wakes another task
     /// (an executor has work, maybe for its thread). Then `wait` registers its waker (under
     /// the same lock) and the poll is `Pending`.
     fn poll_busy<T>(
@@ -119,6 +120,7 @@ impl Conn {
                 || (turns % SPIN_TURNS_PER_CLOCK == 0 && {
                     looked = Instant::now();
                     looked.duration_since(start) >= busy
+                        && !conn.spins_through_transfer(&st, looked)
                 })
             {
                 // Stop spinning first: registering then hands polling back to the progress

@@ -14,6 +14,7 @@ use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
 use verbs::{Qp, RemoteSlice, SendRequest};
 
+use super::spin::TRANSFER_STALL;
 use super::{wake_task, wake_tasks, Shared};
 use crate::proto::{
     self, Action, Body, CallError, ConnError, Delivery, PeerGone, ReadId, RemoteChunk, HEADER_LEN,
@@ -260,6 +261,19 @@ impl ConnShared {
             self.spin
                 .slept(p.last_frame_at().saturating_duration_since(began));
         }
+    }
+
+    /// Whether a wait whose spin budget ran out keeps spinning at `now`: while a large
+    /// message of the connection moved less than [`TRANSFER_STALL`] ago, unless another
+    /// thread of the endpoint spins too (see [`spin`](super::spin)). Adaptive polling only.
+    pub(crate) fn spins_through_transfer(&self, st: &ConnState, now: Instant) -> bool {
+        matches!(self.shared.cfg.polling, crate::Polling::Adaptive { .. })
+            && self.shared.spinners.load(Ordering::Relaxed) <= 1
+            && st
+                .proto
+                .as_ref()
+                .and_then(|p| p.last_transfer_step())
+                .is_some_and(|at| now.saturating_duration_since(at) < TRANSFER_STALL)
     }
 
     /// Sets up the protocol (if it is not yet) and notes its eager limit.

@@ -1,4 +1,7 @@
-//! Delivery order: an eager message sent after a rendezvous message waits for it.
+//! Delivery order: an eager message sent after a rendezvous message waits for it. The time
+//! a large message last moved, which a driver's waits go by.
+
+use std::time::Duration;
 
 use transport::proto::Class;
 
@@ -46,4 +49,61 @@ fn eager_message_waits_behind_an_incomplete_rendezvous() {
     }
     let got: Vec<_> = sim.hosts[1].received.iter().map(|r| r.1.clone()).collect();
     assert_eq!(got, vec![content(0, 0, 120), content(0, 1, 5)]);
+}
+
+#[test]
+fn a_large_message_stamps_each_step_and_an_eager_one_none() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let msg = |len| Msg {
+        len,
+        class: Class::Message,
+    };
+    sim.hosts[0].to_send = vec![msg(5)];
+    sim.hosts[0].send_next(0);
+    sim.pump();
+    while sim.deliver(0) {}
+    sim.pump();
+    assert_eq!(sim.hosts[1].received.len(), 1);
+    assert_eq!(sim.hosts[1].conn.last_transfer_step(), None, "eager: none");
+    assert_eq!(sim.hosts[0].conn.last_transfer_step(), None);
+
+    sim.hosts[0].to_send.push(msg(120));
+    while sim.hosts[0].send_next(0) {}
+    sim.pump();
+    sim.tick(Duration::from_millis(1));
+    let started = sim.now;
+    sim.deliver(0);
+    sim.pump();
+    assert_eq!(
+        sim.hosts[1].conn.last_transfer_step(),
+        Some(started),
+        "START"
+    );
+    assert_eq!(sim.hosts[0].conn.last_transfer_step(), None);
+    while sim.deliver(0) {}
+    sim.pump();
+    sim.tick(Duration::from_millis(1));
+    sim.complete_read(1);
+    sim.pump();
+    let read = sim.now;
+    assert_eq!(
+        sim.hosts[1].conn.last_transfer_step(),
+        Some(read),
+        "READ done"
+    );
+    sim.tick(Duration::from_millis(1));
+    while sim.deliver(1) {}
+    assert_eq!(
+        sim.hosts[0].conn.last_transfer_step(),
+        Some(sim.now),
+        "the peer's ACK"
+    );
+    sim.run_until_quiet(10_000);
+    assert_eq!(sim.hosts[1].received.len(), 2);
+    let done = sim.hosts[1].conn.last_transfer_step().unwrap();
+    assert!(done > read, "the last READ");
+    // The stamp stays after the message is through: a driver's waits tell by its age.
+    sim.tick(Duration::from_millis(5));
+    assert_eq!(sim.hosts[1].conn.last_transfer_step(), Some(done));
 }

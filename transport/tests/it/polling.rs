@@ -1,7 +1,8 @@
 //! Every polling mode (busy, event, adaptive) carries messages and calls both ways, and a
 //! mix of modes on the two ends works too; a busy endpoint without connections does not spin;
-//! adaptive polling stretches its spin to a ping-pong slower than the configured spin, and
-//! spins the async waits of a lone connection (not those of an endpoint with several).
+//! adaptive polling stretches its spin to a ping-pong slower than the configured spin, spins
+//! through large transfers, and spins the async waits of a lone connection (not those of an
+//! endpoint with several).
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -167,6 +168,54 @@ fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
     );
     client.close(TIMEOUT).unwrap();
     serving.join().unwrap();
+}
+
+/// An echo of 64 KiB messages (rendezvous: the peer READs each, a chunk of about a
+/// millisecond on rxe, far past the spin): the waits of both ends spin through the transfers
+/// and the answers that follow them, so the application threads poll most completions
+/// themselves, READs included (sleeping through them, they poll about one in twenty).
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn adaptive_waits_spin_through_large_transfers() {
+    let cfg = with(Polling::Adaptive {
+        spin: Duration::from_micros(50),
+    });
+    let (server, client) = pair_with(cfg.clone(), cfg);
+    const ROUNDS: usize = 40;
+    let msgs = [pattern(1, 64 << 10), pattern(2, 64 << 10)];
+    let server_ep = server.endpoint().clone();
+    let before = server_ep.progress_counts();
+    let serving = std::thread::spawn(move || {
+        for _ in 0..ROUNDS {
+            let m = server.recv(TIMEOUT).unwrap();
+            server.send_timeout(&m.bytes(), TIMEOUT).unwrap();
+        }
+        server.close(TIMEOUT).unwrap();
+    });
+    let (callers, thread) = polled_during(&client, || {
+        for i in 0..ROUNDS {
+            let msg = &msgs[i % 2];
+            client.send_timeout(msg, TIMEOUT).unwrap();
+            assert!(*client.recv(TIMEOUT).unwrap().bytes() == **msg, "echo {i}");
+        }
+    });
+    serving.join().unwrap();
+    let after = server_ep.progress_counts();
+    let (server_callers, server_thread) = (
+        after.callers - before.callers,
+        after.progress_thread - before.progress_thread,
+    );
+    eprintln!(
+        "completions polled by the application threads: client {callers}, server {server_callers}; by the progress threads: client {thread}, server {server_thread}"
+    );
+    let (callers, all) = (
+        callers + server_callers,
+        callers + server_callers + thread + server_thread,
+    );
+    assert!(
+        callers >= all / 2,
+        "the application threads polled {callers} of {all} completions: their waits slept through transfers",
+    );
 }
 
 /// A server whose handler takes `delay` (spinning), answering calls until its peer closes.

@@ -117,6 +117,8 @@ pub struct Connection<B: Payload> {
     close_sent: bool,
     close_received: bool,
     last_recv: Instant,
+    /// When a large message last moved (see [`last_transfer_step`](Self::last_transfer_step)).
+    last_transfer: Option<Instant>,
     /// The last sign of life: a frame received, or one of ours acknowledged by the peer's
     /// device ([`on_peer_acknowledged`](Self::on_peer_acknowledged)).
     last_heard: Instant,
@@ -170,6 +172,7 @@ impl<B: Payload> Connection<B> {
             close_sent: false,
             close_received: false,
             last_recv: now,
+            last_transfer: None,
             last_heard: now,
             last_probe: None,
             last_ping: None,
@@ -238,6 +241,16 @@ impl<B: Payload> Connection<B> {
     /// connection's start before any).
     pub fn last_frame_at(&self) -> Instant {
         self.last_recv
+    }
+
+    /// When a large message, in either direction, last moved: a rendezvous frame arrived
+    /// (a start, a chunk, an acknowledgement) or one of our READs completed. `None` before
+    /// any. The steps of a transfer follow each other a chunk's transfer time apart without
+    /// the peer's application doing anything new, and a peer that answers a large message
+    /// (an echo, a response) answers soon after the last step: a driver may keep polling
+    /// for a while after one.
+    pub fn last_transfer_step(&self) -> Option<Instant> {
+        self.last_transfer
     }
 
     /// Whether [`poll_action`](Self::poll_action) may have something now that it had not at
