@@ -524,12 +524,29 @@ impl Conn {
     }
 
     /// Serves requests with `handler` on this thread until the connection ends (returns
-    /// `Ok` after a graceful close) or an error.
+    /// `Ok` after a graceful close) or an error. Each response is a new `Vec`; see
+    /// [`serve_with`](Self::serve_with) for a server that allocates nothing per request.
     pub fn serve(&self, mut handler: impl FnMut(&Message) -> Vec<u8>) -> Result<()> {
+        self.serve_with(|request, response| *response = handler(request))
+    }
+
+    /// [`serve`](Self::serve), with `handler` writing each response into a buffer this call
+    /// keeps (empty at each request, its capacity kept from the last): in steady state a
+    /// server allocates nothing per request.
+    ///
+    /// ```no_run
+    /// # fn demo(conn: &transport::Conn) -> transport::Result<()> {
+    /// // An echo server.
+    /// conn.serve_with(|request, response| response.extend_from_slice(&request.bytes()))
+    /// # }
+    /// ```
+    pub fn serve_with(&self, mut handler: impl FnMut(&Message, &mut Vec<u8>)) -> Result<()> {
+        let mut response = Vec::new();
         loop {
             match self.recv_request(Duration::from_millis(200)) {
                 Ok(req) => {
-                    let response = handler(req.message());
+                    response.clear();
+                    handler(req.message(), &mut response);
                     req.respond(&response)?;
                 }
                 Err(Error::TimedOut { .. }) => continue,

@@ -1,5 +1,5 @@
-//! Sending and receiving small messages in steady state allocates nothing on the heap: a
-//! counting global allocator (this test binary's own, hence a binary of its own) watches every
+//! Sending and receiving small messages, and making and serving small calls, in steady state
+//! allocates nothing on the heap: a counting global allocator (this test binary's own, hence a binary of its own) watches every
 //! thread, the endpoints' progress threads included, while messages flow between the hosts.
 //! Device tier (`#[ignore]`, run by `cargo xtask test`).
 
@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use transport::{Endpoint, EndpointConfig};
+use transport::{Conn, Endpoint, EndpointConfig};
 
 /// Counts allocations (not frees) while `COUNTING` is set.
 struct Counting;
@@ -45,9 +45,8 @@ static GLOBAL: Counting = Counting;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-#[test]
-#[ignore = "needs an RDMA device: cargo xtask test"]
-fn small_messages_in_steady_state_allocate_nothing() {
+/// A connection between the two hosts: (client side, server side).
+fn connected() -> (Conn, Conn) {
     let cfg = || EndpointConfig {
         pool_bytes: 32 << 20,
         max_connections: 2,
@@ -59,7 +58,36 @@ fn small_messages_in_steady_state_allocate_nothing() {
     let client = Endpoint::with_config(IpAddr::V4(testkit::device().addr), cfg()).unwrap();
     let accept = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
     let c = client.connect(addr).unwrap();
-    let s = accept.join().unwrap();
+    (c, accept.join().unwrap())
+}
+
+/// Runs `round` in windows of `n` until one allocates nothing (at most three); returns the
+/// allocations of each window. One-time setup that warm-up happened not to reach (a thread's
+/// first cache of a pool class) may land in a window; it cannot repeat, so the next window
+/// is clean. An allocation per message shows in every window.
+fn windows(n: u64, mut round: impl FnMut(u64)) -> Vec<u64> {
+    let mut windows = Vec::new();
+    for w in 0..3 {
+        ALLOCATIONS.store(0, Ordering::Relaxed);
+        COUNTING.store(true, Ordering::Relaxed);
+        for i in 0..n {
+            round(w * n + i);
+        }
+        COUNTING.store(false, Ordering::Relaxed);
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+        eprintln!("{allocations} heap allocations in {n} round trips");
+        windows.push(allocations);
+        if allocations == 0 {
+            break;
+        }
+    }
+    windows
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn small_messages_in_steady_state_allocate_nothing() {
+    let (c, s) = connected();
 
     // Echo in the same thread (no thread spawn inside the measured window): the client sends,
     // the server receives and answers, the client receives.
@@ -85,29 +113,41 @@ fn small_messages_in_steady_state_allocate_nothing() {
             drop(conn.alloc(len).unwrap());
         }
     }
-    // Steady state: a window of round trips in which nothing allocates. One-time setup that
-    // warm-up happened not to reach (a thread's first cache of a class) may land in a window;
-    // it cannot repeat, so the next window is clean. An allocation per message shows in every
-    // window.
+    // Steady state: a window of round trips in which nothing allocates.
     let n = 2000u64;
-    let mut windows = Vec::new();
-    for w in 0..3 {
-        ALLOCATIONS.store(0, Ordering::Relaxed);
-        COUNTING.store(true, Ordering::Relaxed);
-        for i in 0..n {
-            round(w * n + i);
-        }
-        COUNTING.store(false, Ordering::Relaxed);
-        let allocations = ALLOCATIONS.load(Ordering::Relaxed);
-        eprintln!("{allocations} heap allocations in {n} round trips");
-        windows.push(allocations);
-        if allocations == 0 {
-            break;
-        }
-    }
+    let windows = windows(n, round);
     assert_eq!(
         windows.last(),
         Some(&0),
         "heap allocations per window of {n} round trips: {windows:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn small_calls_in_steady_state_allocate_nothing() {
+    let (c, s) = connected();
+    // The server answers on a thread of its own, started before anything is counted.
+    let server = std::thread::spawn(move || {
+        s.serve_with(|request, response| response.extend_from_slice(&request.bytes()))
+    });
+    let mut payload = [0u8; 64];
+    let mut round = |i: u64| {
+        payload[..8].copy_from_slice(&i.to_le_bytes());
+        let back = c.call(&payload, TIMEOUT).unwrap();
+        assert_eq!(back.bytes()[..8], i.to_le_bytes());
+    };
+    for i in 0..3000 {
+        round(i);
+    }
+    drop(c.alloc(64).unwrap());
+    let n = 2000u64;
+    let windows = windows(n, round);
+    c.close(TIMEOUT).unwrap();
+    server.join().unwrap().unwrap();
+    assert_eq!(
+        windows.last(),
+        Some(&0),
+        "heap allocations per window of {n} calls: {windows:?}"
     );
 }
