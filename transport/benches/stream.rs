@@ -21,7 +21,9 @@
 //!
 //! Units: MB/s are 10^6 bytes per second; round trips in microseconds. rstream reports a mean
 //! time per transfer and no percentiles: its round trip is 2 x that mean, the baseline of both
-//! our median and our p99.
+//! our median and our p99. So that a tail compares with a tail, each round also times every
+//! round trip of rstream's latency test from an rsocket client of ours against an `rstream`
+//! server (`stream/rsocket.rs`): two more rows, our median and p99 against rsocket's.
 
 #[path = "transport/baseline.rs"]
 #[allow(dead_code)]
@@ -30,6 +32,8 @@ mod baseline;
 mod ours;
 #[path = "transport/report.rs"]
 mod report;
+#[path = "stream/rsocket.rs"]
+mod rsocket;
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
@@ -268,6 +272,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     let mut side_rounds = Vec::new();
     let mut base_bw: Vec<Vec<f64>> = SIZES.iter().map(|_| Vec::new()).collect();
     let mut base_rtt = Vec::new();
+    let (mut rsocket_median, mut rsocket_p99) = (Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         println!("polling {PER_SIDE}, round {round}:");
         side_rounds.push(per_side(sip, cip)?);
@@ -278,10 +283,18 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         }
         let got = hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7581);
         base_rtt.extend(baseline("rstream", got));
+        let timed = hosts.against_rstream_server(ECHO_SIZE, ECHO_N as u32, 7582, |server| {
+            rsocket::round_trips(cip, server, ECHO_SIZE, ECHO_N, ours::TIMEOUT)
+        });
+        let timed = timed.map(ours::percentiles);
+        rsocket_median.extend(baseline("rsocket", timed.clone().map(|t| t.0)));
+        rsocket_p99.extend(baseline("rsocket", timed.map(|t| t.1)));
         println!(
-            "rstream, round {round}: {:?} MB/s, echo {:?} us",
+            "rstream, round {round}: {:?} MB/s, echo {:?} us; rsocket timed: median {:?}, p99 {:?} us",
             base_bw.iter().map(|b| b.last()).collect::<Vec<_>>(),
-            base_rtt.last()
+            base_rtt.last(),
+            rsocket_median.last(),
+            rsocket_p99.last()
         );
     }
     let side = Ours {
@@ -338,6 +351,31 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             ours,
             polling: Some(mode),
             baseline: rstream_rtt,
+            baseline_name: name.clone(),
+            higher: false,
+            goal: Some(1.0),
+        });
+    }
+    let name = format!(
+        "rsocket, each round trip of rstream's latency test (-S {ECHO_SIZE} -I {ECHO_N}) timed \
+         against an rstream server, {ROUNDS_NOTE}"
+    );
+    for (metric, ours, mode, theirs) in [
+        (
+            "round trip median",
+            median,
+            median_mode,
+            median_of(rsocket_median),
+        ),
+        ("round trip p99", p99, p99_mode, median_of(rsocket_p99)),
+    ] {
+        rows.push(Row {
+            case: format!("stream echo {ECHO_SIZE} B vs rsocket, timed per round trip"),
+            metric,
+            unit: "us",
+            ours,
+            polling: Some(mode),
+            baseline: theirs,
             baseline_name: name.clone(),
             higher: false,
             goal: Some(1.0),

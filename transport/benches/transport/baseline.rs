@@ -257,4 +257,38 @@ impl Hosts {
     pub fn rstream_rtt(&self, size: usize, iters: u32, port: u16) -> Result<f64, String> {
         Ok(2.0 * self.rstream(size, 1, iters, port)?)
     }
+
+    /// An `rstream` server for the latency test of `iters` round trips of `size` bytes on
+    /// `port`, and `client` run against it (given the server's address) once it listens.
+    #[allow(dead_code)] // the stream bench's, not the transport bench's
+    pub fn against_rstream_server<T>(
+        &self,
+        size: usize,
+        iters: u32,
+        port: u16,
+        client: impl FnOnce(std::net::SocketAddr) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let args: Vec<String> = [
+            "-b",
+            &self.server.addr.to_string(),
+            "-S",
+            &size.to_string(),
+            "-C",
+            "1",
+            "-I",
+            &iters.to_string(),
+            "-p",
+            &port.to_string(),
+        ]
+        .map(String::from)
+        .into();
+        let srv = Bounded::spawn("rstream", &args)?;
+        thread::sleep(Duration::from_millis(1500));
+        let got = client(std::net::SocketAddr::new(self.server.addr.into(), port));
+        let served = srv.finish(deadline);
+        let got = got?;
+        served.map_err(|e| format!("server: {e}"))?;
+        Ok(got)
+    }
 }
