@@ -17,6 +17,13 @@ fn with(polling: Polling) -> EndpointConfig {
     }
 }
 
+/// Adaptive polling with a 50 us spin.
+fn adaptive() -> EndpointConfig {
+    with(Polling::Adaptive {
+        spin: Duration::from_micros(50),
+    })
+}
+
 fn exchange(server_mode: Polling, client_mode: Polling) {
     let (server, client) = pair_with(with(server_mode), with(client_mode));
     let serving = std::thread::spawn(move || {
@@ -145,9 +152,7 @@ fn a_busy_endpoint_without_connections_leaves_the_core_alone() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
-    let cfg = with(Polling::Adaptive {
-        spin: Duration::from_micros(50),
-    });
+    let cfg = adaptive();
     let (server, client) = pair_with(cfg.clone(), cfg);
     // A handler that takes 150 us: three times the spin.
     let serving = slow_server(server, Duration::from_micros(150));
@@ -179,9 +184,7 @@ fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_waits_spin_through_large_transfers() {
-    let cfg = with(Polling::Adaptive {
-        spin: Duration::from_micros(50),
-    });
+    let cfg = adaptive();
     let (server, client) = pair_with(cfg.clone(), cfg);
     const ROUNDS: usize = 40;
     let msgs = [pattern(1, 64 << 10), pattern(2, 64 << 10)];
@@ -265,9 +268,7 @@ fn async_calls(client: &transport::Conn, n: u64) -> (u64, u64) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_async_waits_of_a_lone_connection_poll_their_own_completions() {
-    let cfg = with(Polling::Adaptive {
-        spin: Duration::from_micros(50),
-    });
+    let cfg = adaptive();
     let (server, client) = pair_with(cfg.clone(), cfg);
     // A round trip past the spin (the handler alone takes 60 us): the task's spin stretches
     // to it.
@@ -286,9 +287,7 @@ fn adaptive_async_waits_of_a_lone_connection_poll_their_own_completions() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_async_waits_do_not_spin_on_an_endpoint_of_several_connections() {
-    let cfg = with(Polling::Adaptive {
-        spin: Duration::from_micros(50),
-    });
+    let cfg = adaptive();
     let (listener, client_ep) = endpoints(cfg.clone(), cfg);
     let addr = listener.local_addr().unwrap();
     let accept = std::thread::spawn(move || {
