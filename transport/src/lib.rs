@@ -42,7 +42,8 @@
 //!   [`Conn::eager_limit`] go by rendezvous: the receiver pulls them with RDMA READ, chunk by
 //!   chunk, straight into pool buffers.
 //! - RPC: [`Conn::call`] with a timeout, many outstanding per connection; the server takes
-//!   [`Request`]s with [`Conn::recv_request`] (answer from any thread) or [`Conn::serve`].
+//!   [`Request`]s with [`Conn::recv_request`] (answer from any thread) or [`Conn::serve`]
+//!   ([`Conn::serve_with`] allocates nothing per request).
 //! - One-sided: [`Endpoint::expose`] a [`Region`], give its [`Token`] to the peer, which uses
 //!   [`Conn::read`] / [`Conn::write`]; ranges are checked before anything is sent.
 //! - Flow control: credits (see `PROTOCOL.md`): a sender never sends without a receive posted
