@@ -13,7 +13,9 @@
 //!
 //! Units: MB/s are 10^6 bytes per second (perftest's MiB/s are converted); round trips are in
 //! microseconds. rstream reports a mean per transfer, so its round trip is a mean; ours is the
-//! median.
+//! median. One more row compares our 64 B median with rsocket's: every round trip of
+//! rstream's latency test timed by an rsocket client of the bench against an `rstream` server
+//! (`stream/rsocket.rs`).
 
 #[path = "transport/baseline.rs"]
 mod baseline;
@@ -21,6 +23,8 @@ mod baseline;
 mod ours;
 #[path = "transport/report.rs"]
 mod report;
+#[path = "stream/rsocket.rs"]
+mod rsocket;
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -130,6 +134,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
 
     // The rstream rows in rounds too: per round ours at every size, then rstream's.
     let mut sized: Vec<[Vec<f64>; 4]> = SIZES.iter().map(|_| Default::default()).collect();
+    let mut rsocket_64 = Vec::new();
     for round in 1..=ROUNDS {
         let pair = Pair::new(sip, cip, ours::config(mode, None))?;
         for (i, size) in SIZES.into_iter().enumerate() {
@@ -147,6 +152,12 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
                 "rstream",
                 hosts.rstream_rtt(size, m as u32, port + 1),
             ));
+            if size == 64 {
+                let timed = hosts.against_rstream_server(size, m as u32, port + 100, |server| {
+                    rsocket::round_trips(cip, server, size, m, Duration::from_secs(60))
+                });
+                rsocket_64.extend(baseline("rsocket", timed.map(median_us)));
+            }
             println!(
                 "round {round}, {:>8}: {:.2} vs {:?} MB/s, round trip {:.1} vs {:?} us",
                 human(size),
@@ -218,8 +229,32 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         });
     }
 
+    rows.push(Row {
+        case: "messages 64 B round trip vs rsocket, timed per round trip".into(),
+        metric: "round trip median",
+        unit: "us",
+        ours: rows
+            .iter()
+            .find(|r| r.case == "messages 64 B round trip")
+            .map_or(f64::NAN, |r| r.ours),
+        baseline: median_of(rsocket_64),
+        baseline_name: format!(
+            "rsocket, each round trip of rstream's latency test (-S 64 -I {}) timed against an \
+             rstream server, {rounds}",
+            echo_count(64)
+        ),
+        higher: false,
+        goal: Some(1.0),
+        polling: None,
+    });
+
     crossover(sip, cip, mode)?;
     Ok(device)
+}
+
+/// The median of `times`, in microseconds.
+fn median_us(times: Vec<Duration>) -> f64 {
+    median(times.iter().map(|t| t.as_secs_f64() * 1e6).collect())
 }
 
 /// Throughput at 2..64 KiB with the default frames (4 KiB eager limit) and with frames large

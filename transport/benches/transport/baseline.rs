@@ -260,7 +260,6 @@ impl Hosts {
 
     /// An `rstream` server for the latency test of `iters` round trips of `size` bytes on
     /// `port`, and `client` run against it (given the server's address) once it listens.
-    #[allow(dead_code)] // the stream bench's, not the transport bench's
     pub fn against_rstream_server<T>(
         &self,
         size: usize,
