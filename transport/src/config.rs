@@ -29,10 +29,11 @@ pub enum Polling {
     /// for frames that arrive soon after (up to 16 times `spin`) stretches its calls' spin
     /// to twice that, so a ping-pong slower than `spin` does not pay a thread handoff per
     /// message; calls that end early shrink it back towards `spin`. A wait also spins on
-    /// while a large message of its connection moved less than 2 ms ago (a chunk READ
-    /// completed, a rendezvous frame arrived; one waiting thread per endpoint): each chunk
-    /// and the answer that follows a large message come without a handoff (a 64 KiB echo:
-    /// 2.1 ms instead of 2.8 on rxe in an emulated guest).
+    /// while a large message of its connection moved (a chunk READ completed, a rendezvous
+    /// frame arrived) less than twice the usual gap between such steps ago, at most 2 ms,
+    /// one waiting thread per endpoint: each chunk and the answer that follows a large
+    /// message come without a handoff (a 64 KiB echo: 2.1 ms instead of 2.8 on rxe in an
+    /// emulated guest, where a chunk takes about a millisecond).
     ///
     /// Async waits (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),
     /// [`Conn::call_async`](crate::Conn::call_async)) on an endpoint with a single connection

@@ -263,9 +263,10 @@ impl ConnShared {
         }
     }
 
-    /// Whether a wait whose spin budget ran out keeps spinning at `now`: while a large
-    /// message of the connection moved less than [`TRANSFER_STALL`] ago, unless another
-    /// thread of the endpoint spins too (see [`spin`](super::spin)). Adaptive polling only.
+    /// Whether a wait whose spin budget ran out keeps spinning at `now`: while the last step
+    /// of a large message of the connection is less than twice its steps' gap old (at most
+    /// [`TRANSFER_STALL`]), unless another thread of the endpoint spins too (see
+    /// [`spin`](super::spin)). Adaptive polling only.
     pub(crate) fn spins_through_transfer(&self, st: &ConnState, now: Instant) -> bool {
         matches!(self.shared.cfg.polling, crate::Polling::Adaptive { .. })
             && self.shared.spinners.load(Ordering::Relaxed) <= 1
@@ -273,7 +274,9 @@ impl ConnShared {
                 .proto
                 .as_ref()
                 .and_then(|p| p.last_transfer_step())
-                .is_some_and(|at| now.saturating_duration_since(at) < TRANSFER_STALL)
+                .is_some_and(|(at, gap)| {
+                    now.saturating_duration_since(at) < (gap * 2).min(TRANSFER_STALL)
+                })
     }
 
     /// Sets up the protocol (if it is not yet) and notes its eager limit.

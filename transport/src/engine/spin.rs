@@ -14,11 +14,13 @@
 //! peer, say) pays a handoff.
 //!
 //! A wait spins on past its budget while a large message of its connection moved (a READ
-//! completed, a rendezvous frame arrived) less than [`TRANSFER_STALL`] ago: a transfer's
-//! next step comes a chunk's transfer time later without the peer doing anything new, and a
-//! peer answering a large message (an echo, a response) answers soon after its last step. A
-//! wait that slept through those would pay a handoff per chunk, and one per answer. Only one
-//! thread of an endpoint spins so at a time.
+//! completed, a rendezvous frame arrived) less than twice its steps' gap ago, at most
+//! [`TRANSFER_STALL`]: a transfer's next step comes about a gap later without the peer doing
+//! anything new, and a peer answering a large message (an echo, a response) answers soon
+//! after its last step. A wait that slept through those would pay a handoff per chunk, and one
+//! per answer. The window follows the device's pace: a READ of a 64 KiB chunk takes about a
+//! millisecond on an emulated device and microseconds on hardware, where the configured spin
+//! already covers it. Only one thread of an endpoint spins so at a time.
 //!
 //! Async tasks spin from the same budget before they register their wakers: a wakeup through
 //! an executor is such a handoff too. The bound is the same for them: with a lower one, two
@@ -34,10 +36,8 @@ pub(crate) const GROWTH: u32 = 16;
 /// A wait that ends early takes this fraction (one over it) off a stretched budget.
 pub(crate) const SHRINK: u32 = 64;
 
-/// A wait keeps spinning after a large message's last step for this long: a 64 KiB chunk
-/// (the default) moves in microseconds on hardware and within about a millisecond on an
-/// emulated device, so a transfer still for longer has stalled or ended (a slow peer, an
-/// exhausted pool, nothing more to send) and the wait sleeps.
+/// The longest a wait keeps spinning after a large message's last step: a transfer still
+/// for longer has stalled or ended (a slow peer, an exhausted pool, nothing more to send).
 pub(crate) const TRANSFER_STALL: Duration = Duration::from_millis(2);
 
 /// A connection's spin budget (lock-free: every waiter of the connection reads and updates

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use transport::proto::Class;
+use transport::proto::{Class, MAX_STEP_GAP};
 
 use crate::sim::{content, Msg, Sim};
 use crate::small_config;
@@ -52,13 +52,14 @@ fn eager_message_waits_behind_an_incomplete_rendezvous() {
 }
 
 #[test]
-fn a_large_message_stamps_each_step_and_an_eager_one_none() {
+fn a_large_message_stamps_each_step_and_its_pace_and_an_eager_one_neither() {
     let cfg = small_config(8, 2, 8, 2, 2);
     let mut sim = Sim::new(&cfg, &cfg);
     let msg = |len| Msg {
         len,
         class: Class::Message,
     };
+    const MS: Duration = Duration::from_millis(1);
     sim.hosts[0].to_send = vec![msg(5)];
     sim.hosts[0].send_next(0);
     sim.pump();
@@ -71,39 +72,48 @@ fn a_large_message_stamps_each_step_and_an_eager_one_none() {
     sim.hosts[0].to_send.push(msg(120));
     while sim.hosts[0].send_next(0) {}
     sim.pump();
-    sim.tick(Duration::from_millis(1));
+    sim.tick(MS);
     let started = sim.now;
-    sim.deliver(0);
-    sim.pump();
-    assert_eq!(
-        sim.hosts[1].conn.last_transfer_step(),
-        Some(started),
-        "START"
-    );
-    assert_eq!(sim.hosts[0].conn.last_transfer_step(), None);
+    // START and the first CHUNKs, back to back: no gap yet.
     while sim.deliver(0) {}
     sim.pump();
-    sim.tick(Duration::from_millis(1));
+    let step = |sim: &Sim, side: usize| sim.hosts[side].conn.last_transfer_step();
+    assert_eq!(step(&sim, 1), Some((started, Duration::ZERO)), "START");
+    assert_eq!(step(&sim, 0), None);
+    sim.tick(MS);
     sim.complete_read(1);
     sim.pump();
     let read = sim.now;
     assert_eq!(
-        sim.hosts[1].conn.last_transfer_step(),
-        Some(read),
-        "READ done"
+        step(&sim, 1),
+        Some((read, MS)),
+        "READ done, a millisecond on"
     );
-    sim.tick(Duration::from_millis(1));
+    sim.tick(MS);
     while sim.deliver(1) {}
     assert_eq!(
-        sim.hosts[0].conn.last_transfer_step(),
-        Some(sim.now),
+        step(&sim, 0),
+        Some((sim.now, Duration::ZERO)),
         "the peer's ACK"
     );
     sim.run_until_quiet(10_000);
     assert_eq!(sim.hosts[1].received.len(), 2);
-    let done = sim.hosts[1].conn.last_transfer_step().unwrap();
+    let (done, gap) = step(&sim, 1).unwrap();
     assert!(done > read, "the last READ");
+    // Steps at once after it take the gap down by an eighth each, never at once to zero.
+    assert!(gap > Duration::ZERO && gap <= MS, "{gap:?}");
     // The stamp stays after the message is through: a driver's waits tell by its age.
-    sim.tick(Duration::from_millis(5));
-    assert_eq!(sim.hosts[1].conn.last_transfer_step(), Some(done));
+    sim.tick(5 * MS);
+    assert_eq!(step(&sim, 1), Some((done, gap)));
+
+    // A pause longer than MAX_STEP_GAP between two messages is no step's gap.
+    sim.tick(MAX_STEP_GAP);
+    sim.hosts[0].to_send.push(msg(120));
+    while sim.hosts[0].send_next(0) {}
+    sim.pump();
+    // Frames up to the START (a credit update may come first).
+    while step(&sim, 1).unwrap().0 < sim.now {
+        assert!(sim.deliver(0), "no START");
+    }
+    assert_eq!(step(&sim, 1), Some((sim.now, gap)), "the pause left out");
 }

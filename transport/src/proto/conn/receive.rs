@@ -81,7 +81,7 @@ impl<B: Payload> Connection<B> {
             }
             FrameBody::RndvStart { total, call } => {
                 self.release_now(buf);
-                self.last_transfer = Some(self.last_recv);
+                self.transfer_step(self.last_recv);
                 if total > self.max_recv {
                     return Err(ProtocolError::MessageTooLarge {
                         len: total,
@@ -106,7 +106,7 @@ impl<B: Payload> Connection<B> {
             }
             FrameBody::RndvChunk { offset, remote } => {
                 self.release_now(buf);
-                self.last_transfer = Some(self.last_recv);
+                self.transfer_step(self.last_recv);
                 let outstanding = self.read_wait.len() + self.reads.len() + self.acks.len();
                 let msg = MsgId(h.tag);
                 let Some(l) = self.large_in_mut(msg).filter(|l| l.next_offset < l.total) else {
@@ -137,7 +137,7 @@ impl<B: Payload> Connection<B> {
             }
             FrameBody::RndvAck { offset } => {
                 self.release_now(buf);
-                self.last_transfer = Some(self.last_recv);
+                self.transfer_step(self.last_recv);
                 let unknown = ProtocolError::UnknownAck { msg: h.tag, offset };
                 let i = self.large_out_index(MsgId(h.tag)).ok_or(unknown.clone())?;
                 let payload = self.large_out[i].ack(offset).ok_or(unknown)?;
@@ -240,7 +240,7 @@ impl<B: Payload> Connection<B> {
         if self.state != State::Open {
             return;
         }
-        self.last_transfer = Some(now);
+        self.transfer_step(now);
         let Some(i) = self.reads.iter().position(|r| r.id == read) else {
             return;
         };
