@@ -24,6 +24,11 @@ fn adaptive() -> EndpointConfig {
     })
 }
 
+/// A connected pair (server side, client side), both ends on [`adaptive`] polling.
+fn adaptive_pair() -> (transport::Conn, transport::Conn) {
+    pair_with(adaptive(), adaptive())
+}
+
 fn exchange(server_mode: Polling, client_mode: Polling) {
     let (server, client) = pair_with(with(server_mode), with(client_mode));
     let serving = std::thread::spawn(move || {
@@ -152,8 +157,7 @@ fn a_busy_endpoint_without_connections_leaves_the_core_alone() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
-    let cfg = adaptive();
-    let (server, client) = pair_with(cfg.clone(), cfg);
+    let (server, client) = adaptive_pair();
     // A handler that takes 150 us: three times the spin.
     let serving = slow_server(server, Duration::from_micros(150));
     let (callers, thread) = polled_during(&client, || {
@@ -184,12 +188,11 @@ fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_waits_spin_through_large_transfers() {
-    let cfg = adaptive();
-    let (server, client) = pair_with(cfg.clone(), cfg);
+    let (server, client) = adaptive_pair();
     const ROUNDS: usize = 40;
     let msgs = [pattern(1, 64 << 10), pattern(2, 64 << 10)];
     let server_ep = server.endpoint().clone();
-    let before = server_ep.progress_counts();
+    let server_before = server_ep.progress_counts();
     let serving = std::thread::spawn(move || {
         for _ in 0..ROUNDS {
             let m = server.recv(TIMEOUT).unwrap();
@@ -205,11 +208,7 @@ fn adaptive_waits_spin_through_large_transfers() {
         }
     });
     serving.join().unwrap();
-    let after = server_ep.progress_counts();
-    let (server_callers, server_thread) = (
-        after.callers - before.callers,
-        after.progress_thread - before.progress_thread,
-    );
+    let (server_callers, server_thread) = polled_since(&server_ep, server_before);
     eprintln!(
         "completions polled by the application threads: client {callers}, server {server_callers}; by the progress threads: client {thread}, server {server_thread}"
     );
@@ -244,6 +243,11 @@ fn polled_during(client: &transport::Conn, f: impl FnOnce()) -> (u64, u64) {
     let ep = client.endpoint();
     let before = ep.progress_counts();
     f();
+    polled_since(&ep, before)
+}
+
+/// The completions of `ep` polled by callers and by the progress thread since `before`.
+fn polled_since(ep: &Endpoint, before: transport::ProgressCounts) -> (u64, u64) {
     let after = ep.progress_counts();
     (
         after.callers - before.callers,
@@ -268,8 +272,7 @@ fn async_calls(client: &transport::Conn, n: u64) -> (u64, u64) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_async_waits_of_a_lone_connection_poll_their_own_completions() {
-    let cfg = adaptive();
-    let (server, client) = pair_with(cfg.clone(), cfg);
+    let (server, client) = adaptive_pair();
     // A round trip past the spin (the handler alone takes 60 us): the task's spin stretches
     // to it.
     let serving = slow_server(server, Duration::from_micros(60));
