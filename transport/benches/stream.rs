@@ -356,10 +356,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             goal: Some(1.0),
         });
     }
-    let name = format!(
-        "rsocket, each round trip of rstream's latency test (-S {ECHO_SIZE} -I {ECHO_N}) timed \
-         against an rstream server, {ROUNDS_NOTE}"
-    );
+    let name = rsocket::baseline_name(ECHO_SIZE, ECHO_N, ROUNDS_NOTE);
     for (metric, ours, mode, theirs) in [
         (
             "round trip median",

@@ -156,7 +156,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
                 let timed = hosts.against_rstream_server(size, m as u32, port + 100, |server| {
                     rsocket::round_trips(cip, server, size, m, Duration::from_secs(60))
                 });
-                rsocket_64.extend(baseline("rsocket", timed.map(median_us)));
+                rsocket_64.extend(baseline("rsocket", timed.map(ours::median_us)));
             }
             println!(
                 "round {round}, {:>8}: {:.2} vs {:?} MB/s, round trip {:.1} vs {:?} us",
@@ -238,11 +238,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             .find(|r| r.case == "messages 64 B round trip")
             .map_or(f64::NAN, |r| r.ours),
         baseline: median_of(rsocket_64),
-        baseline_name: format!(
-            "rsocket, each round trip of rstream's latency test (-S 64 -I {}) timed against an \
-             rstream server, {rounds}",
-            echo_count(64)
-        ),
+        baseline_name: rsocket::baseline_name(64, echo_count(64), &rounds),
         higher: false,
         goal: Some(1.0),
         polling: None,
@@ -250,11 +246,6 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
 
     crossover(sip, cip, mode)?;
     Ok(device)
-}
-
-/// The median of `times`, in microseconds.
-fn median_us(times: Vec<Duration>) -> f64 {
-    median(times.iter().map(|t| t.as_secs_f64() * 1e6).collect())
 }
 
 /// Throughput at 2..64 KiB with the default frames (4 KiB eager limit) and with frames large

@@ -114,12 +114,24 @@ fn pair(
     client: Vec<String>,
     timeout: Duration,
 ) -> Result<String, String> {
+    with_server(program, &server, timeout, |deadline| {
+        Bounded::spawn(program, &client)?.finish(deadline)
+    })
+}
+
+/// Runs `program` with `server` as a server and, once it listens, `client` (given the
+/// deadline); both bounded by `timeout`. Returns what the client returns.
+fn with_server<T>(
+    program: &str,
+    server: &[String],
+    timeout: Duration,
+    client: impl FnOnce(Instant) -> Result<T, String>,
+) -> Result<T, String> {
     let deadline = Instant::now() + timeout;
-    let srv = Bounded::spawn(program, &server)?;
+    let srv = Bounded::spawn(program, server)?;
     // Neither tool says when it listens; the server is up well within this.
     thread::sleep(Duration::from_millis(1500));
-    let cli = Bounded::spawn(program, &client)?;
-    let out = cli.finish(deadline);
+    let out = client(deadline);
     let srv = srv.finish(deadline);
     let out = out?;
     srv.map_err(|e| format!("server: {e}"))?;
@@ -213,30 +225,15 @@ impl Hosts {
     /// `rstream` with `size`-byte transfers: `count` transfers each way once (throughput) or
     /// one transfer each way `iters` times (latency). Returns usec per transfer.
     fn rstream(&self, size: usize, count: u32, iters: u32, port: u16) -> Result<f64, String> {
-        let opts = |v: &mut Vec<String>| {
-            v.extend(
-                [
-                    "-S",
-                    &size.to_string(),
-                    "-C",
-                    &count.to_string(),
-                    "-I",
-                    &iters.to_string(),
-                    "-p",
-                    &port.to_string(),
-                ]
-                .map(String::from),
-            )
-        };
-        let mut server = vec!["-b".to_string(), self.server.addr.to_string()];
-        opts(&mut server);
+        let server = self.rstream_server_args(size, count, iters, port);
         let mut client = vec![
             "-s".to_string(),
             self.server.addr.to_string(),
             "-b".to_string(),
             self.client.addr.to_string(),
         ];
-        opts(&mut client);
+        // The same transfers as the server's (its arguments after its own `-b ADDR`).
+        client.extend_from_slice(&server[2..]);
         let out = pair("rstream", server, client, Duration::from_secs(60))?;
         let line = out
             .lines()
@@ -246,6 +243,25 @@ impl Hosts {
             .last()
             .and_then(|t| t.parse().ok())
             .ok_or_else(|| format!("rstream result line {line:?}"))
+    }
+
+    /// An `rstream` server's arguments on the server's address: `count` transfers of `size`
+    /// bytes each way, `iters` times, on `port`.
+    fn rstream_server_args(&self, size: usize, count: u32, iters: u32, port: u16) -> Vec<String> {
+        [
+            "-b",
+            &self.server.addr.to_string(),
+            "-S",
+            &size.to_string(),
+            "-C",
+            &count.to_string(),
+            "-I",
+            &iters.to_string(),
+            "-p",
+            &port.to_string(),
+        ]
+        .map(String::from)
+        .into()
     }
 
     /// rstream throughput in MB/s (10^6 bytes): `size` / usec per transfer.
@@ -267,27 +283,9 @@ impl Hosts {
         port: u16,
         client: impl FnOnce(std::net::SocketAddr) -> Result<T, String>,
     ) -> Result<T, String> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let args: Vec<String> = [
-            "-b",
-            &self.server.addr.to_string(),
-            "-S",
-            &size.to_string(),
-            "-C",
-            "1",
-            "-I",
-            &iters.to_string(),
-            "-p",
-            &port.to_string(),
-        ]
-        .map(String::from)
-        .into();
-        let srv = Bounded::spawn("rstream", &args)?;
-        thread::sleep(Duration::from_millis(1500));
-        let got = client(std::net::SocketAddr::new(self.server.addr.into(), port));
-        let served = srv.finish(deadline);
-        let got = got?;
-        served.map_err(|e| format!("server: {e}"))?;
-        Ok(got)
+        let args = self.rstream_server_args(size, 1, iters, port);
+        with_server("rstream", &args, Duration::from_secs(60), |_| {
+            client(std::net::SocketAddr::new(self.server.addr.into(), port))
+        })
     }
 }

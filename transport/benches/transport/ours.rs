@@ -122,7 +122,8 @@ pub fn throughput(pair: &Pair, len: usize, warm: u64, n: u64) -> Res<f64> {
     Ok((n as f64 * len as f64) / stream(pair, len, warm, n)? / 1e6)
 }
 
-fn median_us(mut v: Vec<Duration>) -> f64 {
+/// The median of `v`, in microseconds.
+pub fn median_us(mut v: Vec<Duration>) -> f64 {
     v.sort();
     v[v.len() / 2].as_secs_f64() * 1e6
 }
