@@ -307,6 +307,91 @@ impl Conn {
         Poll::Ready(Ok(large.call))
     }
 
+    /// Queues the first bytes of `data` (at most the eager limit) as byte-stream data: appended
+    /// to the stream's message still waiting to go if there is one, else as a new message
+    /// that later writes may join (see [`crate::proto::Connection::send_mergeable`]). Returns
+    /// how many bytes were queued (at least one, for non-empty `data`); `Pending` queued
+    /// nothing and the task is woken when it may retry. Cancel safe as
+    /// [`poll_send`](Self::poll_send).
+    pub(crate) fn poll_write_merging(
+        &self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<Result<usize>> {
+        let conn = &*self.inner;
+        let data = &data[..data.len().min(self.eager_limit())];
+        let mut st = conn.state.lock();
+        if let Some(e) = st.ended() {
+            return Poll::Ready(Err(e));
+        }
+        let Some(p) = st.proto.as_mut() else {
+            register(&self.inner.shared, &mut st, cx);
+            return Poll::Pending;
+        };
+        let appended = p.append(data);
+        if appended == data.len() {
+            return Poll::Ready(Ok(appended));
+        }
+        if appended > 0 {
+            // The waiting message is full: it goes unless credit or the send queue stop it.
+            conn.drive(&mut st);
+            return Poll::Ready(Ok(appended));
+        }
+        if p.queue_full() {
+            register(&self.inner.shared, &mut st, cx);
+            return Poll::Pending;
+        }
+        // A message that will wait gets room for the writes that follow.
+        let room = if p.would_hold() {
+            self.eager_limit()
+        } else {
+            data.len()
+        };
+        let spare = conn.spare_frame(&mut st, HEADER_LEN + room);
+        let mut frame =
+            match spare.map_or_else(|| conn.shared.pool.try_alloc(HEADER_LEN + room), Ok) {
+                Ok(b) => b,
+                Err(memory::Error::Exhausted { .. }) => {
+                    drop(st);
+                    return self.pool_pending(cx);
+                }
+                Err(e) => return Poll::Ready(Err(pool_error(e))),
+            };
+        let len = HEADER_LEN + data.len();
+        if let Err(e) = frame.set_len(len) {
+            return Poll::Ready(Err(Error::Memory(e)));
+        }
+        frame[HEADER_LEN..len].copy_from_slice(data);
+        let Some(p) = st.proto.as_mut() else {
+            unreachable!("the protocol was there a moment ago, under the same lock")
+        };
+        match p.send_mergeable(frame) {
+            Ok(()) => {
+                conn.drive(&mut st);
+                let waits = st.proto.as_ref().is_some_and(|p| p.would_hold());
+                drop(st);
+                if waits {
+                    // The message waits for a completion, and the writes that follow join
+                    // it: polling now would take the completion at once and send the
+                    // message with this write alone. Make sure someone polls soon instead.
+                    conn.shared.wake_progress();
+                } else {
+                    // As a blocking sender does: handle what came back while sending.
+                    conn.shared.progress();
+                }
+                Poll::Ready(Ok(data.len()))
+            }
+            Err(SendError {
+                kind: SendErrorKind::WouldBlock,
+                ..
+            }) => {
+                register(&self.inner.shared, &mut st, cx);
+                Poll::Pending
+            }
+            Err(SendError { kind, .. }) => Poll::Ready(Err(send_error(kind, &st))),
+        }
+    }
+
     /// The pool is exhausted: retry when this connection makes progress or at the next tick.
     fn pool_pending<T>(&self, cx: &mut Context<'_>) -> Poll<T> {
         register(&self.inner.shared, &mut self.inner.state.lock(), cx);

@@ -295,7 +295,11 @@ impl ConnShared {
         let mut delivered = false;
         while let Some(action) = st.proto.as_mut().and_then(|p| p.poll_action()) {
             match action {
-                Action::Send { header, body } => self.post_frame(st, header, body),
+                Action::Send {
+                    header,
+                    body,
+                    signal,
+                } => self.post_frame(st, header, body, signal),
                 Action::Read { id, remote, len } => self.post_read(st, id, remote, len),
                 Action::Probe => self.post_probe(st),
                 Action::Release(buf) => drop(buf),
@@ -380,15 +384,23 @@ impl ConnShared {
 
     /// Posts a frame: inline when it fits the QP's inline room (the device copies it while
     /// posting, so a payload's buffer is free again at once and the device reads no
-    /// registered memory for it), else from its pool buffer.
-    fn post_frame(&self, st: &mut ConnState, header: [u8; HEADER_LEN], body: Body<Buffer>) {
+    /// registered memory for it), else from its pool buffer. Signaled if the protocol asks
+    /// (`signal`) or the send queue's cadence wants it.
+    fn post_frame(
+        &self,
+        st: &mut ConnState,
+        header: [u8; HEADER_LEN],
+        body: Body<Buffer>,
+        signal: bool,
+    ) {
+        let signaled = signal || self.signal(st, &SqOp::Frame);
         let inline_max = self.inline_room();
         let request = match body {
             Body::Payload(mut buf) => {
                 buf[..HEADER_LEN].copy_from_slice(&header);
                 let len = buf.len();
                 if len <= inline_max {
-                    self.post_inline(st, &buf[..len]);
+                    self.post_inline(st, &buf[..len], signaled);
                     st.keep_spare_frame(buf);
                     return;
                 }
@@ -400,7 +412,7 @@ impl ConnShared {
                 frame[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&bytes[..n]);
                 let frame = &frame[..HEADER_LEN + n];
                 if frame.len() <= inline_max {
-                    self.post_inline(st, frame);
+                    self.post_inline(st, frame, signaled);
                     return;
                 }
                 match self.shared.pool.try_alloc(frame.len()) {
@@ -414,7 +426,7 @@ impl ConnShared {
                 }
             }
         };
-        self.post(st, request, SqOp::Frame);
+        self.post_signaled(st, request, SqOp::Frame, signaled);
     }
 
     /// Posts a keepalive probe, a zero-length RDMA WRITE (no key is checked for zero bytes,
@@ -463,6 +475,17 @@ impl ConnShared {
     /// protocol's accounting keeps the queue from filling, so this is a device error).
     pub(crate) fn post(&self, st: &mut ConnState, request: verbs::Result<SendRequest>, op: SqOp) {
         let signaled = self.signal(st, &op);
+        self.post_signaled(st, request, op, signaled);
+    }
+
+    /// [`post`](Self::post), signaled as told.
+    fn post_signaled(
+        &self,
+        st: &mut ConnState,
+        request: verbs::Result<SendRequest>,
+        op: SqOp,
+        signaled: bool,
+    ) {
         let posted = request.map_err(drop).and_then(|r| {
             self.qp
                 .post_send(r.signaled(signaled))
@@ -472,10 +495,9 @@ impl ConnShared {
         self.posted(st, posted.is_ok(), op, signaled);
     }
 
-    /// Posts `frame` inline (copied by the device during the call), as [`post`](Self::post)
-    /// posts a request.
-    fn post_inline(&self, st: &mut ConnState, frame: &[u8]) {
-        let signaled = self.signal(st, &SqOp::Frame);
+    /// Posts `frame` inline (copied by the device during the call), as
+    /// [`post_signaled`](Self::post_signaled) posts a request.
+    fn post_inline(&self, st: &mut ConnState, frame: &[u8], signaled: bool) {
         let flags = if signaled {
             verbs::SendFlags::SIGNALED
         } else {

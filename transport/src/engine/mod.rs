@@ -939,4 +939,16 @@ impl crate::proto::Payload for Buffer {
     fn len(&self) -> usize {
         Buffer::len(self)
     }
+
+    fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {
+        let len = Buffer::len(self);
+        let n = bytes
+            .len()
+            .min(max_len.min(self.capacity()).saturating_sub(len));
+        if n == 0 || self.set_len(len + n).is_err() {
+            return 0;
+        }
+        self[len..len + n].copy_from_slice(&bytes[..n]);
+        n
+    }
 }

@@ -38,7 +38,7 @@
 //! a.send(Class::Message, payload).map_err(|e| e.kind)?;
 //!
 //! // a's driver posts the SEND; b's receive completes with those bytes
-//! let Some(Action::Send { header, body: Body::Payload(mut frame) }) = a.poll_action() else {
+//! let Some(Action::Send { header, body: Body::Payload(mut frame), .. }) = a.poll_action() else {
 //!     unreachable!()
 //! };
 //! frame[..HEADER_LEN].copy_from_slice(&header);
@@ -66,7 +66,7 @@ use std::time::Instant;
 pub use config::{
     Config, ConnectInfo, MAX_LARGE_MESSAGES, MAX_OUTSTANDING_CHUNKS, SQ_CONTROL_RESERVE,
 };
-pub use conn::{Connection, LargeSend, Stats, MAX_STEP_GAP};
+pub use conn::{Connection, LargeSend, Stats, MAX_STEP_GAP, MERGE_SIGNAL_EVERY};
 pub use error::{
     CallError, ConfigError, ConnError, HandshakeError, PeerGone, ProtocolError, SendError,
     SendErrorKind,
@@ -86,11 +86,23 @@ pub trait Payload {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Appends as much of `bytes` as fits without growing past `max_len` (nor past what the
+    /// buffer can hold); returns how many bytes it took. Used to coalesce byte-stream writes
+    /// ([`Connection::append`]); a buffer that cannot grow takes nothing (the default).
+    fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {
+        let _ = (bytes, max_len);
+        0
+    }
 }
 
 impl Payload for Vec<u8> {
     fn len(&self) -> usize {
         Vec::len(self)
+    }
+    fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {
+        let n = bytes.len().min(max_len.saturating_sub(Vec::len(self)));
+        self.extend_from_slice(&bytes[..n]);
+        n
     }
 }
 
@@ -188,6 +200,10 @@ pub enum Action<B> {
         header: [u8; HEADER_LEN],
         /// What follows it.
         body: Body<B>,
+        /// Signal it: the connection waits for this frame's completion (reported with
+        /// [`Connection::on_send_complete`]) before it sends the stream bytes it holds back
+        /// (see [`Connection::send_mergeable`]). A driver may signal other frames too.
+        signal: bool,
     },
     /// Allocate a `len`-byte destination and post an RDMA READ of `remote` into it; report it
     /// with [`Connection::on_read_complete`].

@@ -4,7 +4,10 @@
 //! `tokio::io::AsyncRead`/`AsyncWrite`, so `tokio::io::copy`, `BufReader` and codecs work on it.
 //!
 //! Each write becomes one message of at most [`Stream::max_write`] bytes (64 KiB by default;
-//! a longer write returns less, as a socket may); a zero-byte write sends nothing. Reads copy
+//! a longer write returns less, as a socket may); a zero-byte write sends nothing. Small
+//! writes that come while an earlier frame of the stream is still unacknowledged join one
+//! message instead, as TCP's Nagle algorithm coalesces them, but without its delayed
+//! acknowledgements ([`Stream::set_nodelay`] turns this off). Reads copy
 //! out of the current message and keep the rest for the next read. Shutting the writing side
 //! down sends an empty message, which the peer reads as end of stream while its own writes
 //! still flow (half close); a peer that closes the whole connection is end of stream too.
@@ -151,6 +154,18 @@ impl Stream {
     /// Sets the largest message one write sends (clamped to 1..=[`Conn::max_whole_send`]).
     pub fn set_max_write(&mut self, n: usize) {
         self.write.set_max_write(n);
+    }
+
+    /// Whether small writes go at once, each as a message of its own (false by default:
+    /// see [`OwnedWriteHalf::set_nodelay`]).
+    pub fn nodelay(&self) -> bool {
+        self.write.nodelay()
+    }
+
+    /// Turns coalescing of small writes off (`true`) or on, as `TCP_NODELAY` does for a
+    /// socket (see [`OwnedWriteHalf::set_nodelay`]).
+    pub fn set_nodelay(&mut self, nodelay: bool) {
+        self.write.set_nodelay(nodelay);
     }
 
     /// Timeout of blocking reads (`std::io::Read`); `None` (the default) waits until data

@@ -1,5 +1,7 @@
-//! [`OwnedWriteHalf`]: the writing side of a byte stream; every write becomes one message of
-//! at most `max_write` bytes.
+//! [`OwnedWriteHalf`]: the writing side of a byte stream. A write becomes one message of at
+//! most `max_write` bytes, or, while an earlier frame of the stream is unacknowledged, joins
+//! the stream's message waiting to go (coalescing, like TCP's Nagle algorithm; see
+//! [`OwnedWriteHalf::set_nodelay`]).
 
 use std::io;
 use std::task::{Context, Poll};
@@ -25,6 +27,7 @@ pub struct OwnedWriteHalf {
     pub(crate) conn: Conn,
     max_write: usize,
     eager: usize,
+    nodelay: bool,
     shut: bool,
     pub(crate) timeout: Option<Duration>,
 }
@@ -37,6 +40,7 @@ impl OwnedWriteHalf {
             conn,
             max_write,
             eager,
+            nodelay: false,
             shut: false,
             timeout: None,
         }
@@ -58,9 +62,32 @@ impl OwnedWriteHalf {
         self.max_write = n.clamp(1, self.conn.max_whole_send());
     }
 
+    /// Whether small writes go at once, each as a message of its own (see
+    /// [`set_nodelay`](Self::set_nodelay)).
+    pub fn nodelay(&self) -> bool {
+        self.nodelay
+    }
+
+    /// Coalescing of small writes, on by default (`nodelay` false), as TCP's Nagle algorithm
+    /// is: a write up to the eager limit that finds an earlier frame of the stream still
+    /// unacknowledged by the peer's device waits, and the writes after it join it, until that
+    /// frame is acknowledged or the message is full (the eager limit, 4 KiB by default). Many
+    /// small writes then cost the device few messages: their throughput is many times that
+    /// of a message per write. A write that finds nothing unacknowledged goes at once, so a
+    /// request-and-answer exchange (write, then read the reply) never waits; unlike TCP there
+    /// is no delayed acknowledgement, so a wait lasts about one device round trip at most.
+    ///
+    /// With `nodelay` true every write goes as a message of its own at once (as
+    /// `TCP_NODELAY`), for a program that makes several small writes before it waits for an
+    /// answer and cannot gather them into one.
+    pub fn set_nodelay(&mut self, nodelay: bool) {
+        self.nodelay = nodelay;
+    }
+
     /// Writes up to [`max_write`](Self::max_write) bytes of `src` as one message (below 32 KiB,
-    /// at most the connection's eager limit, so small writes never pay a rendezvous); returns
-    /// how many. Zero bytes: `Ok(0)`, nothing sent. Cancel safe: `Pending` sent nothing, and
+    /// at most the connection's eager limit, so small writes never pay a rendezvous), or
+    /// appends them to the stream's message waiting to go (see
+    /// [`set_nodelay`](Self::set_nodelay)); returns how many. Zero bytes: `Ok(0)`, nothing sent. Cancel safe: `Pending` sent nothing, and
     /// `Ready(Ok(n))` queued exactly `n` bytes. Backpressure (no credit, pool exhausted) is
     /// `Pending`. After [`poll_shutdown`](Self::poll_shutdown), or once the connection ended:
     /// `BrokenPipe`; peer failed: `ConnectionReset` (or `TimedOut` for a silent peer).
@@ -77,6 +104,9 @@ impl OwnedWriteHalf {
         let mut n = src.len().min(self.max_write);
         if n < RENDEZVOUS_FROM {
             n = n.min(self.eager);
+            if !self.nodelay {
+                return self.conn.poll_write_merging(cx, &src[..n]).map_err(to_io);
+            }
         }
         self.conn
             .poll_send(cx, &src[..n])

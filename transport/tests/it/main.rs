@@ -1,7 +1,7 @@
 //! Tests of the transport.
 //!
 //! Host tier: the protocol core against a simulated RC wire (`sim` and the modules that use
-//! it: `close`, `flood`, `keepalive`, `malformed`, `order`, `rpc`).
+//! it: `close`, `flood`, `keepalive`, `malformed`, `merge`, `order`, `rpc`).
 //!
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
@@ -13,6 +13,7 @@ mod close;
 mod flood;
 mod keepalive;
 mod malformed;
+mod merge;
 mod order;
 mod rpc;
 mod sim;

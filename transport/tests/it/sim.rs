@@ -43,6 +43,9 @@ impl Payload for SimBuf {
     fn len(&self) -> usize {
         self.data.len()
     }
+    fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {
+        Payload::append(&mut self.data, bytes, max_len)
+    }
 }
 
 /// The bytes of message `k` sent by side `side`, `len` long.
@@ -110,6 +113,15 @@ pub struct Host {
     pub probes: usize,
     /// Requests received are answered with the request's bytes reversed.
     pub echo_requests: bool,
+    /// Plain messages up to the eager limit are byte-stream writes: appended to the waiting
+    /// message when they fit (`Connection::append`), else sent with `send_mergeable`; empty
+    /// ones send nothing.
+    pub stream: bool,
+    /// Bytes of message `next` already appended (a stream write taken in part).
+    pub partial: usize,
+    /// Frames sent, and how many of them the connection asked to be signaled.
+    pub frames: usize,
+    pub signaled: usize,
 }
 
 impl Host {
@@ -137,6 +149,10 @@ impl Host {
             closed: Vec::new(),
             probes: 0,
             echo_requests: false,
+            stream: false,
+            partial: 0,
+            frames: 0,
+            signaled: 0,
         }
     }
 
@@ -156,7 +172,36 @@ impl Host {
             return false;
         };
         let data = self.data_of(side, self.next);
+        if self.stream && m.class == Class::Message && data.len() <= self.conn.eager_limit() {
+            return self.write_stream(&data);
+        }
         self.send_bytes(m.class, &data)
+    }
+
+    /// A byte-stream write of (the rest of) message `next`.
+    fn write_stream(&mut self, data: &[u8]) -> bool {
+        let rest = &data[self.partial..];
+        let taken = if rest.is_empty() {
+            0
+        } else {
+            let n = self.conn.append(rest);
+            if n > 0 {
+                n
+            } else {
+                let mut frame = vec![0u8; HEADER_LEN];
+                frame.extend_from_slice(rest);
+                match self.conn.send_mergeable(SimBuf::plain(frame)) {
+                    Ok(()) => rest.len(),
+                    Err(e) => return self.refused(e.kind),
+                }
+            }
+        };
+        self.partial += taken;
+        if self.partial == data.len() {
+            self.partial = 0;
+            self.next += 1;
+        }
+        true
     }
 
     fn send_bytes(&mut self, class: Class, data: &[u8]) -> bool {
@@ -258,7 +303,13 @@ impl Host {
                 "action other than Release after Closed: {a:?}"
             );
             match a {
-                Action::Send { header, body } => {
+                Action::Send {
+                    header,
+                    body,
+                    signal,
+                } => {
+                    self.frames += 1;
+                    self.signaled += usize::from(signal);
                     let mut f = header.to_vec();
                     match body {
                         Body::Payload(b) => f.extend_from_slice(&b.data[HEADER_LEN..]),

@@ -1,6 +1,6 @@
 //! The byte stream between the two hosts: echo of every size from 1 B to 16 MiB on a
 //! multi-threaded tokio runtime, `tokio::io::copy` of 16 MiB with a checksum, 1,000 tasks sharing one
-//! connection, and one write of 1 GiB.
+//! connection, one write of 1 GiB, and small writes coalescing (or not, with `nodelay`).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -320,5 +320,79 @@ fn a_one_gibibyte_write_arrives_intact() {
             .await
             .expect("1 GiB within 600 s");
         writer.await.unwrap();
+    });
+}
+
+/// Writes `count` small writes (1 to 100 bytes) on `client` as fast as it takes them while
+/// the server side reads; returns (writes, bytes) after checking every byte arrived in
+/// order. The writer never touches the stream after its last write: whatever waits must go
+/// without it.
+async fn small_writes(client: Stream, server: Stream, count: usize) -> (usize, usize) {
+    let data = pattern(11, 5_000 + 100);
+    let total: usize = (0..count).map(|i| i % 100 + 1).sum();
+    let expected = {
+        let mut sum = Fnv::new();
+        let mut off = 0;
+        for i in 0..count {
+            let len = i % 100 + 1;
+            sum.update(&data[off..off + len]);
+            off = (off + len) % 5_000;
+        }
+        sum.0
+    };
+    let reader = tokio::spawn(async move {
+        let mut server = server;
+        let mut buf = vec![0u8; 64 << 10];
+        let (mut sum, mut got) = (Fnv::new(), 0usize);
+        while got < total {
+            let n = server.read(&mut buf).await.expect("server read");
+            assert!(n > 0, "end of stream after {got} of {total} bytes");
+            sum.update(&buf[..n]);
+            got += n;
+        }
+        (sum.0, server)
+    });
+    let mut client = client;
+    let mut off = 0;
+    for i in 0..count {
+        let len = i % 100 + 1;
+        client
+            .write_all(&data[off..off + len])
+            .await
+            .expect("small write");
+        off = (off + len) % 5_000;
+    }
+    let (got, _server) = tokio::time::timeout(Duration::from_secs(60), reader)
+        .await
+        .expect("every byte read within 60 s, the writer idle")
+        .unwrap();
+    assert_eq!(got, expected, "the bytes of {count} small writes, in order");
+    let stats = client.conn().stats().expect("connected");
+    (stats.frames_sent as usize, stats.writes_merged as usize)
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn small_writes_coalesce_into_few_frames_and_nodelay_sends_each_alone() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (listener, client) = stream_endpoints();
+        // A writer that outruns the device: the writes wait behind unacknowledged frames and
+        // join into few messages.
+        let (c, s) = connect_pair(&listener, &client).await;
+        assert!(!c.nodelay(), "coalescing is on by default");
+        let writes = 20_000;
+        let (frames, merged) = small_writes(c, s, writes).await;
+        assert!(
+            frames * 4 < writes && merged > writes / 2,
+            "{writes} writes went as {frames} frames ({merged} merged): expected few"
+        );
+        // nodelay: a frame per write.
+        let (mut c, s) = connect_pair(&listener, &client).await;
+        c.set_nodelay(true);
+        let writes = 2_000;
+        let (frames, merged) = small_writes(c, s, writes).await;
+        assert_eq!(merged, 0);
+        assert!(frames >= writes, "{writes} writes went as {frames} frames");
     });
 }

@@ -33,6 +33,9 @@ pub struct Stats {
     pub pings_sent: u64,
     /// Responses dropped because their call was no longer pending (timed out, cancelled).
     pub late_responses: u64,
+    /// Byte-stream writes appended to a message still waiting to go
+    /// ([`Connection::append`]).
+    pub writes_merged: u64,
 }
 
 /// The id (and call id, for a request) of a large message started by
@@ -55,7 +58,16 @@ enum State {
 /// A message waiting to be sent, in send order.
 #[derive(Debug)]
 enum Out<B> {
-    Eager { flags: u8, tag: u64, payload: B },
+    Eager {
+        flags: u8,
+        tag: u64,
+        payload: B,
+        /// A byte-stream message: later writes may be appended to it, and it may be held
+        /// back behind an unfinished frame (see [`Merging`]).
+        mergeable: bool,
+        /// It was held back at least once.
+        held: bool,
+    },
     Large(MsgId),
     Reject(CallId),
 }
@@ -131,12 +143,17 @@ pub struct Connection<B: Payload> {
     last_ping: Option<Instant>,
     last_probe: Option<Instant>,
     held: u32,
+    merging: Merging,
     stats: Stats,
 }
 
+mod merge;
 mod output;
 mod receive;
 mod send;
+
+use merge::Merging;
+pub use merge::MERGE_SIGNAL_EVERY;
 
 impl<B: Payload> Connection<B> {
     /// A connection with local limits `config` and the peer's connect data `peer` (from
@@ -184,6 +201,7 @@ impl<B: Payload> Connection<B> {
             last_probe: None,
             last_ping: None,
             held: 0,
+            merging: Merging::default(),
             stats: Stats::default(),
         })
     }
@@ -233,6 +251,7 @@ impl<B: Payload> Connection<B> {
         // READs in flight keep their slots until on_read_complete
         let cap = self.sq_depth - self.reads.len() as u32;
         self.sq_free = self.sq_free.saturating_add(count).min(cap);
+        self.merging.on_frames_done(count);
     }
 
     /// The user dropped one delivered message that [`holds_credit`](Delivery::holds_credit):

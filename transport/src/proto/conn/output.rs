@@ -21,6 +21,7 @@ impl<B: Payload> Connection<B> {
         let credit_limit = self.credits.on_send();
         self.sq_free -= 1;
         self.stats.frames_sent += 1;
+        self.merging.on_frame_sent();
         Header {
             kind,
             flags,
@@ -36,6 +37,7 @@ impl<B: Payload> Connection<B> {
         Action::Send {
             header,
             body: Body::Control(b, n),
+            signal: false,
         }
     }
 
@@ -93,6 +95,9 @@ impl<B: Payload> Connection<B> {
 
     /// The next frame of the message at the head of the send order, if it can go.
     pub(super) fn next_message_frame(&mut self) -> Option<Action<B>> {
+        if self.hold_head() {
+            return None;
+        }
         let msg = match self.outq.front()? {
             Out::Large(msg) => *msg,
             Out::Eager { .. } | Out::Reject(_) => match self.outq.pop_front() {
@@ -100,11 +105,15 @@ impl<B: Payload> Connection<B> {
                     flags,
                     tag,
                     payload,
+                    mergeable,
+                    held,
                 }) => {
                     let header = self.header(Kind::Data, flags, tag);
+                    let signal = mergeable && self.merging.on_mergeable_sent(held);
                     return Some(Action::Send {
                         header,
                         body: Body::Payload(payload),
+                        signal,
                     });
                 }
                 Some(Out::Reject(call)) => {

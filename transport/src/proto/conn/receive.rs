@@ -60,6 +60,7 @@ impl<B: Payload> Connection<B> {
         }
         match body {
             FrameBody::Data { len } => {
+                self.merging.on_data_received();
                 if frame_len > self.recv_frame_size {
                     return Err(ProtocolError::FrameTooLarge {
                         len: frame_len,
@@ -80,6 +81,7 @@ impl<B: Payload> Connection<B> {
                 }
             }
             FrameBody::RndvStart { total, call } => {
+                self.merging.on_data_received();
                 self.release_now(buf);
                 self.transfer_step(self.last_recv);
                 if total > self.max_recv {

@@ -8,8 +8,24 @@ impl<B: Payload> Connection<B> {
     /// id for a request. Refused (payload handed back) when the connection's queue holds
     /// `window` messages, or the connection is closing.
     pub fn send(&mut self, class: Class, payload: B) -> Result<Option<CallId>, SendError<B>> {
-        let len = payload.len();
-        let kind = if !self.accepting() {
+        if let Some(kind) = self.eager_refusal(payload.len()) {
+            return Err(SendError { kind, payload });
+        }
+        let (flags, tag, id) = self.classify(class);
+        self.outq.push_back(Out::Eager {
+            flags,
+            tag,
+            payload,
+            mergeable: false,
+            held: false,
+        });
+        Ok(id)
+    }
+
+    /// Why an eager message of `len` bytes (header room included) cannot be queued now, if
+    /// it cannot.
+    pub(super) fn eager_refusal(&self, len: usize) -> Option<SendErrorKind> {
+        if !self.accepting() {
             Some(SendErrorKind::Closed)
         } else if len < HEADER_LEN {
             Some(SendErrorKind::NoHeaderRoom {
@@ -26,17 +42,7 @@ impl<B: Payload> Connection<B> {
             Some(SendErrorKind::WouldBlock)
         } else {
             None
-        };
-        if let Some(kind) = kind {
-            return Err(SendError { kind, payload });
         }
-        let (flags, tag, id) = self.classify(class);
-        self.outq.push_back(Out::Eager {
-            flags,
-            tag,
-            payload,
-        });
-        Ok(id)
     }
 
     pub(super) fn classify(&mut self, class: Class) -> (u8, u64, Option<CallId>) {

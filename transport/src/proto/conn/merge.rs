@@ -1,0 +1,144 @@
+//! Coalescing of byte-stream writes, in the spirit of TCP's Nagle algorithm: while a frame of
+//! the stream is on its way and not yet acknowledged by the peer's device, small writes wait
+//! in one message, which later writes are appended to, instead of each going as a frame of
+//! its own. The wait ends when that frame completes (the peer's device acknowledged it, which
+//! takes no action of the peer's program: there is no delayed acknowledgement to wait for) or
+//! when the waiting message is full (the eager limit).
+//!
+//! Only messages sent with [`Connection::send_mergeable`] take part: message boundaries mean
+//! nothing to a byte stream, so merging writes changes nothing on the wire (see
+//! `PROTOCOL.md`, "Byte streams"). Nothing is held unless a frame the connection asked to be
+//! signaled is unfinished, so a lone write, or a write after the previous one completed, goes
+//! at once. Nor is a write that answers: one after data came from the peer since the last
+//! stream frame went (request and reply, an echo). Such frames are not signaled either: only
+//! a writer that outruns the device without hearing from the peer pays for completions.
+//!
+//! Frames complete in the order they were sent (one RC send queue), so counting them is
+//! enough to know when a given frame is done.
+
+use super::*;
+
+/// A mergeable frame is signaled (and followed by a hold) at least this often while writes
+/// come one at a time; one that was held back (the writer outruns the device) always is.
+pub const MERGE_SIGNAL_EVERY: u32 = 4;
+
+/// Frame counts that tell whether a signaled stream frame is still unfinished.
+#[derive(Debug, Default)]
+pub(super) struct Merging {
+    /// Frames handed out for sending.
+    frames_sent: u64,
+    /// Frames the driver reported complete.
+    frames_done: u64,
+    /// Mergeable frames sent since the last signaled one.
+    unsignaled: u32,
+    /// Stream messages wait while fewer than this many frames are done.
+    wait_for: u64,
+    /// Data came from the peer since the last stream frame went: the next stream message
+    /// answers it, and goes at once.
+    answering: bool,
+}
+
+impl Merging {
+    pub(super) fn on_frame_sent(&mut self) {
+        self.frames_sent += 1;
+    }
+
+    pub(super) fn on_frames_done(&mut self, count: u32) {
+        self.frames_done += u64::from(count);
+    }
+
+    /// A message (or the start of one) came from the peer.
+    pub(super) fn on_data_received(&mut self) {
+        self.answering = true;
+    }
+
+    /// Whether mergeable messages wait: a signaled stream frame is unfinished, and they do
+    /// not answer the peer.
+    pub(super) fn holding(&self) -> bool {
+        self.frames_done < self.wait_for && !self.answering
+    }
+
+    /// A mergeable frame was just handed out (after [`on_frame_sent`](Self::on_frame_sent));
+    /// returns whether the driver must signal it. An answer is not.
+    pub(super) fn on_mergeable_sent(&mut self, was_held: bool) -> bool {
+        if std::mem::take(&mut self.answering) {
+            return false;
+        }
+        self.unsignaled += 1;
+        let signal = was_held || self.unsignaled >= MERGE_SIGNAL_EVERY;
+        if signal {
+            self.unsignaled = 0;
+            self.wait_for = self.frames_sent;
+        }
+        signal
+    }
+}
+
+impl<B: Payload> Connection<B> {
+    /// Queues a byte-stream message: like [`send`](Self::send) with [`Class::Message`], but
+    /// the message may take later writes ([`append`](Self::append)) while it waits, and it
+    /// waits while a signaled frame of the stream is unfinished (unless it is full). Sending
+    /// a stream's writes this way turns many small writes into few frames when the writer
+    /// outruns the device; a write that finds nothing unfinished goes at once.
+    pub fn send_mergeable(&mut self, payload: B) -> Result<(), SendError<B>> {
+        if let Some(kind) = self.eager_refusal(payload.len()) {
+            return Err(SendError { kind, payload });
+        }
+        self.outq.push_back(Out::Eager {
+            flags: 0,
+            tag: 0,
+            payload,
+            mergeable: true,
+            held: false,
+        });
+        Ok(())
+    }
+
+    /// Appends as much of `bytes` as fits to the last queued message if it came from
+    /// [`send_mergeable`](Self::send_mergeable) and has not been sent yet (at most the eager
+    /// limit in all); returns how many bytes it took (0: send a new message).
+    pub fn append(&mut self, bytes: &[u8]) -> usize {
+        if !self.accepting() || bytes.is_empty() {
+            return 0;
+        }
+        let max_len = HEADER_LEN + self.send_eager_limit;
+        let n = match self.outq.back_mut() {
+            Some(Out::Eager {
+                mergeable: true,
+                payload,
+                ..
+            }) => payload.append(bytes, max_len),
+            _ => 0,
+        };
+        if n > 0 {
+            self.stats.writes_merged += 1;
+        }
+        n
+    }
+
+    /// Whether a message from [`send_mergeable`](Self::send_mergeable) would wait now (behind
+    /// an unfinished frame, or behind messages waiting for credit): then it is worth giving it
+    /// a buffer with room for the writes that follow.
+    pub fn would_hold(&self) -> bool {
+        self.merging.holding() || !self.outq.is_empty()
+    }
+
+    /// Whether the message at the head of the send order must wait: a mergeable one, not
+    /// full, while a signaled stream frame is unfinished. Marks it held.
+    pub(super) fn hold_head(&mut self) -> bool {
+        let full = HEADER_LEN + self.send_eager_limit;
+        let holding = self.merging.holding();
+        match self.outq.front_mut() {
+            Some(Out::Eager {
+                mergeable: true,
+                payload,
+                held,
+                ..
+            }) if holding && payload.len() < full => {
+                *held = true;
+                true
+            }
+            _ => false,
+        }
+    }
+}

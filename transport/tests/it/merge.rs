@@ -1,0 +1,218 @@
+//! Byte-stream coalescing in the protocol core: writes that come while a signaled stream
+//! frame is unfinished join one waiting message, which goes when that frame completes or
+//! when it is full; the bytes arrive intact and in order whatever the schedule.
+
+use proptest::prelude::*;
+use transport::proto::{Class, Received, MERGE_SIGNAL_EVERY};
+
+use crate::sim::{content, Msg, Sim};
+use crate::small_config;
+
+fn writes(lens: &[usize]) -> Vec<Msg> {
+    lens.iter()
+        .map(|&len| Msg {
+            len,
+            class: Class::Message,
+        })
+        .collect()
+}
+
+/// What `side` sent as one byte sequence, and what its peer received.
+fn sent_and_received(sim: &Sim, side: usize) -> (Vec<u8>, Vec<u8>) {
+    let me = &sim.hosts[side];
+    let mut sent: Vec<u8> = (0..me.next)
+        .flat_map(|k| content(side, k, me.to_send[k].len))
+        .collect();
+    if me.partial > 0 {
+        // A write taken in part before the connection closed: its first bytes went.
+        sent.extend_from_slice(&content(side, me.next, me.to_send[me.next].len)[..me.partial]);
+    }
+    let peer = &sim.hosts[1 - side];
+    assert!(peer
+        .received
+        .iter()
+        .all(|(class, _)| *class == Received::Message));
+    let received = peer.received.iter().flat_map(|r| r.1.clone()).collect();
+    (sent, received)
+}
+
+#[test]
+fn writes_behind_an_unfinished_signaled_frame_join_one_message() {
+    let cfg = small_config(16, 2, 16, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[0].stream = true;
+    let every = MERGE_SIGNAL_EVERY as usize;
+    // 10-byte writes: the first `every` go at once, the last of them signaled.
+    sim.hosts[0].to_send = writes(&[10; 20]);
+    for _ in 0..every {
+        assert!(sim.hosts[0].send_next(0));
+        sim.pump();
+    }
+    assert_eq!((sim.hosts[0].frames, sim.hosts[0].signaled), (every, 1));
+    // The next writes wait, in one message, while that frame is unfinished.
+    for _ in 0..5 {
+        assert!(sim.hosts[0].send_next(0));
+        sim.pump();
+    }
+    assert_eq!(sim.hosts[0].frames, every, "nothing more sent");
+    assert_eq!(sim.hosts[0].conn.stats().writes_merged, 4);
+    while sim.deliver(0) {}
+    sim.pump();
+    // The frame completes: the waiting message goes, signaled, so the next writes wait too.
+    sim.hosts[0].complete_sends();
+    sim.pump();
+    assert_eq!((sim.hosts[0].frames, sim.hosts[0].signaled), (every + 1, 2));
+    while sim.deliver(0) {}
+    sim.pump();
+    let got = &sim.hosts[1].received;
+    assert_eq!(got.len(), every + 1);
+    assert_eq!(got[every].1.len(), 50, "five writes in one message");
+    // The 64-byte eager limit fills a waiting message: six writes wait, the seventh fills it
+    // (4 of its 10 bytes), and the full message goes while the frame before it is unfinished.
+    for _ in 0..6 {
+        assert!(sim.hosts[0].send_next(0));
+        sim.pump();
+    }
+    assert_eq!(sim.hosts[0].frames, every + 1, "60 bytes wait");
+    assert!(sim.hosts[0].send_next(0));
+    sim.pump();
+    assert_eq!(
+        sim.hosts[0].frames,
+        every + 2,
+        "a full message does not wait"
+    );
+    assert_eq!(sim.hosts[0].partial, 4, "the write was taken in part");
+    let (sent, received) = {
+        sim.run_until_quiet(100_000);
+        sent_and_received(&sim, 0)
+    };
+    assert_eq!(sim.hosts[0].next, 20);
+    assert_eq!(received, sent);
+}
+
+#[test]
+fn a_write_after_the_frames_before_it_completed_goes_at_once() {
+    let cfg = small_config(16, 2, 16, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[0].stream = true;
+    sim.hosts[0].to_send = writes(&[7; 12]);
+    // Request and answer: each write's frames completed before the next write.
+    for k in 0..12 {
+        assert!(sim.hosts[0].send_next(0));
+        sim.pump();
+        assert_eq!(sim.hosts[0].frames, k + 1, "write {k} went at once");
+        while sim.deliver(0) {}
+        sim.hosts[0].complete_sends();
+        sim.pump();
+    }
+    assert_eq!(sim.hosts[0].conn.stats().writes_merged, 0);
+    assert_eq!(
+        sim.hosts[0].signaled,
+        12 / MERGE_SIGNAL_EVERY as usize,
+        "one frame in MERGE_SIGNAL_EVERY signaled"
+    );
+}
+
+#[test]
+fn plain_messages_never_merge_or_wait() {
+    let cfg = small_config(16, 2, 16, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[0].to_send = writes(&[10; 12]);
+    while sim.hosts[0].send_next(0) {}
+    sim.pump();
+    assert_eq!(sim.hosts[0].frames, 12);
+    assert_eq!(sim.hosts[0].signaled, 0);
+    assert_eq!(sim.hosts[0].conn.stats().writes_merged, 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Both ends write streams (small writes merge, large ones go by rendezvous) under random
+    /// schedules: every byte arrives once, in order; nobody sends without a posted receive;
+    /// nothing waits forever.
+    #[test]
+    fn random_stream_schedules_deliver_every_byte_in_order(
+        lens_a in proptest::collection::vec(prop_oneof![0usize..=64, 65usize..300], 0..40),
+        lens_b in proptest::collection::vec(prop_oneof![0usize..=64, 65usize..300], 0..40),
+        ops in proptest::collection::vec(0u8..12, 0..600),
+        window in 6u32..12,
+        sq_depth in 4u32..10,
+        close in any::<bool>(),
+    ) {
+        let cfg = small_config(window, 2, sq_depth, 2, 2);
+        let mut sim = Sim::new(&cfg, &cfg);
+        sim.hosts[0].to_send = writes(&lens_a);
+        sim.hosts[1].to_send = writes(&lens_b);
+        for h in &mut sim.hosts {
+            h.stream = true;
+        }
+        sim.hosts[0].close_when_done = close;
+        for op in ops {
+            sim.step(op);
+        }
+        sim.run_until_quiet(1_000_000);
+        for side in 0..2 {
+            prop_assert!(sim.hosts[side].all_sent(), "host {} could not write everything", side);
+            let (sent, received) = sent_and_received(&sim, side);
+            prop_assert_eq!(received, sent, "the bytes of host {}", side);
+            prop_assert!(sim.hosts[side].closed.iter().all(|e| e.is_none()));
+            prop_assert_eq!(sim.hosts[side].posted.get(), window, "every receive came back");
+        }
+    }
+}
+
+#[test]
+fn a_write_that_answers_the_peer_neither_waits_nor_is_signaled() {
+    let cfg = small_config(16, 2, 40, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[0].stream = true;
+    sim.hosts[1].stream = true;
+    sim.hosts[0].to_send = writes(&[9; 12]);
+    sim.hosts[1].to_send = writes(&[9; 12]);
+    // Ping-pong of writes, no completion ever reported: every write answers the peer's.
+    for k in 0..12 {
+        for side in 0..2 {
+            assert!(sim.hosts[side].send_next(side));
+            sim.pump();
+            assert_eq!(
+                sim.hosts[side].frames,
+                k + 1,
+                "host {side}'s write {k} went at once"
+            );
+            while sim.deliver(side) {}
+            sim.pump();
+            while sim.hosts[1 - side].release_one() {}
+            sim.pump();
+        }
+    }
+    // Host 0's first write answered nothing: it alone counts towards a signal.
+    assert_eq!(sim.hosts[0].signaled + sim.hosts[1].signaled, 0);
+    assert_eq!(sim.hosts[0].conn.stats().writes_merged, 0);
+    // Without an answer in between, the writes wait again.
+    for h in &mut sim.hosts {
+        h.complete_sends();
+    }
+    sim.pump();
+    let before = sim.hosts[0].frames;
+    assert_eq!(
+        MERGE_SIGNAL_EVERY, 4,
+        "the counts below assume a signal every 4 frames"
+    );
+    sim.hosts[0].to_send.extend(writes(&[9; 8]));
+    for _ in 0..8 {
+        assert!(sim.hosts[0].send_next(0));
+        sim.pump();
+    }
+    // The first answers host 1's last write; three more go, the third of them signaled (with
+    // host 0's very first write, which answered nothing, that makes MERGE_SIGNAL_EVERY); the
+    // other four wait in one message.
+    assert_eq!(sim.hosts[0].frames - before, 4);
+    assert_eq!(sim.hosts[0].signaled, 1);
+    assert_eq!(sim.hosts[0].conn.stats().writes_merged, 3);
+    sim.run_until_quiet(100_000);
+    for side in 0..2 {
+        let (sent, received) = sent_and_received(&sim, side);
+        assert_eq!(received, sent);
+    }
+}
