@@ -65,6 +65,20 @@ pub enum Polling {
     },
 }
 
+impl Polling {
+    /// Whether plain messages travel in batches under this mode (unless `nodelay`, see
+    /// [`Conn::set_nodelay`](crate::Conn::set_nodelay)): under busy and reactor polling a
+    /// poller beside the sender posts the batches while the sender only adds to them. Under
+    /// adaptive and event polling the sender would mostly post them itself, seeing each
+    /// completion as soon as it could wait for it, and the extra completions cost more than
+    /// the batches saved (a one-way stream of 64-byte messages measured about 22,000 a
+    /// second in batches against 30,000 without, on rxe in an emulated guest; under busy
+    /// polling 126,000 to 207,000).
+    pub(crate) fn batches_messages(&self) -> bool {
+        matches!(self, Polling::Busy | Polling::Reactor { .. })
+    }
+}
+
 /// Configuration of an [`Endpoint`](crate::Endpoint): the protocol limits of each connection,
 /// the pool and queues shared by all of them, and the polling mode.
 #[derive(Debug, Clone)]

@@ -186,6 +186,7 @@ impl Conn {
         mut release: bool,
     ) -> Result<Option<CallId>> {
         let mut frame = Some(frame);
+        let mut waits = false;
         let mut attempt =
             |conn: &ConnShared, st: &mut ConnState| -> Option<Result<Option<CallId>>> {
                 let released = std::mem::take(&mut release);
@@ -199,6 +200,7 @@ impl Conn {
                 match p.send(class, frame.take().expect("frame until sent")) {
                     Ok(id) => {
                         conn.drive(st);
+                        waits = st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
                         Some(Ok(id))
                     }
                     Err(SendError {
@@ -226,9 +228,16 @@ impl Conn {
         };
         // A sender handles what came back (completions, credit) itself while it sends, so
         // the progress thread need not run beside it. Not after a request or a response:
-        // their senders poll next anyway, waiting for the response or the next request.
+        // their senders poll next anyway, waiting for the response or the next request. Nor
+        // when the frame just sent is one the next messages would wait for (a batch gathers
+        // them meanwhile, see `Conn::set_nodelay`): polling now would likely find its
+        // completion and end the wait before it began; someone polls soon instead.
         if matches!(class, Class::Message) {
-            self.inner.shared.progress();
+            if waits {
+                self.inner.shared.wake_progress();
+            } else {
+                self.inner.shared.progress();
+            }
         }
         sent
     }
@@ -368,8 +377,66 @@ impl Conn {
         if data.len() > eager {
             return self.send_large(class, data, timeout);
         }
+        if class == Class::Message {
+            if let Some(r) = self.batch(data) {
+                return r.map(|()| None);
+            }
+        }
         let frame = self.eager_frame(data, Some(timeout))?;
         self.send_frame(class, frame, Some(timeout))
+    }
+
+    /// Queues plain message `data` in a batch if that is how it goes now (see
+    /// [`ConnShared::try_batch`](crate::engine::ConnShared::try_batch)).
+    pub(crate) fn batch(&self, data: &[u8]) -> Option<Result<()>> {
+        let conn = &*self.inner;
+        if !conn.batches_messages() {
+            return None;
+        }
+        let mut st = conn.state.lock();
+        let r = conn.try_batch(&mut st, data)?;
+        let waits = st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
+        drop(st);
+        if waits {
+            // The batch goes when the frame before it completes: someone must poll for that.
+            conn.shared.wake_progress();
+        } else {
+            // It waits for credit: take what came back, as a sender does.
+            conn.shared.progress();
+        }
+        Some(r)
+    }
+
+    /// Whether messages and stream writes go on their own at once (see
+    /// [`set_nodelay`](Self::set_nodelay)).
+    pub fn nodelay(&self) -> bool {
+        self.inner.nodelay()
+    }
+
+    /// Turns coalescing of small sends off (`true`) or on (the default), as `TCP_NODELAY`
+    /// does for a socket. With coalescing, a plain message (not a call or a response) up to
+    /// the eager limit that finds an earlier frame of the connection unacknowledged by the
+    /// peer's device waits in a batch frame, which the messages after it join, until that
+    /// frame is acknowledged or the batch is full; the peer receives each message on its
+    /// own, in order, and the batch's receive credit comes back when the last of them is
+    /// dropped. Messages are batched under busy and reactor polling only (see
+    /// [`Polling`](crate::Polling): under adaptive and event polling batches measured slower
+    /// than a frame per message). Byte-stream writes coalesce the same way under every mode
+    /// ([`crate::stream`]). A send that
+    /// answers data from the peer, or finds nothing unacknowledged, goes at once, so
+    /// request-and-reply exchanges never wait, and a wait lasts about one device round trip.
+    /// Many small one-way messages then cost the device few frames: their rate is many times
+    /// that of a frame per message. Set `nodelay` for a sender of a few small messages in a
+    /// row whose latency counts more than its rate. Applies to sends from now on.
+    pub fn set_nodelay(&self, nodelay: bool) {
+        let conn = &*self.inner;
+        let mut st = conn.state.lock();
+        conn.nodelay
+            .store(nodelay, std::sync::atomic::Ordering::Relaxed);
+        let batches = conn.batches_messages();
+        if let Some(p) = st.proto.as_mut() {
+            p.set_coalescing(batches);
+        }
     }
 
     /// Largest message sent in one frame; longer ones go by rendezvous (0 until the

@@ -196,6 +196,11 @@ impl Conn {
         let pool = &conn.shared.pool;
         let eager = self.eager_limit();
         let frame_len = HEADER_LEN + data.len();
+        if class == Class::Message {
+            if let Some(r) = self.batch(data) {
+                return Poll::Ready(r.map(|()| None));
+            }
+        }
         let spare = {
             // Wait without copying while the queue is full (many tasks may be waiting).
             let mut st = conn.state.lock();
@@ -239,9 +244,16 @@ impl Conn {
             return match p.send(class, frame) {
                 Ok(id) => {
                     conn.drive(&mut st);
+                    let waits = class == Class::Message
+                        && st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
                     drop(st);
-                    // As a blocking sender does: handle what came back while sending.
-                    conn.shared.progress();
+                    // As a blocking sender does: handle what came back while sending, unless
+                    // the next messages would wait for this frame (see `send_frame_releasing`).
+                    if waits {
+                        conn.shared.wake_progress();
+                    } else {
+                        conn.shared.progress();
+                    }
                     Poll::Ready(Ok(id))
                 }
                 Err(SendError {
@@ -368,7 +380,7 @@ impl Conn {
         match p.send_mergeable(frame) {
             Ok(()) => {
                 conn.drive(&mut st);
-                let waits = st.proto.as_ref().is_some_and(|p| p.would_hold());
+                let waits = st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
                 drop(st);
                 if waits {
                     // The message waits for a completion, and the writes that follow join

@@ -204,9 +204,13 @@ impl Endpoint {
                 crate::Polling::Adaptive { spin } => spin,
                 _ => Duration::ZERO,
             }),
-            state: Mutex::new(ConnState::new(proto)),
+            state: Mutex::new(ConnState::new(proto.map(|mut p| {
+                p.set_coalescing(self.config().polling.batches_messages());
+                p
+            }))),
             cond: Condvar::new(),
             handles: AtomicUsize::new(1),
+            nodelay: std::sync::atomic::AtomicBool::new(false),
         });
         self.shared().add_conn(conn.clone());
         conn

@@ -53,6 +53,7 @@ impl Message {
         let d = self.delivery();
         let (eager, chunks) = match &d.parts {
             Parts::Eager(buf) => (Some(&buf[HEADER_LEN..HEADER_LEN + d.len as usize]), None),
+            Parts::Part { frame, offset } => (Some(&frame[*offset..offset + d.len as usize]), None),
             Parts::Chunks(c) => (None, Some(c.iter().map(|c| &c.buf[..c.len as usize]))),
         };
         eager.into_iter().chain(chunks.into_iter().flatten())
@@ -104,9 +105,7 @@ impl Drop for Message {
         let Some(d) = self.delivery.take() else {
             return;
         };
-        let credit = d.holds_credit();
-        drop(d);
-        if credit {
+        if d.release() {
             let mut st = self.conn.state.lock();
             self.conn.release_one(&mut st);
             // A release can only make a credit update due: most drops have nothing to drive.

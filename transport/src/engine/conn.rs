@@ -235,6 +235,9 @@ pub(crate) struct ConnShared {
     pub eager_limit: std::sync::atomic::AtomicUsize,
     /// How long a blocked call spins before it sleeps, under adaptive polling.
     pub spin: super::spin::SpinBudget,
+    /// Sends go on their own at once: no batches of messages, no coalescing of stream
+    /// writes (`Conn::set_nodelay`).
+    pub nodelay: std::sync::atomic::AtomicBool,
 }
 
 impl ConnShared {
@@ -280,8 +283,9 @@ impl ConnShared {
     }
 
     /// Sets up the protocol (if it is not yet) and notes its eager limit.
-    pub(crate) fn set_proto(&self, st: &mut ConnState, proto: proto::Connection<Buffer>) {
+    pub(crate) fn set_proto(&self, st: &mut ConnState, mut proto: proto::Connection<Buffer>) {
         if st.proto.is_none() {
+            proto.set_coalescing(self.batches_messages());
             self.eager_limit
                 .store(proto.eager_limit(), Ordering::Release);
             st.proto = Some(proto);

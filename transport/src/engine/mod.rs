@@ -7,6 +7,7 @@
 //! covers everything else and wakes waiters through their connection's condition variable or
 //! `Waker`s.
 
+mod batch;
 mod conn;
 mod spin;
 
@@ -938,6 +939,14 @@ pub(crate) fn pool_error(e: memory::Error) -> Error {
 impl crate::proto::Payload for Buffer {
     fn len(&self) -> usize {
         Buffer::len(self)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+
+    fn spare(&self) -> usize {
+        self.capacity() - Buffer::len(self)
     }
 
     fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {

@@ -181,7 +181,7 @@ impl Config {
 pub struct ConnectInfo {
     /// `b"RDRS"` read as a little-endian u32.
     pub magic: u32,
-    /// Protocol version: 1.
+    /// Protocol version: 2 (1 had no batches).
     pub version: u16,
     /// No flags are defined in version 1: zero.
     pub flags: u16,
@@ -197,7 +197,7 @@ impl ConnectInfo {
     /// `b"RDRS"` as a little-endian u32.
     pub const MAGIC: u32 = u32::from_le_bytes(*b"RDRS");
     /// The protocol version this crate speaks.
-    pub const VERSION: u16 = 1;
+    pub const VERSION: u16 = 2;
     /// Encoded length.
     pub const LEN: usize = 24;
 
@@ -352,9 +352,9 @@ mod tests {
     #[test]
     fn other_versions_and_foreign_peers_are_refused() {
         let mut b = Config::default().connect_info().encode();
-        b[4] = 2;
+        b[4] = 1;
         let e = ConnectInfo::decode(&b).unwrap_err();
-        assert_eq!(e, HandshakeError::VersionMismatch { ours: 1, theirs: 2 });
+        assert_eq!(e, HandshakeError::VersionMismatch { ours: 2, theirs: 1 });
         let msg = e.to_string();
         assert!(
             msg.contains("version 2") && msg.contains("version 1"),

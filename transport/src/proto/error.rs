@@ -163,6 +163,16 @@ pub enum ProtocolError {
         /// Offset.
         offset: u64,
     },
+    /// A batch body (DATA with BATCH) that is empty or whose entry runs past its end.
+    #[error("DATA batch entry at body offset {at} needs {len} bytes, but the {body}-byte body ends first (or is empty); the peer sends a corrupt frame")]
+    BadBatch {
+        /// Offset of the bad entry in the body.
+        at: usize,
+        /// Bytes it claims (its length, or the length field itself).
+        len: usize,
+        /// Body length.
+        body: usize,
+    },
     /// The peer exceeded a protocol-wide bound (concurrent large messages, chunks in flight).
     #[error("peer exceeded the protocol bound on {what} ({limit})")]
     TooMany {

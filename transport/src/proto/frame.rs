@@ -15,7 +15,13 @@ pub const FLAG_REQUEST: u8 = 1 << 0;
 pub const FLAG_RESPONSE: u8 = 1 << 1;
 /// Flag (with RESPONSE, on an empty DATA frame): the server has no handler.
 pub const FLAG_NO_HANDLER: u8 = 1 << 2;
-const FLAGS_KNOWN: u8 = FLAG_REQUEST | FLAG_RESPONSE | FLAG_NO_HANDLER;
+/// Flag (on a plain DATA frame): the body is a batch of messages, each a little-endian `u32`
+/// length and that many bytes ([`BatchEntries`]).
+pub const FLAG_BATCH: u8 = 1 << 3;
+const FLAGS_KNOWN: u8 = FLAG_REQUEST | FLAG_RESPONSE | FLAG_NO_HANDLER | FLAG_BATCH;
+
+/// Bytes before each message of a batch: its length.
+pub const BATCH_ENTRY_HEADER: usize = 4;
 
 /// Frame kinds (header byte 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +165,61 @@ fn exact(
     }
 }
 
+/// The messages of a batch body (a DATA frame with [`FLAG_BATCH`]): each entry is a
+/// little-endian `u32` length and that many bytes; there is at least one, and the last ends
+/// where the body ends. Yields `(offset, len)` of each message within the body.
+#[derive(Debug, Clone)]
+pub struct BatchEntries<'a> {
+    body: &'a [u8],
+    at: usize,
+}
+
+impl<'a> BatchEntries<'a> {
+    /// Checks every entry of `body`; the error names the first bad one. Never panics.
+    pub fn parse(body: &'a [u8]) -> Result<Self, ProtocolError> {
+        if body.is_empty() {
+            return Err(ProtocolError::BadBatch {
+                at: 0,
+                len: 0,
+                body: 0,
+            });
+        }
+        let mut at = 0;
+        while at < body.len() {
+            let Some(head) = body.get(at..at + BATCH_ENTRY_HEADER) else {
+                return Err(ProtocolError::BadBatch {
+                    at,
+                    len: BATCH_ENTRY_HEADER,
+                    body: body.len(),
+                });
+            };
+            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            let end = (at + BATCH_ENTRY_HEADER).saturating_add(len);
+            if end > body.len() {
+                return Err(ProtocolError::BadBatch {
+                    at,
+                    len,
+                    body: body.len(),
+                });
+            }
+            at = end;
+        }
+        Ok(BatchEntries { body, at: 0 })
+    }
+}
+
+impl Iterator for BatchEntries<'_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        let head = self.body.get(self.at..self.at + BATCH_ENTRY_HEADER)?;
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let offset = self.at + BATCH_ENTRY_HEADER;
+        self.at = offset + len;
+        Some((offset, len))
+    }
+}
+
 /// Decodes and validates a whole frame (header and body). Never panics.
 pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
     decode_head(&frame[..frame.len().min(MAX_HEAD)], frame.len())
@@ -197,7 +258,8 @@ pub fn decode_head(frame: &[u8], len: usize) -> Result<(Header, FrameBody), Prot
     let bad_flags = flags & !FLAGS_KNOWN != 0
         || rpc == FLAG_REQUEST | FLAG_RESPONSE
         || (flags & FLAG_NO_HANDLER != 0 && (kind != Kind::Data || rpc != FLAG_RESPONSE))
-        || (rpc != 0 && !matches!(kind, Kind::Data | Kind::RndvStart));
+        || (rpc != 0 && !matches!(kind, Kind::Data | Kind::RndvStart))
+        || (flags & FLAG_BATCH != 0 && (kind != Kind::Data || flags != FLAG_BATCH));
     if bad_flags {
         return Err(ProtocolError::BadFlags {
             kind: kind as u8,
@@ -383,11 +445,13 @@ mod tests {
         f[2] = 1;
         assert_eq!(decode(&f), Err(ProtocolError::ReservedNonZero(1)));
         for flags in [
-            8,
+            0x10,
             0x80,
             FLAG_REQUEST | FLAG_RESPONSE,
             FLAG_NO_HANDLER,
             FLAG_REQUEST | FLAG_NO_HANDLER,
+            FLAG_BATCH | FLAG_REQUEST,
+            FLAG_BATCH | FLAG_RESPONSE,
         ] {
             let f = hdr(Kind::Data, flags, 1).encode();
             assert!(
@@ -473,11 +537,56 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn batch_flag_only_on_plain_data_and_batches_list_their_messages() {
+        let f = hdr(Kind::Data, FLAG_BATCH, 0).encode();
+        assert_eq!(
+            decode(&f),
+            Ok((hdr(Kind::Data, FLAG_BATCH, 0), FrameBody::Data { len: 0 }))
+        );
+        let f = hdr(Kind::Credit, FLAG_BATCH, 0).encode();
+        assert!(matches!(decode(&f), Err(ProtocolError::BadFlags { .. })));
+
+        let mut body = Vec::new();
+        for m in [&b"ab"[..], b"", b"xyz"] {
+            body.extend_from_slice(&(m.len() as u32).to_le_bytes());
+            body.extend_from_slice(m);
+        }
+        let entries: Vec<_> = BatchEntries::parse(&body).unwrap().collect();
+        assert_eq!(entries, vec![(4, 2), (10, 0), (14, 3)]);
+        // Empty, a length cut short, an entry past the end, bytes after the last entry.
+        for (bad, at) in [
+            (&[][..], 0),
+            (&[1, 0, 0][..], 0),
+            (&[3, 0, 0, 0, 1, 2][..], 0),
+            (&[0, 0, 0, 0, 9][..], 4),
+        ] {
+            assert!(
+                matches!(BatchEntries::parse(bad), Err(ProtocolError::BadBatch { at: a, .. }) if a == at),
+                "{bad:?}"
+            );
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(10_000))]
         #[test]
         fn decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn batch_parser_never_panics_and_its_entries_tile_the_body(
+            bytes in proptest::collection::vec(prop_oneof![0u8..8, any::<u8>()], 0..64),
+        ) {
+            if let Ok(entries) = BatchEntries::parse(&bytes) {
+                let mut at = 0;
+                for (offset, len) in entries {
+                    prop_assert_eq!(offset, at + BATCH_ENTRY_HEADER);
+                    at = offset + len;
+                }
+                prop_assert_eq!(at, bytes.len());
+            }
         }
 
         #[test]

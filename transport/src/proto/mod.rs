@@ -61,6 +61,7 @@ mod frame;
 mod rndv;
 mod rpc;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{
@@ -72,8 +73,9 @@ pub use error::{
     SendErrorKind,
 };
 pub use frame::{
-    decode, decode_head, encode_body, FrameBody, Header, Kind, RemoteChunk, CONTROL_BODY_MAX,
-    FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
+    decode, decode_head, encode_body, BatchEntries, FrameBody, Header, Kind, RemoteChunk,
+    BATCH_ENTRY_HEADER, CONTROL_BODY_MAX, FLAG_BATCH, FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE,
+    HEADER_LEN, MAX_HEAD,
 };
 pub use rpc::CallId;
 
@@ -82,6 +84,13 @@ pub use rpc::CallId;
 pub trait Payload {
     /// Length in bytes: for a payload given to `send`, the whole frame (header room included).
     fn len(&self) -> usize;
+    /// The bytes (for a received frame, the frame itself: batches are split from them).
+    fn bytes(&self) -> &[u8];
+    /// Bytes the buffer can still take beyond its length (see [`append`](Self::append)); 0
+    /// for a buffer that cannot grow (the default).
+    fn spare(&self) -> usize {
+        0
+    }
     /// Whether `len() == 0`.
     fn is_empty(&self) -> bool {
         self.len() == 0
@@ -98,6 +107,12 @@ pub trait Payload {
 impl Payload for Vec<u8> {
     fn len(&self) -> usize {
         Vec::len(self)
+    }
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn spare(&self) -> usize {
+        usize::MAX - Vec::len(self)
     }
     fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {
         let n = bytes.len().min(max_len.saturating_sub(Vec::len(self)));
@@ -161,6 +176,15 @@ pub enum Parts<B> {
     Eager(B),
     /// A rendezvous message: the READ destinations in order. They hold no credit.
     Chunks(Vec<Chunk<B>>),
+    /// One message of a batch frame: the receive buffer, shared by the batch's messages; the
+    /// message is `frame.bytes()[offset..offset + len]`. The last of them to go gives the
+    /// receive credit back (see [`Delivery::release`]).
+    Part {
+        /// The batch frame's receive buffer.
+        frame: Arc<B>,
+        /// Where the message starts in it.
+        offset: usize,
+    },
 }
 
 /// A complete message.
@@ -175,9 +199,22 @@ pub struct Delivery<B> {
 }
 
 impl<B> Delivery<B> {
-    /// Whether dropping this message must be reported with [`Connection::on_release`].
+    /// Whether dropping this message must be reported with [`Connection::on_release`]: an
+    /// eager message's does. A part of a batch's may (the last one of its frame does): use
+    /// [`release`](Self::release) for it.
     pub fn holds_credit(&self) -> bool {
         matches!(self.parts, Parts::Eager(_))
+    }
+
+    /// Drops the message; returns whether that must be reported with
+    /// [`Connection::on_release`] (it gave a receive buffer back: an eager message, or the
+    /// last part of a batch frame).
+    pub fn release(self) -> bool {
+        match self.parts {
+            Parts::Eager(_) => true,
+            Parts::Chunks(_) => false,
+            Parts::Part { frame, .. } => Arc::into_inner(frame).is_some(),
+        }
     }
 }
 

@@ -164,7 +164,7 @@ impl Stream {
 
     /// Turns coalescing of small writes off (`true`) or on, as `TCP_NODELAY` does for a
     /// socket (see [`OwnedWriteHalf::set_nodelay`]).
-    pub fn set_nodelay(&mut self, nodelay: bool) {
+    pub fn set_nodelay(&self, nodelay: bool) {
         self.write.set_nodelay(nodelay);
     }
 

@@ -27,7 +27,6 @@ pub struct OwnedWriteHalf {
     pub(crate) conn: Conn,
     max_write: usize,
     eager: usize,
-    nodelay: bool,
     shut: bool,
     pub(crate) timeout: Option<Duration>,
 }
@@ -40,7 +39,6 @@ impl OwnedWriteHalf {
             conn,
             max_write,
             eager,
-            nodelay: false,
             shut: false,
             timeout: None,
         }
@@ -65,7 +63,7 @@ impl OwnedWriteHalf {
     /// Whether small writes go at once, each as a message of its own (see
     /// [`set_nodelay`](Self::set_nodelay)).
     pub fn nodelay(&self) -> bool {
-        self.nodelay
+        self.conn.nodelay()
     }
 
     /// Coalescing of small writes, on by default (`nodelay` false), as TCP's Nagle algorithm
@@ -79,9 +77,10 @@ impl OwnedWriteHalf {
     ///
     /// With `nodelay` true every write goes as a message of its own at once (as
     /// `TCP_NODELAY`), for a program that makes several small writes before it waits for an
-    /// answer and cannot gather them into one.
-    pub fn set_nodelay(&mut self, nodelay: bool) {
-        self.nodelay = nodelay;
+    /// answer and cannot gather them into one. The setting is the connection's
+    /// ([`Conn::set_nodelay`], which also covers plain messages).
+    pub fn set_nodelay(&self, nodelay: bool) {
+        self.conn.set_nodelay(nodelay);
     }
 
     /// Writes up to [`max_write`](Self::max_write) bytes of `src` as one message (below 32 KiB,
@@ -104,7 +103,7 @@ impl OwnedWriteHalf {
         let mut n = src.len().min(self.max_write);
         if n < RENDEZVOUS_FROM {
             n = n.min(self.eager);
-            if !self.nodelay {
+            if !self.conn.nodelay() {
                 return self.conn.poll_write_merging(cx, &src[..n]).map_err(to_io);
             }
         }

@@ -56,7 +56,10 @@ fn the_admission_hook_refuses_and_admits_by_peer_and_handshake() {
         .connect();
     match attempt {
         Err(cm::Error::Rejected { private_data, .. }) => {
-            assert_eq!(ConnectInfo::decode(&private_data).unwrap().version, 1);
+            assert_eq!(
+                ConnectInfo::decode(&private_data).unwrap().version,
+                ConnectInfo::VERSION
+            );
         }
         other => panic!("expected a rejection, got {other:?}"),
     }

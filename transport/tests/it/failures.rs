@@ -32,17 +32,18 @@ fn connect_to_a_port_nobody_listens_on_is_refused() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_peer_of_another_version_is_refused_both_ways() {
-    // Our client against a listener that answers with version 2.
+    // Our client against a listener that answers with the next version.
     let listener =
         cm::Listener::bind(SocketAddr::new(peer_ip(), 0), cm::ConnOptions::new()).unwrap();
     let addr = listener.local_addr().unwrap();
+    let next = ConnectInfo::VERSION + 1;
     let newer = ConnectInfo {
-        version: 2,
+        version: next,
         ..transport::proto::Config::default().connect_info()
     };
     let refuse = std::thread::spawn(move || {
         let req = listener.get_request(TIMEOUT).unwrap();
-        // What our client sent is version 1.
+        // What our client sent is our version.
         let theirs = ConnectInfo::decode(req.private_data()).unwrap();
         assert_eq!(theirs.version, ConnectInfo::VERSION);
         req.reject(&newer.encode()).unwrap();
@@ -53,15 +54,15 @@ fn a_peer_of_another_version_is_refused_both_ways() {
         matches!(
             r,
             Err(Error::Handshake(HandshakeError::VersionMismatch {
-                ours: 1,
-                theirs: 2
-            }))
+                ours: ConnectInfo::VERSION,
+                theirs
+            })) if theirs == next
         ),
         "{r:?}"
     );
     refuse.join().unwrap();
 
-    // A version-2 client against our listener: rejected with our connect data.
+    // A client of the next version against our listener: rejected with our connect data.
     let (listener, _client) = endpoints(config(), config());
     let addr = addr_of(&listener);
     let serving = std::thread::spawn(move || listener.accept(Duration::from_secs(3)));
@@ -74,7 +75,7 @@ fn a_peer_of_another_version_is_refused_both_ways() {
     match attempt {
         Err(cm::Error::Rejected { private_data, .. }) => {
             let ours = ConnectInfo::decode(&private_data).unwrap();
-            assert_eq!(ours.version, 1);
+            assert_eq!(ours.version, ConnectInfo::VERSION);
         }
         other => panic!("expected a rejection, got {other:?}"),
     }

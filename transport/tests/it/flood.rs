@@ -61,11 +61,15 @@ proptest! {
         chunks in 1u32..4,
         reads in 1u32..3,
         close in any::<bool>(),
+        batch in any::<bool>(),
     ) {
         let cfg = small_config(window, reserve, sq_depth, chunks, reads);
         let mut sim = Sim::new(&cfg, &cfg);
         sim.hosts[0].to_send = msgs(&lens_a);
         sim.hosts[1].to_send = msgs(&lens_b);
+        for h in &mut sim.hosts {
+            h.batch = batch;
+        }
         // host 0 closes once it has sent everything; host 1 then closes too
         sim.hosts[0].close_when_done = close;
         for op in ops {
@@ -95,6 +99,12 @@ proptest! {
 /// credit updates flowing, so neither end stalls.
 #[test]
 fn both_ends_flooding_never_deadlock() {
+    for batch in [false, true] {
+        both_ends_flood(batch);
+    }
+}
+
+fn both_ends_flood(batch: bool) {
     let cfg = small_config(6, 2, 5, 2, 1);
     let mut sim = Sim::new(&cfg, &cfg);
     let lens: Vec<usize> = (0..2000)
@@ -102,6 +112,9 @@ fn both_ends_flooding_never_deadlock() {
         .collect();
     sim.hosts[0].to_send = msgs(&lens);
     sim.hosts[1].to_send = msgs(&lens);
+    for h in &mut sim.hosts {
+        h.batch = batch;
+    }
     // Users release only when they hold a full window: credits run out on both sides repeatedly.
     let mut guard = 0;
     while !(sim.hosts[0].all_sent() && sim.hosts[1].all_sent())

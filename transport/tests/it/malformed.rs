@@ -6,7 +6,7 @@ use std::time::Instant;
 use proptest::prelude::*;
 use transport::proto::{
     encode_body, Action, ConnError, Connection, FrameBody, Header, Kind, ProtocolError,
-    RemoteChunk, FLAG_REQUEST,
+    RemoteChunk, FLAG_BATCH, FLAG_REQUEST,
 };
 
 use crate::small_config;
@@ -113,6 +113,19 @@ fn each_fault_is_named() {
     });
     expect_failure(&[chunk(0, 10)], |e| {
         matches!(e, ProtocolError::UnknownMessage(1))
+    });
+    // A batch whose second message runs past the frame's end.
+    let mut batch = frame(Kind::Data, FLAG_BATCH, L, 0, FrameBody::Data { len: 0 });
+    batch.extend_from_slice(&[1, 0, 0, 0, 7, 9, 0, 0, 0, 1, 2]);
+    expect_failure(&[batch], |e| {
+        matches!(
+            e,
+            ProtocolError::BadBatch {
+                at: 5,
+                len: 9,
+                body: 11
+            }
+        )
     });
     expect_failure(&[start.clone(), chunk(0, 101)], |e| {
         matches!(e, ProtocolError::BadChunk { total: 100, .. })

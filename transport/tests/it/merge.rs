@@ -38,12 +38,14 @@ fn sent_and_received(sim: &Sim, side: usize) -> (Vec<u8>, Vec<u8>) {
 
 #[test]
 fn writes_behind_an_unfinished_signaled_frame_join_one_message() {
-    let cfg = small_config(16, 2, 16, 2, 2);
+    let every = MERGE_SIGNAL_EVERY as usize;
+    // Room for `every` frames unacknowledged and then some.
+    let depth = every as u32 + 8;
+    let cfg = small_config(depth, 2, depth, 2, 2);
     let mut sim = Sim::new(&cfg, &cfg);
     sim.hosts[0].stream = true;
-    let every = MERGE_SIGNAL_EVERY as usize;
     // 10-byte writes: the first `every` go at once, the last of them signaled.
-    sim.hosts[0].to_send = writes(&[10; 20]);
+    sim.hosts[0].to_send = writes(&vec![10; every + 20]);
     for _ in 0..every {
         assert!(sim.hosts[0].send_next(0));
         sim.pump();
@@ -86,7 +88,7 @@ fn writes_behind_an_unfinished_signaled_frame_join_one_message() {
         sim.run_until_quiet(100_000);
         sent_and_received(&sim, 0)
     };
-    assert_eq!(sim.hosts[0].next, 20);
+    assert_eq!(sim.hosts[0].next, every + 20);
     assert_eq!(received, sent);
 }
 
@@ -95,34 +97,44 @@ fn a_write_after_the_frames_before_it_completed_goes_at_once() {
     let cfg = small_config(16, 2, 16, 2, 2);
     let mut sim = Sim::new(&cfg, &cfg);
     sim.hosts[0].stream = true;
-    sim.hosts[0].to_send = writes(&[7; 12]);
+    let n = 3 * MERGE_SIGNAL_EVERY as usize;
+    sim.hosts[0].to_send = writes(&vec![7; n]);
     // Request and answer: each write's frames completed before the next write.
-    for k in 0..12 {
+    for k in 0..n {
         assert!(sim.hosts[0].send_next(0));
         sim.pump();
         assert_eq!(sim.hosts[0].frames, k + 1, "write {k} went at once");
         while sim.deliver(0) {}
         sim.hosts[0].complete_sends();
         sim.pump();
+        // The reader keeps up: credit comes back.
+        while sim.hosts[1].release_one() {}
+        sim.pump();
+        while sim.deliver(1) {}
+        sim.pump();
     }
     assert_eq!(sim.hosts[0].conn.stats().writes_merged, 0);
     assert_eq!(
-        sim.hosts[0].signaled,
-        12 / MERGE_SIGNAL_EVERY as usize,
+        sim.hosts[0].signaled, 3,
         "one frame in MERGE_SIGNAL_EVERY signaled"
     );
 }
 
 #[test]
-fn plain_messages_never_merge_or_wait() {
-    let cfg = small_config(16, 2, 16, 2, 2);
-    let mut sim = Sim::new(&cfg, &cfg);
-    sim.hosts[0].to_send = writes(&[10; 12]);
-    while sim.hosts[0].send_next(0) {}
-    sim.pump();
-    assert_eq!(sim.hosts[0].frames, 12);
-    assert_eq!(sim.hosts[0].signaled, 0);
-    assert_eq!(sim.hosts[0].conn.stats().writes_merged, 0);
+fn plain_messages_sent_on_their_own_never_wait_and_signal_only_while_coalescing() {
+    let n = 3 * MERGE_SIGNAL_EVERY as usize;
+    for coalescing in [true, false] {
+        let cfg = small_config(n as u32 + 8, 2, n as u32 + 8, 2, 2);
+        let mut sim = Sim::new(&cfg, &cfg);
+        sim.hosts[0].conn.set_coalescing(coalescing);
+        sim.hosts[0].to_send = writes(&vec![10; n]);
+        while sim.hosts[0].send_next(0) {}
+        sim.pump();
+        assert_eq!(sim.hosts[0].frames, n, "nothing waits");
+        let signaled = if coalescing { 3 } else { 0 };
+        assert_eq!(sim.hosts[0].signaled, signaled);
+        assert_eq!(sim.hosts[0].conn.stats().writes_merged, 0);
+    }
 }
 
 proptest! {
@@ -164,7 +176,8 @@ proptest! {
 
 #[test]
 fn a_write_that_answers_the_peer_neither_waits_nor_is_signaled() {
-    let cfg = small_config(16, 2, 40, 2, 2);
+    let every = MERGE_SIGNAL_EVERY as usize;
+    let cfg = small_config(every as u32 + 8, 2, every as u32 + 40, 2, 2);
     let mut sim = Sim::new(&cfg, &cfg);
     sim.hosts[0].stream = true;
     sim.hosts[1].stream = true;
@@ -195,24 +208,106 @@ fn a_write_that_answers_the_peer_neither_waits_nor_is_signaled() {
     }
     sim.pump();
     let before = sim.hosts[0].frames;
-    assert_eq!(
-        MERGE_SIGNAL_EVERY, 4,
-        "the counts below assume a signal every 4 frames"
-    );
-    sim.hosts[0].to_send.extend(writes(&[9; 8]));
-    for _ in 0..8 {
+    sim.hosts[0].to_send.extend(writes(&vec![9; every + 4]));
+    for _ in 0..every + 4 {
         assert!(sim.hosts[0].send_next(0));
         sim.pump();
     }
-    // The first answers host 1's last write; three more go, the third of them signaled (with
-    // host 0's very first write, which answered nothing, that makes MERGE_SIGNAL_EVERY); the
-    // other four wait in one message.
-    assert_eq!(sim.hosts[0].frames - before, 4);
+    // The first answers host 1's last write; `every - 1` more go, the last of them signaled
+    // (with host 0's very first write, which answered nothing, that makes
+    // MERGE_SIGNAL_EVERY); the other four wait in one message.
+    assert_eq!(sim.hosts[0].frames - before, every);
     assert_eq!(sim.hosts[0].signaled, 1);
     assert_eq!(sim.hosts[0].conn.stats().writes_merged, 3);
     sim.run_until_quiet(100_000);
     for side in 0..2 {
         let (sent, received) = sent_and_received(&sim, side);
         assert_eq!(received, sent);
+    }
+}
+
+#[test]
+fn messages_behind_an_unfinished_signaled_frame_travel_in_one_batch() {
+    let every = MERGE_SIGNAL_EVERY as usize;
+    let cfg = small_config(every as u32 + 8, 2, every as u32 + 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[0].batch = true;
+    // Five 8-byte messages fill 60 of a batch's 64 bytes (each has a 4-byte length first).
+    sim.hosts[0].to_send = writes(&vec![8; every + 7]);
+    for _ in 0..every + 5 {
+        assert!(sim.hosts[0].send_next(0));
+        sim.pump();
+    }
+    // The first frames went on their own, the last of them signaled; five wait in one batch.
+    assert_eq!((sim.hosts[0].frames, sim.hosts[0].signaled), (every, 1));
+    assert_eq!(sim.hosts[0].conn.stats().messages_batched, 4);
+    while sim.deliver(0) {}
+    sim.hosts[0].complete_sends();
+    sim.pump();
+    assert_eq!((sim.hosts[0].frames, sim.hosts[0].signaled), (every + 1, 2));
+    while sim.deliver(0) {}
+    sim.pump();
+    let got = &sim.hosts[1].received;
+    assert_eq!(got.len(), every + 5, "each message of the batch on its own");
+    for (k, (class, bytes)) in got.iter().enumerate() {
+        assert_eq!(*class, Received::Message);
+        assert_eq!(bytes, &content(0, k, 8), "message {k}");
+    }
+    // The batch's receive buffer comes back with the last of its messages, not before.
+    let window = cfg.window;
+    for _ in 0..every {
+        assert!(sim.hosts[1].release_one());
+    }
+    assert_eq!(
+        sim.hosts[1].posted.get(),
+        window - 1,
+        "only the batch's buffer is out"
+    );
+    for _ in 0..4 {
+        assert!(sim.hosts[1].release_one());
+        assert_eq!(
+            sim.hosts[1].posted.get(),
+            window - 1,
+            "the batch is still read"
+        );
+    }
+    assert!(sim.hosts[1].release_one());
+    assert_eq!(sim.hosts[1].posted.get(), window);
+    sim.run_until_quiet(100_000);
+    assert_eq!(sim.hosts[1].received.len(), every + 7);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// One end sends plain messages in batches (small ones; large ones by rendezvous between
+    /// them) under random schedules, the other releases them at random: every message arrives
+    /// once, on its own, in order, intact; every receive buffer comes back.
+    #[test]
+    fn random_batch_schedules_deliver_every_message_once_in_order(
+        lens in proptest::collection::vec(prop_oneof![0usize..=60, 61usize..200], 0..60),
+        ops in proptest::collection::vec(0u8..12, 0..800),
+        window in 6u32..12,
+        sq_depth in 4u32..10,
+    ) {
+        let cfg = small_config(window, 2, sq_depth, 2, 2);
+        let mut sim = Sim::new(&cfg, &cfg);
+        sim.hosts[0].to_send = writes(&lens);
+        sim.hosts[0].batch = true;
+        for op in ops {
+            sim.step(op);
+        }
+        sim.run_until_quiet(1_000_000);
+        prop_assert!(sim.hosts[0].all_sent());
+        let got = &sim.hosts[1].received;
+        prop_assert_eq!(got.len(), lens.len());
+        for (k, (class, bytes)) in got.iter().enumerate() {
+            prop_assert_eq!(*class, Received::Message);
+            prop_assert_eq!(bytes, &content(0, k, lens[k]), "message {}", k);
+        }
+        for h in &sim.hosts {
+            prop_assert!(h.closed.is_empty());
+            prop_assert_eq!(h.posted.get(), window, "every receive came back");
+        }
     }
 }

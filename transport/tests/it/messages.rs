@@ -3,7 +3,7 @@
 //! RNR on the wire.
 use std::time::Duration;
 
-use transport::{EndpointConfig, Error};
+use transport::{EndpointConfig, Error, Polling};
 
 use crate::support::*;
 
@@ -161,4 +161,57 @@ fn a_one_gibibyte_message_arrives_intact() {
         offset += chunk.len();
     }
     assert_eq!(offset, LEN);
+}
+
+/// A sender of small messages that outruns the device (busy polling, which batches
+/// messages): they travel in batch frames (blocking and async sends alike) and arrive one by
+/// one, intact, in order; with `nodelay`, or under adaptive polling, each goes in a frame of
+/// its own. No RNR either way.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn small_messages_travel_in_batches_and_arrive_one_by_one() {
+    let rnr_before = rnr_counters();
+    let busy = EndpointConfig {
+        polling: Polling::Busy,
+        ..config()
+    };
+    for (nodelay, cfg) in [(false, busy.clone()), (true, busy), (false, config())] {
+        let batches = !nodelay && matches!(cfg.polling, Polling::Busy);
+        let (server, client) = pair_with(cfg.clone(), cfg);
+        assert!(!client.nodelay(), "batching is on by default");
+        client.set_nodelay(nodelay);
+        let n = if batches { 20_000 } else { 2_000 };
+        let len_of = |i: u64| (i as usize * 13) % 200;
+        let sender = std::thread::spawn(move || {
+            for i in 0..n {
+                let data = pattern(i, len_of(i));
+                if i % 2 == 0 {
+                    client.send(&data).unwrap();
+                } else {
+                    futures::executor::block_on(client.send_async(&data)).unwrap();
+                }
+            }
+            client
+        });
+        for i in 0..n {
+            let msg = server.recv(TIMEOUT).unwrap();
+            assert_eq!(msg.len(), len_of(i), "message {i}");
+            assert!(msg.to_vec() == pattern(i, len_of(i)), "message {i} differs");
+        }
+        let client = sender.join().unwrap();
+        let stats = client.stats().expect("connected");
+        let (frames, batched) = (stats.frames_sent, stats.messages_batched);
+        if !batches {
+            assert_eq!(batched, 0);
+            assert!(frames >= n, "{n} messages in {frames} frames");
+        } else {
+            // How many join a batch depends on the device's pace against the sender's; each
+            // either joined one or went in a frame that started one or went alone.
+            assert!(
+                batched > 0 && frames < n && frames + batched >= n,
+                "{n} messages: {frames} frames, {batched} batched"
+            );
+        }
+    }
+    assert_eq!(rnr_counters(), rnr_before, "RNR NAKs on the wire");
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use transport::proto::{
     Action, Body, CallError, CallId, Class, Config, ConnError, Connection, Delivery, MsgId, Parts,
-    Payload, ReadId, Received, RemoteChunk, SendErrorKind, HEADER_LEN, MAX_HEAD,
+    Payload, ReadId, Received, RemoteChunk, SendErrorKind, BATCH_ENTRY_HEADER, HEADER_LEN,
+    MAX_HEAD,
 };
 
 /// A buffer of the simulated driver. A receive buffer gives its posted-receive slot back when
@@ -43,6 +44,12 @@ impl Payload for SimBuf {
     fn len(&self) -> usize {
         self.data.len()
     }
+    fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+    fn spare(&self) -> usize {
+        usize::MAX - self.data.len()
+    }
     fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {
         Payload::append(&mut self.data, bytes, max_len)
     }
@@ -59,6 +66,7 @@ pub fn content(side: usize, k: usize, len: usize) -> Vec<u8> {
 pub fn bytes_of(d: &Delivery<SimBuf>) -> Vec<u8> {
     match &d.parts {
         Parts::Eager(b) => b.data[HEADER_LEN..HEADER_LEN + d.len as usize].to_vec(),
+        Parts::Part { frame, offset } => frame.data[*offset..offset + d.len as usize].to_vec(),
         Parts::Chunks(cs) => {
             let mut v = Vec::new();
             for c in cs {
@@ -117,6 +125,10 @@ pub struct Host {
     /// message when they fit (`Connection::append`), else sent with `send_mergeable`; empty
     /// ones send nothing.
     pub stream: bool,
+    /// Plain messages up to the eager limit go in batches when the connection would hold
+    /// them: added to the batch waiting to go (`Connection::append_message`), or sent as a
+    /// new one (`send_batch`); else on their own.
+    pub batch: bool,
     /// Bytes of message `next` already appended (a stream write taken in part).
     pub partial: usize,
     /// Frames sent, and how many of them the connection asked to be signaled.
@@ -150,6 +162,7 @@ impl Host {
             probes: 0,
             echo_requests: false,
             stream: false,
+            batch: false,
             partial: 0,
             frames: 0,
             signaled: 0,
@@ -175,7 +188,32 @@ impl Host {
         if self.stream && m.class == Class::Message && data.len() <= self.conn.eager_limit() {
             return self.write_stream(&data);
         }
+        if self.batch
+            && m.class == Class::Message
+            && BATCH_ENTRY_HEADER + data.len() <= self.conn.eager_limit()
+        {
+            if let Some(taken) = self.send_in_batch(&data) {
+                return taken;
+            }
+        }
         self.send_bytes(m.class, &data)
+    }
+
+    /// A plain message in a batch, as the driver batches them; `None`: send it on its own.
+    fn send_in_batch(&mut self, data: &[u8]) -> Option<bool> {
+        if !self.conn.append_message(data) {
+            if !self.conn.would_hold() || self.conn.queue_full() {
+                return None;
+            }
+            let mut frame = vec![0u8; HEADER_LEN];
+            frame.extend_from_slice(&(data.len() as u32).to_le_bytes());
+            frame.extend_from_slice(data);
+            if let Err(e) = self.conn.send_batch(SimBuf::plain(frame)) {
+                return Some(self.refused(e.kind));
+            }
+        }
+        self.next += 1;
+        Some(true)
     }
 
     /// A byte-stream write of (the rest of) message `next`.
@@ -372,9 +410,7 @@ impl Host {
         let Some(d) = self.held.pop_front() else {
             return false;
         };
-        let credit = d.holds_credit();
-        drop(d);
-        if credit {
+        if d.release() {
             self.conn.on_release();
         }
         true

@@ -389,7 +389,7 @@ fn small_writes_coalesce_into_few_frames_and_nodelay_sends_each_alone() {
             "{writes} writes went as {frames} frames ({merged} merged)"
         );
         // nodelay: a frame per write.
-        let (mut c, s) = connect_pair(&listener, &client).await;
+        let (c, s) = connect_pair(&listener, &client).await;
         c.set_nodelay(true);
         let writes = 2_000;
         let (frames, merged) = small_writes(c, s, writes).await;

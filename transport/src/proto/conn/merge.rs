@@ -17,10 +17,11 @@
 //! enough to know when a given frame is done.
 
 use super::*;
+use crate::proto::frame::BATCH_ENTRY_HEADER;
 
 /// A mergeable frame is signaled (and followed by a hold) at least this often while writes
 /// come one at a time; one that was held back (the writer outruns the device) always is.
-pub const MERGE_SIGNAL_EVERY: u32 = 4;
+pub const MERGE_SIGNAL_EVERY: u32 = 16;
 
 /// Frame counts that tell whether a signaled stream frame is still unfinished.
 #[derive(Debug, Default)]
@@ -36,6 +37,9 @@ pub(super) struct Merging {
     /// Data came from the peer since the last stream frame went: the next stream message
     /// answers it, and goes at once.
     answering: bool,
+    /// Plain messages sent on their own count towards signals too, so that the ones after
+    /// them can wait in a batch ([`Connection::set_coalescing`]).
+    off: bool,
 }
 
 impl Merging {
@@ -58,9 +62,10 @@ impl Merging {
         self.frames_done < self.wait_for && !self.answering
     }
 
-    /// A mergeable frame was just handed out (after [`on_frame_sent`](Self::on_frame_sent));
+    /// A frame that counts towards signals (a mergeable one, or a plain message's) was just
+    /// handed out (after [`on_frame_sent`](Self::on_frame_sent));
     /// returns whether the driver must signal it. An answer is not.
-    pub(super) fn on_mergeable_sent(&mut self, was_held: bool) -> bool {
+    pub(super) fn on_counted_frame_sent(&mut self, was_held: bool) -> bool {
         if std::mem::take(&mut self.answering) {
             return false;
         }
@@ -75,6 +80,21 @@ impl Merging {
 }
 
 impl<B: Payload> Connection<B> {
+    /// Whether plain messages sent on their own ([`send`](Self::send) with
+    /// [`Class::Message`]) take part in coalescing: on (the default), one in
+    /// [`MERGE_SIGNAL_EVERY`] of their frames is signaled, so that messages after it can wait
+    /// in a batch ([`send_batch`](Self::send_batch)) while it is unfinished. A driver that
+    /// never batches (`nodelay`) turns it off, sparing those completions.
+    pub fn set_coalescing(&mut self, on: bool) {
+        self.merging.off = !on;
+    }
+
+    /// Whether a frame counts towards signals: a mergeable one, or a plain message's unless
+    /// coalescing is off.
+    pub(super) fn counts_for_merging(&self, mergeable: bool, flags: u8) -> bool {
+        mergeable || (flags == 0 && !self.merging.off)
+    }
+
     /// Queues a byte-stream message: like [`send`](Self::send) with [`Class::Message`], but
     /// the message may take later writes ([`append`](Self::append)) while it waits, and it
     /// waits while a signaled frame of the stream is unfinished (unless it is full). Sending
@@ -90,21 +110,73 @@ impl<B: Payload> Connection<B> {
             payload,
             mergeable: true,
             held: false,
+            batch: false,
         });
         Ok(())
     }
 
+    /// Queues a batch of plain messages (see `PROTOCOL.md`, "Batches"): `payload` is header
+    /// room, then the first message as a batch entry (its length as a little-endian `u32`
+    /// [`BATCH_ENTRY_HEADER`], then its bytes). Later messages join it with
+    /// [`append_message`](Self::append_message) while it waits, as stream writes join a
+    /// message from [`send_mergeable`](Self::send_mergeable), and it waits by the same rule.
+    /// The peer receives each message on its own, in order.
+    pub fn send_batch(&mut self, payload: B) -> Result<(), SendError<B>> {
+        if let Some(kind) = self.eager_refusal(payload.len()) {
+            return Err(SendError { kind, payload });
+        }
+        self.outq.push_back(Out::Eager {
+            flags: 0,
+            tag: 0,
+            payload,
+            mergeable: true,
+            held: false,
+            batch: true,
+        });
+        Ok(())
+    }
+
+    /// Adds message `data` to the batch queued last if it has not been sent yet and has room
+    /// for it (at most the eager limit in all), and the queue is not full; returns whether it
+    /// did (else send it another way).
+    pub fn append_message(&mut self, data: &[u8]) -> bool {
+        if !self.accepting() || self.queue_full() {
+            return false;
+        }
+        let max_len = HEADER_LEN + self.send_eager_limit;
+        let need = BATCH_ENTRY_HEADER + data.len();
+        let Some(Out::Eager {
+            batch: true,
+            payload,
+            ..
+        }) = self.outq.back_mut()
+        else {
+            return false;
+        };
+        if need > payload.spare() || payload.len() + need > max_len {
+            return false;
+        }
+        let len = (data.len() as u32).to_le_bytes();
+        payload.append(&len, max_len);
+        payload.append(data, max_len);
+        self.stats.messages_batched += 1;
+        true
+    }
+
     /// Appends as much of `bytes` as fits to the last queued message if it came from
     /// [`send_mergeable`](Self::send_mergeable) and has not been sent yet (at most the eager
-    /// limit in all); returns how many bytes it took (0: send a new message).
+    /// limit in all); returns how many bytes it took (0: send a new message). Takes nothing
+    /// while the queue is full ([`queue_full`](Self::queue_full)): a full queue is
+    /// backpressure for every send, whatever room its last message has.
     pub fn append(&mut self, bytes: &[u8]) -> usize {
-        if !self.accepting() || bytes.is_empty() {
+        if !self.accepting() || bytes.is_empty() || self.queue_full() {
             return 0;
         }
         let max_len = HEADER_LEN + self.send_eager_limit;
         let n = match self.outq.back_mut() {
             Some(Out::Eager {
                 mergeable: true,
+                batch: false,
                 payload,
                 ..
             }) => payload.append(bytes, max_len),
@@ -121,6 +193,13 @@ impl<B: Payload> Connection<B> {
     /// a buffer with room for the writes that follow.
     pub fn would_hold(&self) -> bool {
         self.merging.holding() || !self.outq.is_empty()
+    }
+
+    /// Whether mergeable messages wait for a completion now (a signaled frame they do not
+    /// answer is unfinished): then a driver that would poll right after sending should not,
+    /// or it would likely take that completion at once and end the wait before it began.
+    pub fn waits_for_completion(&self) -> bool {
+        self.merging.holding()
     }
 
     /// Whether the message at the head of the send order must wait: a mergeable one, not

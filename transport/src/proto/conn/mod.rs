@@ -2,6 +2,7 @@
 //! actions out.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::config::{
@@ -12,8 +13,8 @@ use super::error::{
     CallError, ConfigError, ConnError, PeerGone, ProtocolError, SendError, SendErrorKind,
 };
 use super::frame::{
-    decode_head, encode_body, FrameBody, Header, Kind, RemoteChunk, FLAG_NO_HANDLER, FLAG_REQUEST,
-    FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
+    decode_head, encode_body, BatchEntries, FrameBody, Header, Kind, RemoteChunk, FLAG_BATCH,
+    FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
 };
 use super::rndv::{ChunkOut, InClass, LargeIn, LargeOut};
 use super::rpc::{CallId, Calls};
@@ -36,6 +37,8 @@ pub struct Stats {
     /// Byte-stream writes appended to a message still waiting to go
     /// ([`Connection::append`]).
     pub writes_merged: u64,
+    /// Messages added to a batch still waiting to go ([`Connection::append_message`]).
+    pub messages_batched: u64,
 }
 
 /// The id (and call id, for a request) of a large message started by
@@ -67,6 +70,8 @@ enum Out<B> {
         mergeable: bool,
         /// It was held back at least once.
         held: bool,
+        /// A batch of messages ([`Connection::send_batch`]): sent with `FLAG_BATCH`.
+        batch: bool,
     },
     Large(MsgId),
     Reject(CallId),
@@ -75,7 +80,17 @@ enum Out<B> {
 /// A message received, waiting for delivery in order.
 #[derive(Debug)]
 enum In<B> {
-    Eager { class: InClass, buf: B, len: usize },
+    Eager {
+        class: InClass,
+        buf: B,
+        len: usize,
+    },
+    /// A message of a batch frame (see [`Parts::Part`]).
+    Part {
+        frame: Arc<B>,
+        offset: usize,
+        len: usize,
+    },
     NoHandler(u64),
     Large(LargeIn<B>),
 }

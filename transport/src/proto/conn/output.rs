@@ -107,9 +107,12 @@ impl<B: Payload> Connection<B> {
                     payload,
                     mergeable,
                     held,
+                    batch,
                 }) => {
+                    let flags = if batch { flags | FLAG_BATCH } else { flags };
                     let header = self.header(Kind::Data, flags, tag);
-                    let signal = mergeable && self.merging.on_mergeable_sent(held);
+                    let signal = self.counts_for_merging(mergeable, flags)
+                        && self.merging.on_counted_frame_sent(held);
                     return Some(Action::Send {
                         header,
                         body: Body::Payload(payload),
@@ -207,6 +210,12 @@ impl<B: Payload> Connection<B> {
         for i in self.inq.drain(..) {
             match i {
                 In::Eager { buf, .. } => self.actions.push_back(Action::Release(buf)),
+                // The last reference hands the batch frame's buffer back.
+                In::Part { frame, .. } => {
+                    if let Some(buf) = Arc::into_inner(frame) {
+                        self.actions.push_back(Action::Release(buf));
+                    }
+                }
                 In::Large(l) => {
                     for (_, c) in l.parts {
                         self.actions.push_back(Action::Release(c.buf));

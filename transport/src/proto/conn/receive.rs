@@ -70,6 +70,8 @@ impl<B: Payload> Connection<B> {
                 if h.flags & FLAG_NO_HANDLER != 0 {
                     self.release_now(buf);
                     self.inq.push_back(In::NoHandler(h.tag));
+                } else if h.flags & FLAG_BATCH != 0 {
+                    self.receive_batch(buf, frame_len)?;
                 } else {
                     let class = in_class(h.flags, h.tag);
                     if self.inq.is_empty() {
@@ -186,6 +188,11 @@ impl<B: Payload> Connection<B> {
                 Some(In::Eager { class, buf, len }) => {
                     self.complete(class, len as u64, Parts::Eager(buf))
                 }
+                Some(In::Part { frame, offset, len }) => self.complete(
+                    InClass::Deliver(Received::Message),
+                    len as u64,
+                    Parts::Part { frame, offset },
+                ),
                 Some(In::NoHandler(call)) => {
                     let id = CallId(call);
                     if self.calls.finish(id) {
@@ -205,6 +212,32 @@ impl<B: Payload> Connection<B> {
                 None => return,
             }
         }
+    }
+
+    /// A batch frame of `frame_len` bytes in `buf`: its messages, in order, share the buffer,
+    /// which holds one receive credit until the last of them is released.
+    fn receive_batch(&mut self, buf: B, frame_len: usize) -> Result<(), ProtocolError> {
+        let frame = Arc::new(buf);
+        let entries = batch_of(&*frame, frame_len)?;
+        // One credit for the frame, returned by whichever of its messages goes last.
+        self.held += 1;
+        for (offset, len) in entries {
+            let offset = HEADER_LEN + offset;
+            if self.inq.is_empty() {
+                let parts = Parts::Part {
+                    frame: frame.clone(),
+                    offset,
+                };
+                self.complete(InClass::Deliver(Received::Message), len as u64, parts);
+            } else {
+                self.inq.push_back(In::Part {
+                    frame: frame.clone(),
+                    offset,
+                    len,
+                });
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn complete(&mut self, class: InClass, len: u64, parts: Parts<B>) {
@@ -262,6 +295,18 @@ impl<B: Payload> Connection<B> {
         self.acks.push_back((r.msg, r.offset));
         self.deliver_ready();
         self.maybe_finish();
+    }
+}
+
+/// The messages of the batch frame of `frame_len` bytes in `buf`, checked.
+fn batch_of<B: Payload>(buf: &B, frame_len: usize) -> Result<BatchEntries<'_>, ProtocolError> {
+    match buf.bytes().get(HEADER_LEN..frame_len) {
+        Some(body) => BatchEntries::parse(body),
+        None => Err(ProtocolError::BadLength {
+            what: "batch frame buffer",
+            len: buf.len(),
+            expected: "the frame's length",
+        }),
     }
 }
 

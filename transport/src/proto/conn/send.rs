@@ -18,6 +18,7 @@ impl<B: Payload> Connection<B> {
             payload,
             mergeable: false,
             held: false,
+            batch: false,
         });
         Ok(id)
     }

@@ -251,6 +251,10 @@ fn a_peer_that_stops_reading_gets_everything_in_order_later() {
     const MESSAGES: u64 = 120;
     const PAUSE: Duration = Duration::from_secs(3);
     let (server, client) = pair_with(chunked(config()), chunked(config()));
+    // A frame per message, so that small messages fill the send queue and meet the wall too:
+    // in batches they take fewer queue entries, and the wall comes at a rendezvous message,
+    // which try_send does not take.
+    client.set_nodelay(true);
     let sender = std::thread::spawn(move || {
         let deadline = Instant::now() + LONG;
         let (mut timeouts, mut would_block, mut first_wall) = (0u64, 0u64, None);

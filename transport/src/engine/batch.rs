@@ -1,0 +1,58 @@
+//! Coalescing on the send side: plain messages into batch frames, byte-stream writes into
+//! one message (the rules are the protocol core's, `proto/conn/merge.rs`). A connection
+//! with `nodelay` sends each on its own.
+
+use std::sync::atomic::Ordering;
+
+use super::conn::{ConnShared, ConnState};
+use crate::proto::{BATCH_ENTRY_HEADER, HEADER_LEN};
+use crate::Result;
+
+impl ConnShared {
+    /// Whether sends go on their own at once (no batching, no coalescing of writes).
+    pub(crate) fn nodelay(&self) -> bool {
+        self.nodelay.load(Ordering::Relaxed)
+    }
+
+    /// Whether plain messages travel in batches: not `nodelay`, and a polling mode that
+    /// batches them ([`Polling::batches_messages`](crate::Polling)).
+    pub(crate) fn batches_messages(&self) -> bool {
+        !self.nodelay() && self.shared.cfg.polling.batches_messages()
+    }
+
+    /// Queues plain message `data` in a batch if that is how it goes now: added to the batch
+    /// waiting to go, or, when a new message would wait (behind an unacknowledged frame),
+    /// as a new batch that later messages join. `None`: send it on its own (the connection
+    /// does not batch messages (`nodelay`, or its polling mode), nothing waits, the message does not fit a batch, the queue is full or
+    /// the pool has no buffer now). After `Some(Ok(()))` the caller must make sure someone
+    /// polls soon ([`Shared::wake_progress`](super::Shared::wake_progress)): the batch goes
+    /// when a completion is seen.
+    pub(crate) fn try_batch(&self, st: &mut ConnState, data: &[u8]) -> Option<Result<()>> {
+        if !self.batches_messages() {
+            return None;
+        }
+        if let Some(e) = st.ended() {
+            return Some(Err(e));
+        }
+        let p = st.proto.as_mut()?;
+        let limit = p.eager_limit();
+        if BATCH_ENTRY_HEADER + data.len() > limit {
+            return None;
+        }
+        if p.append_message(data) {
+            return Some(Ok(()));
+        }
+        if !p.would_hold() || p.queue_full() {
+            return None;
+        }
+        let mut frame = self.shared.pool.try_alloc(HEADER_LEN + limit).ok()?;
+        let len = HEADER_LEN + BATCH_ENTRY_HEADER + data.len();
+        frame.set_len(len).ok()?;
+        frame[HEADER_LEN..HEADER_LEN + BATCH_ENTRY_HEADER]
+            .copy_from_slice(&(data.len() as u32).to_le_bytes());
+        frame[HEADER_LEN + BATCH_ENTRY_HEADER..len].copy_from_slice(data);
+        p.send_batch(frame).ok()?;
+        self.drive(st);
+        Some(Ok(()))
+    }
+}
