@@ -200,7 +200,7 @@ impl Conn {
                 match p.send(class, frame.take().expect("frame until sent")) {
                     Ok(id) => {
                         conn.drive(st);
-                        waits = st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
+                        waits = st.waits_for_completion();
                         Some(Ok(id))
                     }
                     Err(SendError {
@@ -226,18 +226,11 @@ impl Conn {
                 attempt(conn, &mut st).unwrap_or(Err(Error::WouldBlock))
             }
         };
-        // A sender handles what came back (completions, credit) itself while it sends, so
-        // the progress thread need not run beside it. Not after a request or a response:
-        // their senders poll next anyway, waiting for the response or the next request. Nor
-        // when the frame just sent is one the next messages would wait for (a batch gathers
-        // them meanwhile, see `Conn::set_nodelay`): polling now would likely find its
-        // completion and end the wait before it began; someone polls soon instead.
+        // A sender handles what came back itself (see `ConnShared::after_send`). Not after a
+        // request or a response: their senders poll next anyway, waiting for the response or
+        // the next request.
         if matches!(class, Class::Message) {
-            if waits {
-                self.inner.shared.wake_progress();
-            } else {
-                self.inner.shared.progress();
-            }
+            self.inner.after_send(waits);
         }
         sent
     }
@@ -395,15 +388,9 @@ impl Conn {
         }
         let mut st = conn.state.lock();
         let r = conn.try_batch(&mut st, data)?;
-        let waits = st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
+        let waits = st.waits_for_completion();
         drop(st);
-        if waits {
-            // The batch goes when the frame before it completes: someone must poll for that.
-            conn.shared.wake_progress();
-        } else {
-            // It waits for credit: take what came back, as a sender does.
-            conn.shared.progress();
-        }
+        conn.after_send(waits);
         Some(r)
     }
 

@@ -244,16 +244,10 @@ impl Conn {
             return match p.send(class, frame) {
                 Ok(id) => {
                     conn.drive(&mut st);
-                    let waits = class == Class::Message
-                        && st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
+                    let waits = class == Class::Message && st.waits_for_completion();
                     drop(st);
-                    // As a blocking sender does: handle what came back while sending, unless
-                    // the next messages would wait for this frame (see `send_frame_releasing`).
-                    if waits {
-                        conn.shared.wake_progress();
-                    } else {
-                        conn.shared.progress();
-                    }
+                    // As a blocking sender does (see `ConnShared::after_send`).
+                    conn.after_send(waits);
                     Poll::Ready(Ok(id))
                 }
                 Err(SendError {
@@ -380,17 +374,9 @@ impl Conn {
         match p.send_mergeable(frame) {
             Ok(()) => {
                 conn.drive(&mut st);
-                let waits = st.proto.as_ref().is_some_and(|p| p.waits_for_completion());
+                let waits = st.waits_for_completion();
                 drop(st);
-                if waits {
-                    // The message waits for a completion, and the writes that follow join
-                    // it: polling now would take the completion at once and send the
-                    // message with this write alone. Make sure someone polls soon instead.
-                    conn.shared.wake_progress();
-                } else {
-                    // As a blocking sender does: handle what came back while sending.
-                    conn.shared.progress();
-                }
+                conn.after_send(waits);
                 Poll::Ready(Ok(data.len()))
             }
             Err(SendError {

@@ -8,10 +8,33 @@ use super::conn::{ConnShared, ConnState};
 use crate::proto::{BATCH_ENTRY_HEADER, HEADER_LEN};
 use crate::Result;
 
+impl ConnState {
+    /// Whether the connection's next small sends wait for a frame's completion (see
+    /// [`crate::proto::Connection::waits_for_completion`]).
+    pub(crate) fn waits_for_completion(&self) -> bool {
+        self.proto
+            .as_ref()
+            .is_some_and(|p| p.waits_for_completion())
+    }
+}
+
 impl ConnShared {
     /// Whether sends go on their own at once (no batching, no coalescing of writes).
     pub(crate) fn nodelay(&self) -> bool {
         self.nodelay.load(Ordering::Relaxed)
+    }
+
+    /// What a sender does once it queued a send, with the connection's state unlocked:
+    /// handles what came back (completions, the peer's credit) itself, so the progress
+    /// thread need not run beside it; unless the next sends wait for the frame just sent
+    /// (`waits`, from [`ConnState::waits_for_completion`]): polling now would likely find its
+    /// completion and end the wait before it began, so it makes sure someone polls soon.
+    pub(crate) fn after_send(&self, waits: bool) {
+        if waits {
+            self.shared.wake_progress();
+        } else {
+            self.shared.progress();
+        }
     }
 
     /// Whether plain messages travel in batches: not `nodelay`, and a polling mode that

@@ -101,18 +101,7 @@ impl<B: Payload> Connection<B> {
     /// a stream's writes this way turns many small writes into few frames when the writer
     /// outruns the device; a write that finds nothing unfinished goes at once.
     pub fn send_mergeable(&mut self, payload: B) -> Result<(), SendError<B>> {
-        if let Some(kind) = self.eager_refusal(payload.len()) {
-            return Err(SendError { kind, payload });
-        }
-        self.outq.push_back(Out::Eager {
-            flags: 0,
-            tag: 0,
-            payload,
-            mergeable: true,
-            held: false,
-            batch: false,
-        });
-        Ok(())
+        self.queue_mergeable(payload, false)
     }
 
     /// Queues a batch of plain messages (see `PROTOCOL.md`, "Batches"): `payload` is header
@@ -122,6 +111,10 @@ impl<B: Payload> Connection<B> {
     /// message from [`send_mergeable`](Self::send_mergeable), and it waits by the same rule.
     /// The peer receives each message on its own, in order.
     pub fn send_batch(&mut self, payload: B) -> Result<(), SendError<B>> {
+        self.queue_mergeable(payload, true)
+    }
+
+    fn queue_mergeable(&mut self, payload: B, batch: bool) -> Result<(), SendError<B>> {
         if let Some(kind) = self.eager_refusal(payload.len()) {
             return Err(SendError { kind, payload });
         }
@@ -131,7 +124,7 @@ impl<B: Payload> Connection<B> {
             payload,
             mergeable: true,
             held: false,
-            batch: true,
+            batch,
         });
         Ok(())
     }
