@@ -40,7 +40,9 @@
 //!   no copy); [`Conn::recv`] lends the receive buffer as a [`Message`] and gives the credit
 //!   back when it is dropped. Order and boundaries are preserved. Messages above
 //!   [`Conn::eager_limit`] go by rendezvous: the receiver pulls them with RDMA READ, chunk by
-//!   chunk, straight into pool buffers.
+//!   chunk, straight into pool buffers. Small one-way messages that outrun the device travel
+//!   several to a frame under busy and reactor polling, each still received on its own;
+//!   answers never wait ([`Conn::set_nodelay`] turns this off).
 //! - RPC: [`Conn::call`] with a timeout, many outstanding per connection; the server takes
 //!   [`Request`]s with [`Conn::recv_request`] (answer from any thread) or [`Conn::serve`]
 //!   ([`Conn::serve_with`] allocates nothing per request).
