@@ -380,7 +380,8 @@ impl Conn {
     }
 
     /// Queues plain message `data` in a batch if that is how it goes now (see
-    /// [`ConnShared::try_batch`](crate::engine::ConnShared::try_batch)).
+    /// [`ConnShared::try_batch`](crate::engine::ConnShared::try_batch)). A connection that
+    /// does not batch costs an atomic load, not the state lock.
     pub(crate) fn batch(&self, data: &[u8]) -> Option<Result<()>> {
         let conn = &*self.inner;
         if !conn.batches_messages() {
@@ -409,9 +410,9 @@ impl Conn {
     /// dropped. Messages are batched under busy and reactor polling only (see
     /// [`Polling`](crate::Polling): under adaptive and event polling batches measured slower
     /// than a frame per message). Byte-stream writes coalesce the same way under every mode
-    /// ([`crate::stream`]). A send that
-    /// answers data from the peer, or finds nothing unacknowledged, goes at once, so
-    /// request-and-reply exchanges never wait, and a wait lasts about one device round trip.
+    /// ([`crate::stream`]). A send that answers data from the peer, or finds nothing
+    /// unacknowledged, goes at once, so request-and-reply exchanges never wait, and a wait
+    /// lasts about one device round trip.
     /// Many small one-way messages then cost the device few frames: their rate is many times
     /// that of a frame per message. Set `nodelay` for a sender of a few small messages in a
     /// row whose latency counts more than its rate. Applies to sends from now on.

@@ -250,14 +250,7 @@ impl Conn {
                     conn.after_send(waits);
                     Poll::Ready(Ok(id))
                 }
-                Err(SendError {
-                    kind: SendErrorKind::WouldBlock,
-                    ..
-                }) => {
-                    register(&self.inner.shared, &mut st, cx);
-                    Poll::Pending
-                }
-                Err(SendError { kind, .. }) => Poll::Ready(Err(send_error(kind, &st))),
+                Err(SendError { kind, .. }) => self.refused(&mut st, cx, kind),
             };
         }
         let limit = self.max_whole_send();
@@ -298,11 +291,7 @@ impl Conn {
         }
         let large = match p.send_large(class, data.len() as u64) {
             Ok(l) => l,
-            Err(SendErrorKind::WouldBlock) => {
-                register(&self.inner.shared, &mut st, cx);
-                return Poll::Pending;
-            }
-            Err(kind) => return Poll::Ready(Err(send_error(kind, &st))),
+            Err(kind) => return self.refused(&mut st, cx, kind),
         };
         for (offset, remote, buf) in chunks {
             if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, offset, remote, buf) {
@@ -379,15 +368,23 @@ impl Conn {
                 conn.after_send(waits);
                 Poll::Ready(Ok(data.len()))
             }
-            Err(SendError {
-                kind: SendErrorKind::WouldBlock,
-                ..
-            }) => {
-                register(&self.inner.shared, &mut st, cx);
-                Poll::Pending
-            }
-            Err(SendError { kind, .. }) => Poll::Ready(Err(send_error(kind, &st))),
+            Err(SendError { kind, .. }) => self.refused(&mut st, cx, kind),
         }
+    }
+
+    /// A send the protocol refused: backpressure (`WouldBlock`) waits for this connection's
+    /// progress, anything else is the error.
+    fn refused<T>(
+        &self,
+        st: &mut ConnState,
+        cx: &mut Context<'_>,
+        kind: SendErrorKind,
+    ) -> Poll<Result<T>> {
+        if matches!(kind, SendErrorKind::WouldBlock) {
+            register(&self.inner.shared, st, cx);
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(send_error(kind, st)))
     }
 
     /// The pool is exhausted: retry when this connection makes progress or at the next tick.

@@ -43,17 +43,14 @@ impl ConnShared {
         !self.nodelay() && self.shared.cfg.polling.batches_messages()
     }
 
-    /// Queues plain message `data` in a batch if that is how it goes now: added to the batch
-    /// waiting to go, or, when a new message would wait (behind an unacknowledged frame),
-    /// as a new batch that later messages join. `None`: send it on its own (the connection
-    /// does not batch messages (`nodelay`, or its polling mode), nothing waits, the message does not fit a batch, the queue is full or
-    /// the pool has no buffer now). After `Some(Ok(()))` the caller must make sure someone
-    /// polls soon ([`Shared::wake_progress`](super::Shared::wake_progress)): the batch goes
-    /// when a completion is seen.
+    /// Queues plain message `data` in a batch if that is how it goes now, on a connection that
+    /// [`batches_messages`](Self::batches_messages): added to the batch waiting to go, or,
+    /// when a new message would wait (behind an unacknowledged frame), as a new batch that
+    /// later messages join. `None`: send it on its own (nothing waits, the message does not
+    /// fit a batch, the queue is full or the pool has no buffer now). After `Some(Ok(()))`
+    /// the caller goes on as [`after_send`](Self::after_send) says: the batch goes when a
+    /// completion is seen.
     pub(crate) fn try_batch(&self, st: &mut ConnState, data: &[u8]) -> Option<Result<()>> {
-        if !self.batches_messages() {
-            return None;
-        }
         if let Some(e) = st.ended() {
             return Some(Err(e));
         }

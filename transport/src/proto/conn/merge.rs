@@ -1,13 +1,14 @@
-//! Coalescing of byte-stream writes, in the spirit of TCP's Nagle algorithm: while a frame of
-//! the stream is on its way and not yet acknowledged by the peer's device, small writes wait
-//! in one message, which later writes are appended to, instead of each going as a frame of
-//! its own. The wait ends when that frame completes (the peer's device acknowledged it, which
+//! Coalescing of small sends, in the spirit of TCP's Nagle algorithm: while a frame of the
+//! connection is on its way and not yet acknowledged by the peer's device, small byte-stream
+//! writes wait in one message, which later writes are appended to, and plain messages wait in
+//! one batch frame ([`Connection::send_batch`]), instead of each going as a frame of its own. The wait ends when that frame completes (the peer's device acknowledged it, which
 //! takes no action of the peer's program: there is no delayed acknowledgement to wait for) or
 //! when the waiting message is full (the eager limit).
 //!
-//! Only messages sent with [`Connection::send_mergeable`] take part: message boundaries mean
-//! nothing to a byte stream, so merging writes changes nothing on the wire (see
-//! `PROTOCOL.md`, "Byte streams"). Nothing is held unless a frame the connection asked to be
+//! Only messages sent with [`Connection::send_mergeable`] or [`Connection::send_batch`] wait:
+//! message boundaries mean nothing to a byte stream, so merging writes changes nothing on the
+//! wire (see `PROTOCOL.md`, "Byte streams"), and a batch's messages are delivered one by one
+//! ("Batches"). Nothing is held unless a frame the connection asked to be
 //! signaled is unfinished, so a lone write, or a write after the previous one completed, goes
 //! at once. Nor is a write that answers: one after data came from the peer since the last
 //! stream frame went (request and reply, an echo). Such frames are not signaled either: only
@@ -19,8 +20,9 @@
 use super::*;
 use crate::proto::frame::BATCH_ENTRY_HEADER;
 
-/// A mergeable frame is signaled (and followed by a hold) at least this often while writes
-/// come one at a time; one that was held back (the writer outruns the device) always is.
+/// A frame that counts towards signals (a mergeable one, or a plain message's while
+/// coalescing is on) is signaled, and followed by a hold, at least this often while sends
+/// come one at a time; one that was held back (the sender outruns the device) always is.
 pub const MERGE_SIGNAL_EVERY: u32 = 16;
 
 /// Frame counts that tell whether a signaled stream frame is still unfinished.
@@ -30,15 +32,15 @@ pub(super) struct Merging {
     frames_sent: u64,
     /// Frames the driver reported complete.
     frames_done: u64,
-    /// Mergeable frames sent since the last signaled one.
+    /// Frames that count towards signals sent since the last signaled one.
     unsignaled: u32,
     /// Stream messages wait while fewer than this many frames are done.
     wait_for: u64,
     /// Data came from the peer since the last stream frame went: the next stream message
     /// answers it, and goes at once.
     answering: bool,
-    /// Plain messages sent on their own count towards signals too, so that the ones after
-    /// them can wait in a batch ([`Connection::set_coalescing`]).
+    /// Coalescing is off ([`Connection::set_coalescing`]): plain messages sent on their own
+    /// do not count towards signals.
     off: bool,
 }
 
