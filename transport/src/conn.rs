@@ -15,6 +15,9 @@ use crate::proto::{
 use crate::region::Token;
 use crate::{Error, Polling, Result};
 
+/// The lock of a connection's state, held.
+type StateGuard<'a> = parking_lot::MutexGuard<'a, ConnState>;
+
 /// Default bound of blocking calls that take no timeout (`send`, `respond`).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -68,6 +71,22 @@ impl Conn {
         timeout: Duration,
         check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
     ) -> Result<T> {
+        self.wait_until(op, timeout, None, check)
+    }
+
+    /// [`wait`](Self::wait), the first look taken under `st`, a lock the caller holds
+    /// already (a send that took its frame under it then needs no second lock).
+    fn wait_held<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        mut st: StateGuard<'_>,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        if let Some(r) = check(&self.inner, &mut st) {
+            return r;
+        }
+        drop(st);
         self.wait_until(op, timeout, None, check)
     }
 
@@ -172,18 +191,19 @@ impl Conn {
         frame: memory::Buffer,
         timeout: Option<Duration>,
     ) -> Result<Option<CallId>> {
-        self.send_frame_releasing(class, frame, timeout, false)
+        self.send_frame_releasing(class, frame, timeout, false, None)
     }
 
     /// [`send_frame`](Self::send_frame), first releasing the receive credit of a message
     /// just handled when `release` is set (under the same lock: the frame's header then
-    /// carries the credit back).
+    /// carries the credit back). `held`: the state lock, when the caller holds it already.
     fn send_frame_releasing(
         &self,
         class: Class,
         frame: memory::Buffer,
         timeout: Option<Duration>,
         mut release: bool,
+        held: Option<StateGuard<'_>>,
     ) -> Result<Option<CallId>> {
         let mut frame = Some(frame);
         let mut waits = false;
@@ -218,11 +238,12 @@ impl Conn {
                     Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
                 }
             };
-        let sent = match timeout {
-            Some(t) => self.wait("send", t, attempt),
-            None => {
+        let sent = match (timeout, held) {
+            (Some(t), Some(st)) => self.wait_held("send", t, st, attempt),
+            (Some(t), None) => self.wait("send", t, attempt),
+            (None, held) => {
                 let conn = &*self.inner;
-                let mut st = conn.state.lock();
+                let mut st = held.unwrap_or_else(|| conn.state.lock());
                 attempt(conn, &mut st).unwrap_or(Err(Error::WouldBlock))
             }
         };
@@ -370,13 +391,19 @@ impl Conn {
         if data.len() > eager {
             return self.send_large(class, data, timeout);
         }
-        if class == Class::Message {
-            if let Some(r) = self.batch(data) {
+        // One lock for the batch, the frame and the send when they can go at once.
+        let conn = &*self.inner;
+        let mut st = conn.state.lock();
+        if class == Class::Message && conn.batches_messages() {
+            if let Some(r) = conn.try_batch(&mut st, data) {
+                let waits = st.waits_for_completion();
+                drop(st);
+                conn.after_send(waits);
                 return r.map(|()| None);
             }
         }
-        let frame = self.eager_frame(data, Some(timeout))?;
-        self.send_frame(class, frame, Some(timeout))
+        let (frame, held) = self.eager_frame_in(st, data, Some(timeout))?;
+        self.send_frame_releasing(class, frame, Some(timeout), false, held)
     }
 
     /// Queues plain message `data` in a batch if that is how it goes now (see
@@ -469,23 +496,29 @@ impl Conn {
                 limit: self.eager_limit() as u64,
             });
         }
-        let frame = self.eager_frame(data, None)?;
-        self.send_frame(Class::Message, frame, None).map(drop)
+        let (frame, held) = self.eager_frame_in(self.inner.state.lock(), data, None)?;
+        self.send_frame_releasing(Class::Message, frame, None, false, held)
+            .map(drop)
     }
 
     /// The frame of an eager message: `data` copied after the header room, into the buffer
     /// of the last frame the device copied while posting (inline) if this one is as small,
     /// else into a buffer from the pool, waiting up to `timeout` for one (`None`: not at all).
-    fn eager_frame(&self, data: &[u8], timeout: Option<Duration>) -> Result<memory::Buffer> {
+    /// The frame of eager `data`, taken under `st`: a spare frame, with the lock still held
+    /// for the send, or else (the lock let go first) a pool buffer.
+    fn eager_frame_in<'a>(
+        &'a self,
+        mut st: StateGuard<'a>,
+        data: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<(memory::Buffer, Option<StateGuard<'a>>)> {
         let len = HEADER_LEN + data.len();
-        let spare = self.inner.spare_frame(&mut self.inner.state.lock(), len);
-        match spare {
-            Some(mut buf) => {
-                buf[HEADER_LEN..].copy_from_slice(data);
-                Ok(buf)
-            }
-            None => frame_from(&self.inner.shared, data, timeout),
+        if let Some(mut buf) = self.inner.spare_frame(&mut st, len) {
+            buf[HEADER_LEN..].copy_from_slice(data);
+            return Ok((buf, Some(st)));
         }
+        drop(st);
+        Ok((frame_from(&self.inner.shared, data, timeout)?, None))
     }
 
     /// A pool buffer for `len` bytes to fill and [`send_buf`](Self::send_buf) without a copy
@@ -627,10 +660,11 @@ impl Conn {
                 .send_class(class, response, DEFAULT_OP_TIMEOUT)
                 .map(drop);
         }
-        let frame = self.eager_frame(response, Some(DEFAULT_OP_TIMEOUT))?;
+        let (frame, held) =
+            self.eager_frame_in(self.inner.state.lock(), response, Some(DEFAULT_OP_TIMEOUT))?;
         let request = request.and_then(Message::into_delivery);
         let credit = request.as_ref().is_some_and(|d| d.holds_credit());
-        let sent = self.send_frame_releasing(class, frame, Some(DEFAULT_OP_TIMEOUT), credit);
+        let sent = self.send_frame_releasing(class, frame, Some(DEFAULT_OP_TIMEOUT), credit, held);
         drop(request);
         sent.map(drop)
     }

@@ -74,7 +74,9 @@ pub(crate) fn wake_task(waker: std::task::Waker) {
 
 /// Wakes (and empties) `wakers`, each through [`wake_task`].
 pub(crate) fn wake_tasks(wakers: &mut Vec<std::task::Waker>) {
-    wakers.drain(..).for_each(wake_task);
+    if !wakers.is_empty() {
+        wakers.drain(..).for_each(wake_task);
+    }
 }
 
 /// Everything an endpoint's connections share.
