@@ -2,6 +2,7 @@
 //! answers, one-sided reads and writes of exposed regions, graceful close.
 
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -395,11 +396,9 @@ impl Conn {
         let conn = &*self.inner;
         let mut st = conn.state.lock();
         if class == Class::Message && conn.batches_messages() {
-            if let Some(r) = conn.try_batch(&mut st, data) {
-                let waits = st.waits_for_completion();
-                drop(st);
-                conn.after_send(waits);
-                return r.map(|()| None);
+            match self.batch_in(st, data) {
+                ControlFlow::Break(r) => return r.map(|()| None),
+                ControlFlow::Continue(held) => st = held,
             }
         }
         let (frame, held) = self.eager_frame_in(st, data, Some(timeout))?;
@@ -410,16 +409,31 @@ impl Conn {
     /// [`ConnShared::try_batch`](crate::engine::ConnShared::try_batch)). A connection that
     /// does not batch costs an atomic load, not the state lock.
     pub(crate) fn batch(&self, data: &[u8]) -> Option<Result<()>> {
-        let conn = &*self.inner;
-        if !conn.batches_messages() {
+        if !self.inner.batches_messages() {
             return None;
         }
-        let mut st = conn.state.lock();
-        let r = conn.try_batch(&mut st, data)?;
+        match self.batch_in(self.inner.state.lock(), data) {
+            ControlFlow::Break(r) => Some(r),
+            ControlFlow::Continue(_) => None,
+        }
+    }
+
+    /// [`batch`](Self::batch) under `st`, a lock the caller holds: `Break` with the outcome
+    /// when the message went into a batch (the lock let go, then the sender's poll), else
+    /// `Continue` with the lock, for the caller to send the message on its own.
+    fn batch_in<'a>(
+        &'a self,
+        mut st: StateGuard<'a>,
+        data: &[u8],
+    ) -> ControlFlow<Result<()>, StateGuard<'a>> {
+        let conn = &*self.inner;
+        let Some(r) = conn.try_batch(&mut st, data) else {
+            return ControlFlow::Continue(st);
+        };
         let waits = st.waits_for_completion();
         drop(st);
         conn.after_send(waits);
-        Some(r)
+        ControlFlow::Break(r)
     }
 
     /// Whether messages and stream writes go on their own at once (see
@@ -503,9 +517,8 @@ impl Conn {
 
     /// The frame of an eager message: `data` copied after the header room, into the buffer
     /// of the last frame the device copied while posting (inline) if this one is as small,
-    /// else into a buffer from the pool, waiting up to `timeout` for one (`None`: not at all).
-    /// The frame of eager `data`, taken under `st`: a spare frame, with the lock still held
-    /// for the send, or else (the lock let go first) a pool buffer.
+    /// with the lock `st` still held for the send; else, the lock let go first, into a
+    /// buffer from the pool, waiting up to `timeout` for one (`None`: not at all).
     fn eager_frame_in<'a>(
         &'a self,
         mut st: StateGuard<'a>,
