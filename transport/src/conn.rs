@@ -17,7 +17,7 @@ use crate::region::Token;
 use crate::{Error, Polling, Result};
 
 /// The lock of a connection's state, held.
-type StateGuard<'a> = parking_lot::MutexGuard<'a, ConnState>;
+pub(crate) type StateGuard<'a> = parking_lot::MutexGuard<'a, ConnState>;
 
 /// Default bound of blocking calls that take no timeout (`send`, `respond`).
 pub const DEFAULT_OP_TIMEOUT: Duration = Duration::from_secs(30);

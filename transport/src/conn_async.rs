@@ -24,15 +24,18 @@
 
 use std::future::poll_fn;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::conn::{remote_chunk, send_error, SPIN_TURNS_PER_CLOCK};
+use crate::conn::{remote_chunk, send_error, StateGuard, SPIN_TURNS_PER_CLOCK};
 use crate::engine::{pool_error, ConnShared, ConnState, Spinning, TASK_WAKES};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN};
 use crate::task::{register, register_recv, register_tick};
 use crate::{Conn, Error, Polling, Result};
+
+/// Why the protocol is there after [`Conn::open_state`]: it checked, under the same lock.
+const OPEN: &str = "open_state found the protocol set up, under this lock";
 
 impl Conn {
     /// Polls for the next message: `Ready(Ok)` takes it from the connection; after the peer
@@ -233,14 +236,8 @@ impl Conn {
                 Err(e) => return Poll::Ready(Err(pool_error(e))),
             };
             frame[HEADER_LEN..].copy_from_slice(data);
-            let mut st = conn.state.lock();
-            if let Some(e) = st.ended() {
-                return Poll::Ready(Err(e));
-            }
-            let Some(p) = st.proto.as_mut() else {
-                register(&self.inner.shared, &mut st, cx);
-                return Poll::Pending;
-            };
+            let mut st = ready!(self.open_state(cx))?;
+            let p = st.proto.as_mut().expect(OPEN);
             return match p.send(class, frame) {
                 Ok(id) => {
                     conn.drive(&mut st);
@@ -277,14 +274,8 @@ impl Conn {
             };
             chunks.push(((i * chunk) as u64, remote, buf));
         }
-        let mut st = conn.state.lock();
-        if let Some(e) = st.ended() {
-            return Poll::Ready(Err(e));
-        }
-        let Some(p) = st.proto.as_mut() else {
-            register(&self.inner.shared, &mut st, cx);
-            return Poll::Pending;
-        };
+        let mut st = ready!(self.open_state(cx))?;
+        let p = st.proto.as_mut().expect(OPEN);
         if !p.can_take_whole(chunks.len()) {
             register(&self.inner.shared, &mut st, cx);
             return Poll::Pending;
@@ -315,14 +306,8 @@ impl Conn {
     ) -> Poll<Result<usize>> {
         let conn = &*self.inner;
         let data = &data[..data.len().min(self.eager_limit())];
-        let mut st = conn.state.lock();
-        if let Some(e) = st.ended() {
-            return Poll::Ready(Err(e));
-        }
-        let Some(p) = st.proto.as_mut() else {
-            register(&self.inner.shared, &mut st, cx);
-            return Poll::Pending;
-        };
+        let mut st = ready!(self.open_state(cx))?;
+        let p = st.proto.as_mut().expect(OPEN);
         let appended = p.append(data);
         if appended == data.len() {
             return Poll::Ready(Ok(appended));
@@ -357,9 +342,7 @@ impl Conn {
             return Poll::Ready(Err(Error::Memory(e)));
         }
         frame[HEADER_LEN..len].copy_from_slice(data);
-        let Some(p) = st.proto.as_mut() else {
-            unreachable!("the protocol was there a moment ago, under the same lock")
-        };
+        let p = st.proto.as_mut().expect(OPEN);
         match p.send_mergeable(frame) {
             Ok(()) => {
                 conn.drive(&mut st);
@@ -385,6 +368,20 @@ impl Conn {
             return Poll::Pending;
         }
         Poll::Ready(Err(send_error(kind, st)))
+    }
+
+    /// The connection's state, locked, once its protocol is set up: the connection's end as
+    /// the error, or `Pending` (the task registered) while it is still being set up.
+    fn open_state(&self, cx: &mut Context<'_>) -> Poll<Result<StateGuard<'_>>> {
+        let mut st = self.inner.state.lock();
+        if let Some(e) = st.ended() {
+            return Poll::Ready(Err(e));
+        }
+        if st.proto.is_none() {
+            register(&self.inner.shared, &mut st, cx);
+            return Poll::Pending;
+        }
+        Poll::Ready(Ok(st))
     }
 
     /// The pool is exhausted: retry when this connection makes progress or at the next tick.
