@@ -36,14 +36,19 @@ pub enum Polling {
     /// emulated guest, where a chunk takes about a millisecond).
     ///
     /// Async waits (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),
-    /// [`Conn::call_async`](crate::Conn::call_async)) on an endpoint with a single connection
-    /// spin the same way in the waiting task before it registers its waker (not on tokio's
+    /// [`Conn::call_async`](crate::Conn::call_async)) spin the same way in the waiting task
+    /// before it registers its waker, one task of the endpoint at a time (not on tokio's
     /// current-thread runtime, whose one thread the spin would hold from every other task),
     /// and stop as soon as an endpoint wakes another task: a wakeup through an executor is a
-    /// thread handoff too (a 64 B tokio echo: about 45 us a round trip with the
-    /// spin, 600 us without, on rxe in an emulated guest). With more connections, tasks wait
-    /// without spinning (spinning tasks of many connections would hold executor threads from
-    /// each other); set [`EndpointConfig::busy_read`] to spin anyway.
+    /// thread handoff too. The spinning task polls for every connection of the endpoint, so
+    /// the tasks it wakes are woken on its executor thread and run there next, with no
+    /// handoff either (a 64 B tokio echo on rxe in an emulated guest: about 45 us a round
+    /// trip with the spin, 600 us without; with 2 to 8 connections, about 50 us at the
+    /// median instead of 0.5 to 1.2 ms). The other waiting tasks register their wakers at
+    /// once: more spinning tasks would hold executor threads and cores from each other.
+    /// Set [`EndpointConfig::busy_read`] to spin every waiting task anyway. With many busy
+    /// connections on few cores the spinning task holds a core the others could use:
+    /// [`Polling::Reactor`] then does better.
     Adaptive {
         /// How long to spin before sleeping (at least; see above).
         spin: Duration,
@@ -111,8 +116,8 @@ pub struct EndpointConfig {
     /// [`Conn::recv_request_async`](crate::Conn::recv_request_async) or
     /// [`Conn::call_async`](crate::Conn::call_async) waits for a wakeup, whatever the
     /// polling mode; it stops early when the endpoint wakes another task. Zero (the
-    /// default): the polling mode decides ([`Polling::Adaptive`] spins a lone connection's
-    /// tasks, the others wait at once). Like Linux's `busy_read` for sockets, it trades the
+    /// default): the polling mode decides ([`Polling::Adaptive`] spins one waiting task of
+    /// the endpoint at a time, the others wait at once). Like Linux's `busy_read` for sockets, it trades the
     /// executor thread's time for latency: a message that comes within it is taken by the
     /// reading task itself, with no wakeup, but the thread's other tasks wait meanwhile. For
     /// a latency-critical connection on a runtime of its own.

@@ -60,12 +60,12 @@ impl Conn {
     /// Looks for what a task waits for with `check` (under the state lock). While it finds
     /// nothing, the task polls the completion queue itself, as a spinning caller, for up to
     /// [`busy_read`](crate::EndpointConfig::busy_read) or, when that is zero, under
-    /// [`Polling::Adaptive`] on an endpoint with one connection, for the connection's
+    /// [`Polling::Adaptive`] while no other task of the endpoint spins, for the connection's
     /// adaptive spin (see [`SpinBudget`](crate::engine::SpinBudget)), longer while a large
     /// message of the connection moves, unless it runs on tokio's current-thread runtime.
-    /// It stops early when an endpoint wakes another task
-    /// (an executor has work, maybe for its thread). Then `wait` registers its waker (under
-    /// the same lock) and the poll is `Pending`.
+    /// It stops early when an endpoint wakes another task (an executor has work, maybe for
+    /// its thread: the task it woke, when the wake came from its own poll). Then `wait`
+    /// registers its waker (under the same lock) and the poll is `Pending`.
     fn poll_busy<T>(
         &self,
         cx: &mut Context<'_>,
@@ -83,26 +83,26 @@ impl Conn {
             }
             return Poll::Ready(found);
         }
-        let busy = match shared.cfg.busy_read {
-            d if !d.is_zero() => d,
-            // Spinning tasks of several connections would take turns holding executor
-            // threads (and cores) from each other: the adaptive spin is for a lone one.
-            _ if adaptive && shared.conn_count() <= 1 && !on_a_single_threaded_runtime() => {
-                conn.spin.get()
+        let (busy, spinner) = match shared.cfg.busy_read {
+            d if !d.is_zero() => (d, Some(Spinning::new(shared))),
+            // One task of the endpoint spins at a time: it polls for every connection, and
+            // the tasks it wakes run next on its thread (it stops spinning then). Several
+            // would take turns holding executor threads (and cores) from each other.
+            _ if adaptive && !on_a_single_threaded_runtime() => {
+                (conn.spin.get(), Spinning::task(shared))
             }
-            _ => Duration::ZERO,
+            _ => (Duration::ZERO, None),
         };
-        if busy.is_zero() {
+        // While it busy-polls, the task counts as a spinning caller (the progress thread
+        // stands aside for it).
+        let Some(spinner) = spinner.filter(|_| !busy.is_zero()) else {
             wait(&mut st, cx);
             return Poll::Pending;
-        }
+        };
         drop(st);
         let start = Instant::now();
         let (mut looked, mut turns) = (start, 0u32);
         let wakes = TASK_WAKES.load(Ordering::Relaxed);
-        // While it busy-polls, the task counts as a spinning caller (the progress thread
-        // stands aside for it).
-        let spinner = Spinning::new(shared);
         loop {
             spinner.poll();
             let mut st = conn.state.lock();

@@ -118,6 +118,11 @@ pub(crate) struct Shared {
     /// progress thread stands aside (timers only) while there is one, so it takes no core
     /// from them.
     spinners: AtomicU32,
+    /// A task spins in its poll ([`Spinning::task`]): one at a time per endpoint. It polls
+    /// the queue for every connection, and the tasks it wakes run next on its executor
+    /// thread, without a handoff; more spinning tasks would take turns holding executor
+    /// threads (and cores) from each other.
+    task_spinning: AtomicBool,
     /// The progress thread stands aside (parked) for a spinning waiter: whoever starts
     /// waiting without spinning (a thread going to sleep, a task registering its waker)
     /// unparks it through [`wake_progress`](Shared::wake_progress).
@@ -264,6 +269,7 @@ impl Shared {
             srq_slack,
             stop: AtomicBool::new(false),
             spinners: AtomicU32::new(0),
+            task_spinning: AtomicBool::new(false),
             caller_polled: AtomicBool::new(false),
             reactor_polled: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -665,26 +671,47 @@ pub(crate) struct Counts {
 /// A thread that polls the completion queue itself while it waits (busy or adaptive
 /// polling): while one exists, the progress thread runs only the timers. A spinner that stops
 /// to sleep calls [`Shared::wake_progress`] first; one whose wait ended needs not.
-pub(crate) struct Spinning<'a>(&'a Shared);
+pub(crate) struct Spinning<'a> {
+    shared: &'a Shared,
+    /// It holds the endpoint's one task slot (`task_spinning`).
+    task: bool,
+}
 
 impl<'a> Spinning<'a> {
     pub(crate) fn new(shared: &'a Shared) -> Self {
         shared.spinners.fetch_add(1, Ordering::SeqCst);
-        Spinning(shared)
+        Spinning {
+            shared,
+            task: false,
+        }
+    }
+
+    /// A spinning async task, if no other task of the endpoint spins now.
+    pub(crate) fn task(shared: &'a Shared) -> Option<Self> {
+        shared
+            .task_spinning
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        let mut spinning = Spinning::new(shared);
+        spinning.task = true;
+        Some(spinning)
     }
 
     /// One poll of the spinner's ([`Shared::progress`] without the time stamp: while it
     /// spins, the progress thread stands aside anyway).
     pub(crate) fn poll(&self) -> usize {
-        self.0.caller_poll()
+        self.shared.caller_poll()
     }
 }
 
 impl Drop for Spinning<'_> {
     fn drop(&mut self) {
         // Its last poll counts as recent, as a caller's poll does.
-        self.0.caller_polled.store(true, Ordering::Relaxed);
-        self.0.spinners.fetch_sub(1, Ordering::SeqCst);
+        self.shared.caller_polled.store(true, Ordering::Relaxed);
+        self.shared.spinners.fetch_sub(1, Ordering::SeqCst);
+        if self.task {
+            self.shared.task_spinning.store(false, Ordering::Release);
+        }
     }
 }
 
