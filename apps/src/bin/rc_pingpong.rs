@@ -4,8 +4,9 @@
 //!
 //! Its loop is the C program's: one registered buffer that every send reads and every receive
 //! writes (the contents are never looked at); receives are posted as borrowed work requests
-//! in chains, the send as one borrowed request built on the stack, both through verbs'
-//! [`FixedBuffers`] (which keeps the buffer, as a sink), and completions are told apart by
+//! in chains, the send as one borrowed request checked once after the connection and posted
+//! as it is each time ([`PreparedSend`]), both through verbs' [`FixedBuffers`] (which keeps
+//! the buffer, as a sink), and completions are told apart by
 //! their `wr_id`, so an iteration costs no in-flight bookkeeping, no allocation and no lock.
 #![forbid(unsafe_code)]
 
@@ -16,7 +17,8 @@ use apps::pingpong::{self, Dest};
 use clap::Parser;
 use verbs::{
     AccessFlags, AhAttr, CompletionBuf, Context, Cq, FixedBuffers, GlobalRoute, LinkLayer,
-    LocalSlice, Mtu, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, WrOp,
+    LocalSlice, Mtu, PreparedSend, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendFlags,
+    SendWr, WrOp,
 };
 
 /// Ping-pong over an RC QP (compatible with ibv_rc_pingpong).
@@ -97,9 +99,9 @@ struct PingPong {
 }
 
 impl PingPong {
-    /// Posts the send as the C program does: one borrowed work request on the stack, one
-    /// `ibv_post_send` (chains this short are built without allocating).
-    fn post_send(&self) -> Result<(), BoxError> {
+    /// The send, as the C program posts it: one borrowed work request, checked once here
+    /// (the QP must be connected) and then posted each time with one `ibv_post_send`.
+    fn prepare_send(&self) -> Result<PreparedSend<'_>, BoxError> {
         let wr = SendWr {
             wr_id: SEND,
             op: WrOp::Send,
@@ -108,7 +110,7 @@ impl PingPong {
             ud: None,
         };
         self.buf
-            .post_send(&self.qp, &[wr])
+            .prepare_send(&self.qp, &wr)
             .map_err(|e| format!("Couldn't post send: {e}").into())
     }
 
@@ -269,9 +271,14 @@ fn run(args: &Args) -> Result<(), BoxError> {
         )?;
     }
 
+    let mut send = pp.prepare_send()?;
+    let mut post_send = || {
+        send.post()
+            .map_err(|e| BoxError::from(format!("Couldn't post send: {e}")))
+    };
     let mut pending = RECV;
     if args.servername.is_some() {
-        pp.post_send()?;
+        post_send()?;
         pending |= SEND;
     }
 
@@ -310,7 +317,7 @@ fn run(args: &Args) -> Result<(), BoxError> {
             }
             pending &= !wc.wr_id();
             if scnt < iters && pending == 0 {
-                pp.post_send()?;
+                post_send()?;
                 pending = RECV | SEND;
             }
         }

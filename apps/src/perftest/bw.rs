@@ -1,7 +1,9 @@
 //! The bandwidth tests, as perftest runs them: the client keeps up to `-t` requests in flight
 //! per QP, signalling one in `-Q` (`run_iter_bw`); for SEND the server counts receives
 //! (`run_iter_bw_server`); for WRITE and READ the server only waits for the report exchange.
-//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_source`](super::endpoint::Endpoint::add_source)).
+//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_source`](super::endpoint::Endpoint::add_source));
+//! without post lists (`-l`), each QP's two requests (signaled or not) are checked once before
+//! the loop ([`Endpoint::prepare_send`](super::endpoint::Endpoint::prepare_send)).
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -197,6 +199,24 @@ fn client(
     let mut since_signal = vec![0usize; nqp];
     let mut done = Vec::new();
     let mut batch: Vec<SendWr<'_>> = Vec::with_capacity(p.post_list as usize);
+    // Each QP's request, unsignaled and signaled, for posts of one request.
+    let mut single = ops
+        .iter()
+        .enumerate()
+        .map(|(qp, &op)| {
+            let wr = |flags| SendWr {
+                wr_id: send_wr_id(qp, 0),
+                op,
+                sges: &sge,
+                flags,
+                ud: None,
+            };
+            Ok([
+                s.ep.prepare_send(qp, &wr(flags))?,
+                s.ep.prepare_send(qp, &wr(flags | SendFlags::SIGNALED))?,
+            ])
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
     let mut posted = 0usize;
     let mut finished = 0usize;
     let mut stop = false;
@@ -243,7 +263,16 @@ fn client(
                 }
                 let now = t0.elapsed();
                 let n = batch.len();
-                s.ep.post_send(qp, &batch)?;
+                if let [one] = batch.as_slice() {
+                    let signaled = one.flags.contains(SendFlags::SIGNALED);
+                    let prepared = &mut single[qp][usize::from(signaled)];
+                    prepared
+                        .set_wr_id(one.wr_id)
+                        .and_then(|()| prepared.post())
+                        .map_err(|e| Error::Verbs("post requests", e))?;
+                } else {
+                    s.ep.post_send(qp, &batch)?;
+                }
                 posted_at.extend(std::iter::repeat(now).take(n));
                 outstanding[qp] += n;
                 sent[qp] += n;

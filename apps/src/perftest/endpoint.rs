@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use verbs::{
     AccessFlags, AhAttr, CompletionBuf, Context, Cq, FixedBuffers, Gid, GidType, GlobalRoute,
-    LinkLayer, LocalSlice, MemoryRegion, Mtu, Pd, PortState, Qp, QpAttr, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, RemoteSlice, SendWr, WcStatus,
+    LinkLayer, LocalSlice, MemoryRegion, Mtu, Pd, PortState, PreparedSend, Qp, QpAttr, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, RemoteSlice, SendWr, WcStatus,
 };
 
 use super::cm_link::{server_addr, QpSpec, TestConns};
@@ -330,6 +330,18 @@ impl Endpoint {
         self.buffers
             .post_send(&self.qps[qp], wrs)
             .map_err(|e| Error::Verbs("post requests", e))
+    }
+
+    /// Checks `wr` once for QP `qp`, on this endpoint's buffers, to post it each iteration
+    /// with [`PreparedSend::post`] (no request to build or check again).
+    pub fn prepare_send<'a>(
+        &'a self,
+        qp: usize,
+        wr: &SendWr<'a>,
+    ) -> Result<PreparedSend<'a>, Error> {
+        self.buffers
+            .prepare_send(&self.qps[qp], wr)
+            .map_err(|e| Error::Verbs("prepare a request", e))
     }
 
     /// Posts `n` receives of QP `qp` into `sge` (in chains), with [`recv_wr_id`].

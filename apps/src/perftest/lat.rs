@@ -4,11 +4,13 @@
 //! alone (`run_iter_lat`) while the server waits.
 //!
 //! Each posts as perftest does: one borrowed work request on memory registered for the run
-//! (see [`Endpoint::add_source`]), so an iteration allocates nothing.
+//! (see [`Endpoint::add_source`]), checked once before the loop ([`Endpoint::prepare_send`]),
+//! so an iteration allocates nothing and builds no request; it notes the clock as is and
+//! turns the notes into times after the loop.
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use verbs::{LocalSlice, SendFlags, SendWr, WrOp};
+use verbs::{LocalSlice, PreparedSend, SendFlags, SendWr, WrOp};
 
 use super::endpoint::{part, remote_slice, send_wr_id, Done, Endpoint, Poller};
 use super::options::{AtomicType, Output, Params};
@@ -131,6 +133,7 @@ fn send_lat(
         flags,
         ud: None,
     };
+    let mut ping = s.ep.prepare_send(0, &wr)?;
     let mut posted = Vec::with_capacity(iters);
     let (mut scnt, mut rcnt) = (0usize, 0usize);
     let mut send_pending = false;
@@ -150,8 +153,8 @@ fn send_lat(
                 poller.wait(&s.ep, &mut done)?;
                 count_lat(&mut done, &mut rcnt, recvs, &mut send_pending);
             }
-            posted.push(t0.elapsed());
-            s.ep.post_send(0, &[wr])?;
+            posted.push(Instant::now());
+            post(&mut ping)?;
             send_pending = true;
             scnt += 1;
         }
@@ -164,7 +167,17 @@ fn send_lat(
         poller.wait(&s.ep, &mut done)?;
         count_lat(&mut done, &mut rcnt, recvs, &mut send_pending);
     }
-    Ok((posted, t0.elapsed()))
+    Ok((since(t0, &posted), t0.elapsed()))
+}
+
+/// Posts a prepared request of the loop.
+fn post(wr: &mut PreparedSend<'_>) -> Result<(), Error> {
+    wr.post().map_err(|e| Error::Verbs("post requests", e))
+}
+
+/// The clock notes of a loop as times since `t0`.
+fn since(t0: Instant, notes: &[Instant]) -> Vec<Duration> {
+    notes.iter().map(|t| t.duration_since(t0)).collect()
 }
 
 /// Counts send-lat's completions: receives (one fewer posted), and the send's.
@@ -198,6 +211,26 @@ fn write_lat(
     let last = size as usize - 1;
     let remote = remote_slice(&s.remote[0], size);
     let flags = ping_flags(&s.ep, size);
+    // The message whose last byte is count c starts at (c - last) mod 256 (byte i of `local`
+    // is i mod 256): one request per start, prepared before the loop.
+    let sges = (0..256u64)
+        .map(|start| part(local, start, size).map(|sge| [sge]))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut writes = sges
+        .iter()
+        .map(|sge| {
+            s.ep.prepare_send(
+                0,
+                &SendWr {
+                    wr_id: send_wr_id(0, 1),
+                    op: WrOp::RdmaWrite(remote),
+                    sges: sge,
+                    flags,
+                    ud: None,
+                },
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut posted = Vec::with_capacity(iters);
     let (mut scnt, mut rcnt, mut ccnt) = (0usize, 0usize, 0usize);
     let mut done = Vec::new();
@@ -230,25 +263,15 @@ fn write_lat(
         }
         if scnt < iters {
             scnt += 1;
-            // The message whose last byte is the count (byte i of `local` is i mod 256).
-            let start = (scnt + 256 - last % 256) % 256;
-            let sge = [part(local, start as u64, size)?];
-            let wr = SendWr {
-                wr_id: send_wr_id(0, 1),
-                op: WrOp::RdmaWrite(remote),
-                sges: &sge,
-                flags,
-                ud: None,
-            };
-            posted.push(t0.elapsed());
-            s.ep.post_send(0, &[wr])?;
+            posted.push(Instant::now());
+            post(&mut writes[(scnt + 256 - last % 256) % 256])?;
         }
         while ccnt < scnt {
             poller.wait(&s.ep, &mut done)?;
             ccnt += done.drain(..).map(|d| d.finished).sum::<usize>();
         }
     }
-    Ok((posted, t0.elapsed()))
+    Ok((since(t0, &posted), t0.elapsed()))
 }
 
 /// READ or atomics: the client alone, one request at a time, into `local`.
@@ -280,6 +303,7 @@ fn one_sided(
         flags: SendFlags::SIGNALED,
         ud: None,
     };
+    let mut request = s.ep.prepare_send(0, &wr)?;
     let until = p.duration.map(|d| Instant::now() + Duration::from_secs(d));
     let iters = if until.is_some() {
         usize::MAX
@@ -292,9 +316,9 @@ fn one_sided(
     let mut n = 0usize;
     while n < iters && until.map_or(true, |u| Instant::now() < u) {
         if until.is_none() {
-            posted.push(t0.elapsed());
+            posted.push(Instant::now());
         }
-        s.ep.post_send(0, &[wr])?;
+        post(&mut request)?;
         let mut finished = 0;
         while finished == 0 {
             poller.wait(&s.ep, &mut done)?;
@@ -304,7 +328,7 @@ fn one_sided(
     }
     if until.is_some() {
         // Duration mode keeps no per-iteration times: report the count.
-        posted = vec![Duration::ZERO; n];
+        return Ok((vec![Duration::ZERO; n], t0.elapsed()));
     }
-    Ok((posted, t0.elapsed()))
+    Ok((since(t0, &posted), t0.elapsed()))
 }

@@ -665,3 +665,87 @@ fn reclaim_into_one_list_for_every_buffer_kind() {
     assert_eq!(p.a.in_flight(), (0, 0));
     assert_eq!(p.b.in_flight(), (0, 0));
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_prepared_request_posts_many_times_and_is_refused_where_post_send_refuses_it() {
+    let p = Pair::rc();
+    let data = pattern(3000, 23);
+    let mut target =
+        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
+            .unwrap();
+    let remote = target.remote(..).unwrap();
+    let src = std::sync::Arc::new(filled(&p, &data));
+    let mut fixed = FixedBuffers::new();
+    fixed.add_source(src.clone());
+    let sink = fixed
+        .add_sink(p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap(), ..)
+        .unwrap();
+    let from_src = [src.local(0..3000).unwrap()];
+    let into_sink = [sink.slice(0..3000).unwrap()];
+    let from_sink = into_sink;
+    let wr = |op, sges, wr_id| SendWr {
+        wr_id,
+        op,
+        sges,
+        flags: SendFlags::SIGNALED,
+        ud: None,
+    };
+    // One WRITE, posted three times under three ids: each completes with its id.
+    let mut write = fixed
+        .prepare_send(&p.a, &wr(WrOp::RdmaWrite(remote), &from_src, 1))
+        .unwrap();
+    for id in [1, 2, 3] {
+        write.set_wr_id(id).unwrap();
+        assert_eq!(write.wr_id(), id);
+        target.write(0, &[0; 4096]).unwrap();
+        write.post().unwrap();
+        let (c, back) = one(&p.cq_a, &p.a);
+        assert_eq!((c.wr_id, c.status, back.len()), (id, Ok(()), 0));
+        let mut got = vec![0u8; 3000];
+        target.read(0, &mut got).unwrap();
+        assert_eq!(got, data, "post {id}");
+    }
+    // A prepared READ into the sink, then a prepared WRITE from it: the READ landed.
+    let mut read = fixed
+        .prepare_send(&p.a, &wr(WrOp::RdmaRead(remote), &into_sink, 4))
+        .unwrap();
+    read.post().unwrap();
+    assert_eq!(one(&p.cq_a, &p.a).0.status, Ok(()));
+    target.write(0, &[0; 4096]).unwrap();
+    let mut back = fixed
+        .prepare_send(&p.a, &wr(WrOp::RdmaWrite(remote), &from_sink, 5))
+        .unwrap();
+    back.post().unwrap();
+    assert_eq!(one(&p.cq_a, &p.a).0.status, Ok(()));
+    let mut got = vec![0u8; 3000];
+    target.read(0, &mut got).unwrap();
+    assert_eq!(got, data);
+    // What post_send refuses, preparing refuses: a READ into the source, memory the buffers
+    // do not keep, a reserved id; and a reserved id set later.
+    let e = fixed
+        .prepare_send(&p.a, &wr(WrOp::RdmaRead(remote), &from_src, 6))
+        .unwrap_err();
+    assert!(e.to_string().contains("no sink"), "{e}");
+    let other = filled(&p, &data);
+    let elsewhere = [other.local(..).unwrap()];
+    let e = fixed
+        .prepare_send(&p.a, &wr(WrOp::Send, &elsewhere, 7))
+        .unwrap_err();
+    assert!(e.to_string().contains("source or sink"), "{e}");
+    let e = fixed
+        .prepare_send(&p.a, &wr(WrOp::Send, &from_src, verbs::OWNED_WR_ID))
+        .unwrap_err();
+    assert!(matches!(e, verbs::Error::InvalidWorkRequest { .. }), "{e}");
+    assert!(matches!(
+        write.set_wr_id(verbs::OWNED_WR_ID | 8),
+        Err(verbs::Error::InvalidWorkRequest { .. })
+    ));
+    assert_eq!(write.wr_id(), 3, "a refused id changes nothing");
+    // A QP back in Reset takes no send: the prepared request says so and posts nothing.
+    p.a.reset().unwrap();
+    let e = write.post().unwrap_err();
+    assert!(e.to_string().contains("Reset"), "{e}");
+    crate::support::assert_quiet(&p.cq_a);
+    crate::support::assert_quiet(&p.cq_b);
+}

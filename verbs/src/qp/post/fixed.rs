@@ -53,10 +53,7 @@ impl FixedBuffers {
     /// source or a sink; otherwise nothing is posted and the error names the request.
     pub fn post_send(&self, qp: &Qp, wrs: &[SendWr<'_>]) -> Result<()> {
         for (i, w) in wrs.iter().enumerate() {
-            let sink_only = w.op.writes_local();
-            if let Some(s) = w.sges.iter().find(|s| !self.holds(s, sink_only)) {
-                return Err(self.outside(qp, i, s, sink_only));
-            }
+            self.check_request(qp, i, w)?;
         }
         // SAFETY: every entry lies in a region these buffers keep registered. The NIC writes
         // only sinks, which the program can no longer reach; it reads sources, which the
@@ -74,6 +71,16 @@ impl FixedBuffers {
         }
         // SAFETY: as for sends: receives write only sinks, which the program cannot reach.
         unsafe { qp.post_recv_unchecked(wrs) }
+    }
+
+    /// Checks that every entry of request `i`, `w`, lies in a sink, or, for requests that
+    /// only read local memory (SEND, RDMA WRITE), in a source or a sink.
+    pub(super) fn check_request(&self, qp: &Qp, i: usize, w: &SendWr<'_>) -> Result<()> {
+        let sink_only = w.op.writes_local();
+        match w.sges.iter().find(|s| !self.holds(s, sink_only)) {
+            Some(s) => Err(self.outside(qp, i, s, sink_only)),
+            None => Ok(()),
+        }
     }
 
     /// Whether `s` lies in a sink (or, unless `sink_only`, in a source).

@@ -315,6 +315,38 @@ impl Qp {
         )
     }
 
+    /// Checks a borrowed request against the QP and writes it into `wr` (its SGE list and
+    /// address handle by pointer: they must outlive the post).
+    pub(super) fn fill_borrowed(&self, w: &SendWr<'_>, wr: &mut sys::ibv_send_wr) -> Result<()> {
+        if w.wr_id & OWNED_WR_ID != 0 {
+            return Err(invalid(
+                self.qp_num(),
+                "wr_id has the reserved OWNED_WR_ID bit".into(),
+            ));
+        }
+        if let Some(ud) = &w.ud {
+            self.check_ah(ud.ah)?;
+        }
+        if let WrOp::BindMw(_) = w.op {
+            return Err(unbuilt_bind(self.qp_num()));
+        }
+        self.check_send(&w.op, w.sges, w.flags, w.ud.is_some())?;
+        wr.wr_id = w.wr_id;
+        // ibv_post_send does not write the SGE list; the cast drops const only.
+        wr.sg_list = w.sges.as_ptr() as *mut sys::ibv_sge;
+        wr.num_sge = w.sges.len() as i32;
+        wr.send_flags = w.flags.bits();
+        w.op.fill(wr);
+        if let Some(ud) = w.ud {
+            wr.wr.ud = sys::ud_t {
+                ah: ud.ah.as_raw(),
+                remote_qpn: ud.remote_qpn,
+                remote_qkey: ud.remote_qkey,
+            };
+        }
+        Ok(())
+    }
+
     /// Posts borrowed send requests as one chain (one doorbell).
     ///
     /// # Safety
@@ -330,32 +362,7 @@ impl Qp {
         let mut chain = Chain::new(wrs.len(), zeroed_send_wr);
         let raw = chain.as_mut_slice();
         for (w, wr) in wrs.iter().zip(raw.iter_mut()) {
-            if w.wr_id & OWNED_WR_ID != 0 {
-                return Err(invalid(
-                    self.qp_num(),
-                    "wr_id has the reserved OWNED_WR_ID bit".into(),
-                ));
-            }
-            if let Some(ud) = &w.ud {
-                self.check_ah(ud.ah)?;
-            }
-            if let WrOp::BindMw(_) = w.op {
-                return Err(unbuilt_bind(self.qp_num()));
-            }
-            self.check_send(&w.op, w.sges, w.flags, w.ud.is_some())?;
-            wr.wr_id = w.wr_id;
-            // ibv_post_send does not write the SGE list; the cast drops const only.
-            wr.sg_list = w.sges.as_ptr() as *mut sys::ibv_sge;
-            wr.num_sge = w.sges.len() as i32;
-            wr.send_flags = w.flags.bits();
-            w.op.fill(wr);
-            if let Some(ud) = w.ud {
-                wr.wr.ud = sys::ud_t {
-                    ah: ud.ah.as_raw(),
-                    remote_qpn: ud.remote_qpn,
-                    remote_qkey: ud.remote_qkey,
-                };
-            }
+            self.fill_borrowed(w, wr)?;
         }
         self.post_chain(raw).map_err(|(_, e)| e)
     }

@@ -1,0 +1,88 @@
+//! [`PreparedSend`]: a borrowed send request checked once and posted many times, as a
+//! benchmark's or a ping-pong's loop posts the same request every iteration.
+//!
+//! Sound for the reasons [`FixedBuffers::post_send`] is: every scatter/gather entry lies in a
+//! region of the fixed buffers (a sink for requests that write local memory), and the
+//! prepared request borrows the buffers, its SGE list and its address handle for as long as it
+//! exists, so none of them can be dropped or changed between two posts.
+use std::marker::PhantomData;
+
+use verbs_sys as sys;
+
+use super::{invalid, zeroed_send_wr, FixedBuffers, SendWr, OWNED_WR_ID};
+use crate::qp::{Qp, QpState};
+use crate::Result;
+
+/// A send request on fixed buffers, checked once against its QP and its buffers (see
+/// [`FixedBuffers::prepare_send`]); each [`post`](Self::post) then costs the provider's post
+/// and a look at the QP's state, with no request to build or check again.
+pub struct PreparedSend<'a> {
+    qp: &'a Qp,
+    wr: sys::ibv_send_wr,
+    /// The SGE list and address handle `wr` points to, and the buffers its SGEs lie in.
+    _borrowed: PhantomData<(&'a FixedBuffers, SendWr<'a>)>,
+}
+
+impl std::fmt::Debug for PreparedSend<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedSend")
+            .field("qp_num", &self.qp.qp_num())
+            .field("wr_id", &self.wr.wr_id)
+            .field("opcode", &self.wr.opcode)
+            .field("num_sge", &self.wr.num_sge)
+            .finish()
+    }
+}
+
+impl FixedBuffers {
+    /// Checks `wr` once, as [`post_send`](Self::post_send) checks each request it posts, and
+    /// keeps it ready to post on `qp` as often as wanted.
+    pub fn prepare_send<'a>(&'a self, qp: &'a Qp, wr: &SendWr<'a>) -> Result<PreparedSend<'a>> {
+        self.check_request(qp, 0, wr)?;
+        let mut raw = zeroed_send_wr();
+        qp.fill_borrowed(wr, &mut raw)?;
+        Ok(PreparedSend {
+            qp,
+            wr: raw,
+            _borrowed: PhantomData,
+        })
+    }
+}
+
+impl PreparedSend<'_> {
+    /// Posts the request (one doorbell). The QP must still be able to send (RTS, SQD, or
+    /// Error, where the request completes flushed).
+    #[doc(alias = "ibv_post_send")]
+    pub fn post(&mut self) -> Result<()> {
+        let state = self.qp.state();
+        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
+            return Err(invalid(
+                self.qp.qp_num(),
+                format!("the QP is in {state:?}, sends need RTS"),
+            ));
+        }
+        // The request was checked when prepared, and everything it points to is borrowed for
+        // as long as it exists (see the module docs).
+        self.qp
+            .post_chain(std::slice::from_mut(&mut self.wr))
+            .map_err(|(_, e)| e)
+    }
+
+    /// Sets the id the next posts carry in their completions (it must not have the
+    /// [`OWNED_WR_ID`] bit).
+    pub fn set_wr_id(&mut self, wr_id: u64) -> Result<()> {
+        if wr_id & OWNED_WR_ID != 0 {
+            return Err(invalid(
+                self.qp.qp_num(),
+                "wr_id has the reserved OWNED_WR_ID bit".into(),
+            ));
+        }
+        self.wr.wr_id = wr_id;
+        Ok(())
+    }
+
+    /// The id the next posts carry.
+    pub fn wr_id(&self) -> u64 {
+        self.wr.wr_id
+    }
+}
