@@ -117,10 +117,10 @@ pub struct EndpointConfig {
     /// [`Conn::call_async`](crate::Conn::call_async) waits for a wakeup, whatever the
     /// polling mode; it stops early when the endpoint wakes another task. Zero (the
     /// default): the polling mode decides ([`Polling::Adaptive`] spins one waiting task of
-    /// the endpoint at a time, the others wait at once). Like Linux's `busy_read` for sockets, it trades the
-    /// executor thread's time for latency: a message that comes within it is taken by the
-    /// reading task itself, with no wakeup, but the thread's other tasks wait meanwhile. For
-    /// a latency-critical connection on a runtime of its own.
+    /// the endpoint at a time, the others wait at once). Like Linux's `busy_read` for
+    /// sockets, it trades the executor thread's time for latency: a message that comes
+    /// within it is taken by the reading task itself, with no wakeup, but the thread's other
+    /// tasks wait meanwhile. For a latency-critical connection on a runtime of its own.
     pub busy_read: Duration,
 }
 

@@ -1,9 +1,10 @@
 //! The bandwidth tests, as perftest runs them: the client keeps up to `-t` requests in flight
 //! per QP, signalling one in `-Q` (`run_iter_bw`); for SEND the server counts receives
 //! (`run_iter_bw_server`); for WRITE and READ the server only waits for the report exchange.
-//! Requests are posted borrowed, as perftest posts them (see [`Endpoint::add_source`](super::endpoint::Endpoint::add_source));
-//! without post lists (`-l`), each QP's two requests (signaled or not) are checked once before
-//! the loop ([`Endpoint::prepare_send`](super::endpoint::Endpoint::prepare_send)).
+//! Requests are posted borrowed, as perftest posts them (see
+//! [`Endpoint::add_source`](super::endpoint::Endpoint::add_source)); without post lists
+//! (`-l`), each QP's two requests (signaled or not) are checked once before the loop
+//! ([`Endpoint::prepare_send`](super::endpoint::Endpoint::prepare_send)).
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
