@@ -308,7 +308,7 @@ fn two_served_connections(
 }
 
 /// A task waiting on one connection of an endpoint with two still spins (the second one is
-/// idle): spinning is for one task of the endpoint at a time, not for lone connections only.
+/// idle): one task of the endpoint at a time spins, whatever the number of connections.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn adaptive_async_waits_spin_beside_another_connection() {
