@@ -8,14 +8,35 @@ use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 const WORDS: usize = 8;
 
 /// A type-erased value stored in place (like `Box<dyn Any + Send>` without the allocation).
+/// What depends on the type besides its id sits in a static table, so the value with its
+/// bookkeeping stays small (an in-flight entry holding one is moved on every post and
+/// completion).
 pub(crate) struct InlineAny {
     data: MaybeUninit<[u64; WORDS]>,
     type_id: TypeId,
-    type_name: &'static str,
+    table: &'static Table,
+}
+
+/// The functions of one stored type.
+struct Table {
+    type_name: fn() -> &'static str,
     /// Drops the value in place.
     drop_value: unsafe fn(*mut u8),
     /// Moves the value out into a box.
     boxed: unsafe fn(*const u8) -> Box<dyn Any + Send>,
+}
+
+/// The table of `B`, a constant (so `&<B as Typed>::TABLE` is a `'static` borrow).
+trait Typed {
+    const TABLE: Table;
+}
+
+impl<B: Send + 'static> Typed for B {
+    const TABLE: Table = Table {
+        type_name: std::any::type_name::<B>,
+        drop_value: drop_value::<B>,
+        boxed: boxed::<B>,
+    };
 }
 
 // SAFETY: only values of `Send` types are stored (`new` requires `B: Send`), so moving the
@@ -50,9 +71,7 @@ impl InlineAny {
         Ok(InlineAny {
             data,
             type_id: TypeId::of::<B>(),
-            type_name: std::any::type_name::<B>(),
-            drop_value: drop_value::<B>,
-            boxed: boxed::<B>,
+            table: &<B as Typed>::TABLE,
         })
     }
 
@@ -63,7 +82,7 @@ impl InlineAny {
 
     /// The stored type's name.
     pub(crate) fn type_name(&self) -> &'static str {
-        self.type_name
+        (self.table.type_name)()
     }
 
     /// The value as a `B`, or `self` back if it is another type.
@@ -82,7 +101,7 @@ impl InlineAny {
         let this = ManuallyDrop::new(self);
         // SAFETY: `boxed` was made for the stored type; the value is moved out once and
         // `ManuallyDrop` keeps `Drop` from dropping it again.
-        unsafe { (this.boxed)(this.data.as_ptr().cast::<u8>()) }
+        unsafe { (this.table.boxed)(this.data.as_ptr().cast::<u8>()) }
     }
 }
 
@@ -90,7 +109,7 @@ impl Drop for InlineAny {
     fn drop(&mut self) {
         // SAFETY: the storage holds an initialised value of the type `drop_value` was made
         // for, and it is not used after this.
-        unsafe { (self.drop_value)(self.data.as_mut_ptr().cast::<u8>()) }
+        unsafe { (self.table.drop_value)(self.data.as_mut_ptr().cast::<u8>()) }
     }
 }
 
@@ -142,5 +161,14 @@ mod tests {
         struct Wide(#[allow(dead_code)] u8);
         assert!(InlineAny::new(Wide(0)).is_err());
         assert!(InlineAny::new([0u8; 64]).is_ok());
+    }
+
+    #[test]
+    fn the_stored_type_is_named_and_the_value_and_its_bookkeeping_stay_small() {
+        let v = InlineAny::new(5u32).ok().unwrap();
+        assert_eq!(v.type_name(), "u32");
+        // The storage, the type's id and one pointer: an in-flight entry holding it stays
+        // within what a move copies in place.
+        assert!(size_of::<InlineAny>() <= size_of::<[u64; WORDS]>() + 24);
     }
 }
