@@ -615,14 +615,14 @@ impl ConnShared {
             st.early.push((buf, len));
             return;
         };
-        let mut head = [0u8; proto::MAX_HEAD];
-        let n = len.min(proto::MAX_HEAD).min(buf.len());
-        match buf.get(..proto::MAX_HEAD) {
-            // A copy of fixed size is a few moves in place, not a call to `memcpy` (which an
-            // emulated CPU runs slowly); the bytes past the frame are not looked at.
-            Some(whole) => head.copy_from_slice(whole),
-            None => head[..n].copy_from_slice(&buf[..n]),
-        }
+        // A copy of fixed size is a few moves in place, not a call to `memcpy` (which an
+        // emulated CPU runs slowly); the bytes past the frame are not looked at. A receive
+        // buffer holds a whole frame, at least `MAX_HEAD` bytes (`frame_size` is checked): a
+        // shorter one passes an empty head, which the protocol refuses as malformed.
+        let (head, n) = match buf.first_chunk::<{ proto::MAX_HEAD }>() {
+            Some(whole) => (*whole, len.min(proto::MAX_HEAD)),
+            None => ([0; proto::MAX_HEAD], 0),
+        };
         let _ = proto.on_receive_head(&head[..n], len, buf, Instant::now());
         self.drive(st);
     }
