@@ -61,6 +61,17 @@ impl Message {
 
     /// The bytes as one slice: borrowed when the message is in one piece, else copied.
     pub fn bytes(&self) -> Cow<'_, [u8]> {
+        let d = self.delivery();
+        // The common case first, without the iterator of `chunks`: a message in one piece.
+        match &d.parts {
+            Parts::Eager(buf) => {
+                return Cow::Borrowed(&buf[HEADER_LEN..HEADER_LEN + d.len as usize])
+            }
+            Parts::Part { frame, offset } => {
+                return Cow::Borrowed(&frame[*offset..offset + d.len as usize])
+            }
+            Parts::Chunks(_) => {}
+        }
         let mut chunks = self.chunks();
         match (chunks.next(), chunks.next()) {
             (None, _) => Cow::Borrowed(&[]),
