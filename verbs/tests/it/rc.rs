@@ -1,7 +1,9 @@
 //! Every RC opcode over a loopback pair, data verified byte for byte.
+use std::sync::Arc;
+
 use verbs::{
     AccessFlags, FixedBuffers, LocalSlice, MemoryRegion, QpCap, QpType, RecvRequest, RecvWr,
-    SendFlags, SendRequest, SendWr, WcFlags, WcOpcode, WrOp,
+    RemoteSlice, SendFlags, SendRequest, SendWr, WcFlags, WcOpcode, WrOp,
 };
 
 use crate::support::{one, Pair, ALL_REMOTE};
@@ -328,23 +330,52 @@ fn borrowed_posting_with_raw_registration() {
     assert!(matches!(e, Err(verbs::Error::InvalidWorkRequest { .. })));
 }
 
+/// What the fixed-buffer tests work on: a target on the peer's side, and fixed buffers
+/// keeping a source that holds `data` (the NIC reads it; the program could keep a shared
+/// handle) and a sink (the NIC writes it), each described for `data.len()` bytes.
+struct Fixed {
+    target: MemoryRegion,
+    remote: RemoteSlice,
+    fixed: FixedBuffers,
+    from_src: [LocalSlice; 1],
+    into_sink: [LocalSlice; 1],
+}
+
+impl Fixed {
+    fn new(p: &Pair, data: &[u8]) -> Fixed {
+        let target =
+            p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
+                .unwrap();
+        let remote = target.remote(..).unwrap();
+        let src = Arc::new(filled(p, data));
+        let from_src = [src.local(0..data.len()).unwrap()];
+        let mut fixed = FixedBuffers::new();
+        fixed.add_source(src);
+        let sink = fixed
+            .add_sink(p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap(), ..)
+            .unwrap();
+        Fixed {
+            target,
+            remote,
+            from_src,
+            into_sink: [sink.slice(0..data.len()).unwrap()],
+            fixed,
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn fixed_buffers_post_borrowed_requests_safely_and_refuse_memory_they_do_not_keep() {
     let p = Pair::rc();
     let data = pattern(3000, 11);
-    let target =
-        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
-            .unwrap();
-    let remote = target.remote(..).unwrap();
-    // A source (the NIC reads it; we keep a shared handle) and a sink (the NIC writes it).
-    let src = std::sync::Arc::new(filled(&p, &data));
-    let mut fixed = FixedBuffers::new();
-    fixed.add_source(src.clone());
-    let sink = p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
-    let sink = fixed.add_sink(sink, ..).unwrap();
-    let from_src = [src.local(0..3000).unwrap()];
-    let into_sink = [sink.slice(0..3000).unwrap()];
+    let Fixed {
+        target,
+        remote,
+        fixed,
+        from_src,
+        into_sink,
+    } = Fixed::new(&p, &data);
     let write = |sges: &[LocalSlice], wr_id| {
         fixed
             .post_send(
@@ -671,18 +702,13 @@ fn reclaim_into_one_list_for_every_buffer_kind() {
 fn a_prepared_request_posts_many_times_and_is_refused_where_post_send_refuses_it() {
     let p = Pair::rc();
     let data = pattern(3000, 23);
-    let mut target =
-        p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
-            .unwrap();
-    let remote = target.remote(..).unwrap();
-    let src = std::sync::Arc::new(filled(&p, &data));
-    let mut fixed = FixedBuffers::new();
-    fixed.add_source(src.clone());
-    let sink = fixed
-        .add_sink(p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap(), ..)
-        .unwrap();
-    let from_src = [src.local(0..3000).unwrap()];
-    let into_sink = [sink.slice(0..3000).unwrap()];
+    let Fixed {
+        mut target,
+        remote,
+        fixed,
+        from_src,
+        into_sink,
+    } = Fixed::new(&p, &data);
     let from_sink = into_sink;
     let wr = |op, sges, wr_id| SendWr {
         wr_id,

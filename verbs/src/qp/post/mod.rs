@@ -298,6 +298,17 @@ pub(crate) fn invalid(qp_num: u32, reason: String) -> Error {
     Error::InvalidWorkRequest { qp_num, reason }
 }
 
+/// Refuses the id of a borrowed request that has the bit reserved for owned requests.
+pub(crate) fn check_borrowed_wr_id(qp_num: u32, wr_id: u64) -> crate::Result<()> {
+    if wr_id & OWNED_WR_ID != 0 {
+        return Err(invalid(
+            qp_num,
+            "wr_id has the reserved OWNED_WR_ID bit".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Borrowed (unchecked) chains up to this long are built on the stack, not in a `Vec`.
 pub(crate) const STACK_CHAIN: usize = 8;
 

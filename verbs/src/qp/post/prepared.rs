@@ -9,8 +9,8 @@ use std::marker::PhantomData;
 
 use verbs_sys as sys;
 
-use super::{invalid, zeroed_send_wr, FixedBuffers, SendWr, OWNED_WR_ID};
-use crate::qp::{Qp, QpState};
+use super::{check_borrowed_wr_id, invalid, zeroed_send_wr, FixedBuffers, SendWr};
+use crate::qp::Qp;
 use crate::Result;
 
 /// A send request on fixed buffers, checked once against its QP and its buffers (see
@@ -54,12 +54,8 @@ impl PreparedSend<'_> {
     /// Error, where the request completes flushed).
     #[doc(alias = "ibv_post_send")]
     pub fn post(&mut self) -> Result<()> {
-        let state = self.qp.state();
-        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
-            return Err(invalid(
-                self.qp.qp_num(),
-                format!("the QP is in {state:?}, sends need RTS"),
-            ));
+        if let Some(why) = self.qp.send_state_refusal() {
+            return Err(invalid(self.qp.qp_num(), why));
         }
         // The request was checked when prepared, and everything it points to is borrowed for
         // as long as it exists (see the module docs).
@@ -69,14 +65,9 @@ impl PreparedSend<'_> {
     }
 
     /// Sets the id the next posts carry in their completions (it must not have the
-    /// [`OWNED_WR_ID`] bit).
+    /// [`OWNED_WR_ID`](super::OWNED_WR_ID) bit).
     pub fn set_wr_id(&mut self, wr_id: u64) -> Result<()> {
-        if wr_id & OWNED_WR_ID != 0 {
-            return Err(invalid(
-                self.qp.qp_num(),
-                "wr_id has the reserved OWNED_WR_ID bit".into(),
-            ));
-        }
+        check_borrowed_wr_id(self.qp.qp_num(), wr_id)?;
         self.wr.wr_id = wr_id;
         Ok(())
     }

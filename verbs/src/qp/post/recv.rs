@@ -6,7 +6,8 @@ use parking_lot::Mutex;
 use verbs_sys as sys;
 
 use super::{
-    invalid, next_id, post_chain, Chain, InFlight, PostError, RecvRequest, RecvWr, OWNED_WR_ID,
+    check_borrowed_wr_id, invalid, next_id, post_chain, Chain, InFlight, PostError, RecvRequest,
+    RecvWr,
 };
 use crate::{Error, Result};
 
@@ -169,12 +170,7 @@ pub(crate) fn post_recv_raw(
     });
     let raw = chain.as_mut_slice();
     for (w, raw) in wrs.iter().zip(raw.iter_mut()) {
-        if w.wr_id & OWNED_WR_ID != 0 {
-            return Err(invalid(
-                qpn,
-                "wr_id has the reserved OWNED_WR_ID bit".into(),
-            ));
-        }
+        check_borrowed_wr_id(qpn, w.wr_id)?;
         if w.sges.len() > max_sge as usize {
             return Err(invalid(
                 qpn,

@@ -4,12 +4,12 @@ use std::sync::atomic::Ordering;
 
 use verbs_sys as sys;
 
-use super::{in_reset_error, owned_kind, post_chain};
 use super::{
-    invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr, Chain,
-    Outstanding, PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr, WrOp,
-    OWNED_WR_ID,
+    check_borrowed_wr_id, invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw,
+    zeroed_send_wr, Chain, Outstanding, PostError, Reclaimed, RecvRequest, RecvWr, SendFlags,
+    SendRequest, SendWr, WrOp,
 };
+use super::{in_reset_error, owned_kind, post_chain};
 use crate::ah::Ah;
 use crate::cq::PolledWc;
 use crate::mr::LocalSlice;
@@ -37,6 +37,14 @@ impl SendRequest {
 }
 
 impl Qp {
+    /// Why the QP takes no send in its current state, if it does not: sends need RTS (or
+    /// SQD, or Error, where they complete flushed).
+    pub(super) fn send_state_refusal(&self) -> Option<String> {
+        let state = self.state();
+        (!matches!(state, QpState::Rts | QpState::Sqd | QpState::Err))
+            .then(|| format!("the QP is in {state:?}, sends need RTS"))
+    }
+
     /// Checks one send request against the QP's type and limits.
     pub(super) fn check_send(
         &self,
@@ -48,9 +56,8 @@ impl Qp {
         let qpn = self.qp_num();
         let t = self.qp_type();
         let bad = |r: &str| Err(invalid(qpn, format!("{op:?}: {r}")));
-        let state = self.state();
-        if !matches!(state, QpState::Rts | QpState::Sqd | QpState::Err) {
-            return bad(&format!("the QP is in {state:?}, sends need RTS"));
+        if let Some(why) = self.send_state_refusal() {
+            return bad(&why);
         }
         match (t, op) {
             (QpType::Ud, WrOp::Send | WrOp::SendWithImm(_)) => {}
@@ -318,12 +325,7 @@ impl Qp {
     /// Checks a borrowed request against the QP and writes it into `wr` (its SGE list and
     /// address handle by pointer: they must outlive the post).
     pub(super) fn fill_borrowed(&self, w: &SendWr<'_>, wr: &mut sys::ibv_send_wr) -> Result<()> {
-        if w.wr_id & OWNED_WR_ID != 0 {
-            return Err(invalid(
-                self.qp_num(),
-                "wr_id has the reserved OWNED_WR_ID bit".into(),
-            ));
-        }
+        check_borrowed_wr_id(self.qp_num(), w.wr_id)?;
         if let Some(ud) = &w.ud {
             self.check_ah(ud.ah)?;
         }

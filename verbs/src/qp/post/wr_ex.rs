@@ -8,7 +8,9 @@ use std::sync::atomic::Ordering;
 use bitflags::bitflags;
 use verbs_sys as sys;
 
-use super::{invalid, next_id, PostError, SendFlags, SendRequest, SendWr, WrOp, OWNED_WR_ID};
+use super::{
+    check_borrowed_wr_id, invalid, next_id, PostError, SendFlags, SendRequest, SendWr, WrOp,
+};
 use crate::mr::LocalSlice;
 use crate::pd::Pd;
 use crate::qp::{Qp, QpCap, QpInitAttr};
@@ -368,12 +370,7 @@ impl QpEx {
     #[doc(alias = "ibv_wr_complete")]
     pub unsafe fn wr_post_unchecked(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         for w in wrs {
-            if w.wr_id & OWNED_WR_ID != 0 {
-                return Err(invalid(
-                    self.qp_num(),
-                    "wr_id has the reserved OWNED_WR_ID bit".into(),
-                ));
-            }
+            check_borrowed_wr_id(self.qp_num(), w.wr_id)?;
             self.check_op(&w.op)?;
             if let Some(ud) = &w.ud {
                 self.check_ah(ud.ah)?;
