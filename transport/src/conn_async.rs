@@ -83,19 +83,20 @@ impl Conn {
             }
             return Poll::Ready(found);
         }
-        let (busy, spinner) = match shared.cfg.busy_read {
-            d if !d.is_zero() => (d, Some(Spinning::new(shared))),
+        // How long it spins, and, while it does, the task counts as a spinning caller (the
+        // progress thread stands aside for it).
+        let spin = match shared.cfg.busy_read {
+            d if !d.is_zero() => Some((d, Spinning::new(shared))),
             // One task of the endpoint spins at a time: it polls for every connection, and
             // the tasks it wakes run next on its thread (it stops spinning then). Several
             // would take turns holding executor threads (and cores) from each other.
-            _ if adaptive && !on_a_single_threaded_runtime() => {
-                (conn.spin.get(), Spinning::task(shared))
-            }
-            _ => (Duration::ZERO, None),
+            _ if adaptive && !on_a_single_threaded_runtime() => match conn.spin.get() {
+                budget if budget.is_zero() => None,
+                budget => Spinning::task(shared).map(|spinner| (budget, spinner)),
+            },
+            _ => None,
         };
-        // While it busy-polls, the task counts as a spinning caller (the progress thread
-        // stands aside for it).
-        let Some(spinner) = spinner.filter(|_| !busy.is_zero()) else {
+        let Some((busy, spinner)) = spin else {
             wait(&mut st, cx);
             return Poll::Pending;
         };

@@ -50,27 +50,30 @@ impl Message {
     /// The bytes in order, as one or more slices (a message sent by rendezvous arrives in
     /// chunks).
     pub fn chunks(&self) -> impl Iterator<Item = &[u8]> {
-        let d = self.delivery();
-        let (eager, chunks) = match &d.parts {
-            Parts::Eager(buf) => (Some(&buf[HEADER_LEN..HEADER_LEN + d.len as usize]), None),
-            Parts::Part { frame, offset } => (Some(&frame[*offset..offset + d.len as usize]), None),
-            Parts::Chunks(c) => (None, Some(c.iter().map(|c| &c.buf[..c.len as usize]))),
+        let chunks = match &self.delivery().parts {
+            Parts::Chunks(c) => Some(c.iter().map(|c| &c.buf[..c.len as usize])),
+            Parts::Eager(_) | Parts::Part { .. } => None,
         };
-        eager.into_iter().chain(chunks.into_iter().flatten())
+        self.in_one_buffer()
+            .into_iter()
+            .chain(chunks.into_iter().flatten())
+    }
+
+    /// The bytes, when they lie in one receive buffer (an eager message, or one of a batch).
+    fn in_one_buffer(&self) -> Option<&[u8]> {
+        let d = self.delivery();
+        match &d.parts {
+            Parts::Eager(buf) => Some(&buf[HEADER_LEN..HEADER_LEN + d.len as usize]),
+            Parts::Part { frame, offset } => Some(&frame[*offset..offset + d.len as usize]),
+            Parts::Chunks(_) => None,
+        }
     }
 
     /// The bytes as one slice: borrowed when the message is in one piece, else copied.
     pub fn bytes(&self) -> Cow<'_, [u8]> {
-        let d = self.delivery();
         // The common case first, without the iterator of `chunks`: a message in one piece.
-        match &d.parts {
-            Parts::Eager(buf) => {
-                return Cow::Borrowed(&buf[HEADER_LEN..HEADER_LEN + d.len as usize])
-            }
-            Parts::Part { frame, offset } => {
-                return Cow::Borrowed(&frame[*offset..offset + d.len as usize])
-            }
-            Parts::Chunks(_) => {}
+        if let Some(one) = self.in_one_buffer() {
+            return Cow::Borrowed(one);
         }
         let mut chunks = self.chunks();
         match (chunks.next(), chunks.next()) {
