@@ -401,6 +401,15 @@ impl Conn {
                 ControlFlow::Continue(held) => st = held,
             }
         }
+        if let Some(id) = conn.send_inline_at_once(&mut st, class, data) {
+            let waits = st.waits_for_completion();
+            drop(st);
+            // As after a queued send (see `send_frame_releasing`).
+            if class == Class::Message {
+                conn.after_send(waits);
+            }
+            return Ok(id);
+        }
         let (frame, held) = self.eager_frame_in(st, data, Some(timeout))?;
         self.send_frame_releasing(class, frame, Some(timeout), false, held)
     }
@@ -673,11 +682,27 @@ impl Conn {
                 .send_class(class, response, DEFAULT_OP_TIMEOUT)
                 .map(drop);
         }
-        let (frame, held) =
-            self.eager_frame_in(self.inner.state.lock(), response, Some(DEFAULT_OP_TIMEOUT))?;
+        let conn = &*self.inner;
         let request = request.and_then(Message::into_delivery);
+        let mut st = conn.state.lock();
         let credit = request.as_ref().is_some_and(|d| d.holds_credit());
-        let sent = self.send_frame_releasing(class, frame, Some(DEFAULT_OP_TIMEOUT), credit, held);
+        if credit {
+            conn.release_one(&mut st);
+        }
+        if conn.send_inline_at_once(&mut st, class, response).is_some() {
+            drop(st);
+            drop(request);
+            return Ok(());
+        }
+        // The response waits: the credit goes back on its own if it is due.
+        if credit && st.proto.as_ref().is_some_and(|p| p.release_needs_poll()) {
+            conn.drive(&mut st);
+        }
+        let sent = self
+            .eager_frame_in(st, response, Some(DEFAULT_OP_TIMEOUT))
+            .and_then(|(frame, held)| {
+                self.send_frame_releasing(class, frame, Some(DEFAULT_OP_TIMEOUT), false, held)
+            });
         drop(request);
         sent.map(drop)
     }

@@ -222,6 +222,12 @@ impl Conn {
                 }
                 Some(_) => {}
             }
+            if let Some(id) = conn.send_inline_at_once(&mut st, class, data) {
+                let waits = class == Class::Message && st.waits_for_completion();
+                drop(st);
+                conn.after_send(waits);
+                return Poll::Ready(Ok(id));
+            }
             // A frame the device copies while posting: the buffer of the last one serves
             // again.
             if data.len() <= eager {
@@ -322,6 +328,13 @@ impl Conn {
             register(&self.inner.shared, &mut st, cx);
             return Poll::Pending;
         }
+        if conn.write_inline_at_once(&mut st, data) {
+            let waits = st.waits_for_completion();
+            drop(st);
+            conn.after_send(waits);
+            return Poll::Ready(Ok(data.len()));
+        }
+        let p = st.proto.as_mut().expect(OPEN);
         // A message that will wait gets room for the writes that follow.
         let room = if p.would_hold() {
             self.eager_limit()

@@ -3,6 +3,7 @@
 //! waiters).
 
 use std::collections::VecDeque;
+use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -17,7 +18,8 @@ use verbs::{Qp, RemoteSlice, SendRequest};
 use super::spin::TRANSFER_STALL;
 use super::{wake_task, wake_tasks, Shared};
 use crate::proto::{
-    self, Action, Body, CallError, ConnError, Delivery, PeerGone, ReadId, RemoteChunk, HEADER_LEN,
+    self, Action, Body, CallError, CallId, Class, ConnError, Delivery, PeerGone, ReadId,
+    RemoteChunk, HEADER_LEN,
 };
 
 /// What a posted send-queue request was, in post order. Frames are signaled one in
@@ -408,7 +410,7 @@ impl ConnShared {
                 buf[..HEADER_LEN].copy_from_slice(&header);
                 let len = buf.len();
                 if len <= inline_max {
-                    self.post_inline(st, &buf[..len], signaled);
+                    self.post_inline(st, &[IoSlice::new(&buf[..len])], signaled);
                     st.keep_spare_frame(buf);
                     return;
                 }
@@ -420,7 +422,7 @@ impl ConnShared {
                 frame[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&bytes[..n]);
                 let frame = &frame[..HEADER_LEN + n];
                 if frame.len() <= inline_max {
-                    self.post_inline(st, frame, signaled);
+                    self.post_inline(st, &[IoSlice::new(frame)], signaled);
                     return;
                 }
                 match self.shared.pool.try_alloc(frame.len()) {
@@ -503,21 +505,64 @@ impl ConnShared {
         self.posted(st, posted.is_ok(), op, signaled);
     }
 
-    /// Posts `frame` inline (copied by the device during the call), as
-    /// [`post_signaled`](Self::post_signaled) posts a request.
-    fn post_inline(&self, st: &mut ConnState, frame: &[u8], signaled: bool) {
+    /// Posts the bytes of `frame` inline (copied by the device during the call) as one SEND,
+    /// as [`post_signaled`](Self::post_signaled) posts a request.
+    fn post_inline(&self, st: &mut ConnState, frame: &[IoSlice<'_>], signaled: bool) {
         let flags = if signaled {
             verbs::SendFlags::SIGNALED
         } else {
             verbs::SendFlags::empty()
         };
-        let posted = self.qp.post_send_inline(
-            verbs::WrOp::Send,
-            &[std::io::IoSlice::new(frame)],
-            flags,
-            None,
-        );
+        let posted = self
+            .qp
+            .post_send_inline(verbs::WrOp::Send, frame, flags, None);
         self.posted(st, posted.is_ok(), SqOp::Frame, signaled);
+    }
+
+    /// Sends eager message `data` of `class` as one frame posted inline at once, when the
+    /// protocol takes it straight to the wire ([`proto::Connection::send_at_once`]: nothing
+    /// ahead of it) and the frame fits the QP's inline room. The device copies the header and
+    /// the message from where they are: no pool buffer, no copy, no queued action. Returns the
+    /// call id of a request; `None`: nothing was sent, send it the queued way.
+    pub(crate) fn send_inline_at_once(
+        &self,
+        st: &mut ConnState,
+        class: Class,
+        data: &[u8],
+    ) -> Option<Option<CallId>> {
+        self.post_at_once(st, data, |p| p.send_at_once(class, data.len()))
+    }
+
+    /// [`send_inline_at_once`](Self::send_inline_at_once) for a byte-stream write
+    /// ([`proto::Connection::write_at_once`]); true if it went.
+    pub(crate) fn write_inline_at_once(&self, st: &mut ConnState, data: &[u8]) -> bool {
+        self.post_at_once(st, data, |p| p.write_at_once(data.len()))
+            .is_some()
+    }
+
+    /// Posts `data` inline behind the header of the frame `take` gets from the protocol, if
+    /// the frame fits the inline room and the protocol lets it go at once.
+    fn post_at_once(
+        &self,
+        st: &mut ConnState,
+        data: &[u8],
+        take: impl FnOnce(&mut proto::Connection<Buffer>) -> Option<proto::FrameAtOnce>,
+    ) -> Option<Option<CallId>> {
+        if HEADER_LEN + data.len() > self.inline_room() || !st.deferred_reads.is_empty() {
+            return None;
+        }
+        let frame = take(st.proto.as_mut()?)?;
+        let signaled = frame.signal || self.signal(st, &SqOp::Frame);
+        self.post_inline(
+            st,
+            &[IoSlice::new(&frame.header), IoSlice::new(data)],
+            signaled,
+        );
+        if st.proto.as_ref().is_some_and(|p| p.has_actions()) {
+            // The post failed and failed the connection: carry out what that queued.
+            self.drive(st);
+        }
+        Some(frame.call)
     }
 
     /// Whether the next request, `op`, is signaled: one frame in [`signal_every`], and every

@@ -62,6 +62,7 @@ proptest! {
         reads in 1u32..3,
         close in any::<bool>(),
         batch in any::<bool>(),
+        at_once in any::<bool>(),
     ) {
         let cfg = small_config(window, reserve, sq_depth, chunks, reads);
         let mut sim = Sim::new(&cfg, &cfg);
@@ -69,6 +70,7 @@ proptest! {
         sim.hosts[1].to_send = msgs(&lens_b);
         for h in &mut sim.hosts {
             h.batch = batch;
+            h.at_once = at_once;
         }
         // host 0 closes once it has sent everything; host 1 then closes too
         sim.hosts[0].close_when_done = close;
@@ -99,12 +101,12 @@ proptest! {
 /// credit updates flowing, so neither end stalls.
 #[test]
 fn both_ends_flooding_never_deadlock() {
-    for batch in [false, true] {
-        both_ends_flood(batch);
+    for (batch, at_once) in [(false, false), (true, false), (false, true)] {
+        both_ends_flood(batch, at_once);
     }
 }
 
-fn both_ends_flood(batch: bool) {
+fn both_ends_flood(batch: bool, at_once: bool) {
     let cfg = small_config(6, 2, 5, 2, 1);
     let mut sim = Sim::new(&cfg, &cfg);
     let lens: Vec<usize> = (0..2000)
@@ -114,6 +116,7 @@ fn both_ends_flood(batch: bool) {
     sim.hosts[1].to_send = msgs(&lens);
     for h in &mut sim.hosts {
         h.batch = batch;
+        h.at_once = at_once;
     }
     // Users release only when they hold a full window: credits run out on both sides repeatedly.
     let mut guard = 0;

@@ -151,6 +151,7 @@ proptest! {
         window in 6u32..12,
         sq_depth in 4u32..10,
         close in any::<bool>(),
+        at_once in any::<bool>(),
     ) {
         let cfg = small_config(window, 2, sq_depth, 2, 2);
         let mut sim = Sim::new(&cfg, &cfg);
@@ -158,6 +159,7 @@ proptest! {
         sim.hosts[1].to_send = writes(&lens_b);
         for h in &mut sim.hosts {
             h.stream = true;
+            h.at_once = at_once;
         }
         sim.hosts[0].close_when_done = close;
         for op in ops {

@@ -1,5 +1,6 @@
-//! Delivery order: an eager message sent after a rendezvous message waits for it. The time
-//! a large message last moved, which a driver's waits go by.
+//! Delivery order: an eager message sent after a rendezvous message waits for it; one taken
+//! straight to the wire goes only with nothing ahead of it. The time a large message last
+//! moved, which a driver's waits go by.
 
 use std::time::Duration;
 
@@ -7,6 +8,49 @@ use transport::proto::{Class, MAX_STEP_GAP};
 
 use crate::sim::{content, Msg, Sim};
 use crate::small_config;
+
+/// Messages go straight to the wire while credits and send-queue slots last; the first that
+/// cannot go queues, and every later one queues behind it (a refused `send_at_once` changes
+/// nothing). All arrive once, in order, intact.
+#[test]
+fn messages_go_at_once_until_one_waits_then_queue_behind_it_in_order() {
+    // 6 credits, 1 reserved: 5 data frames before the peer returns any.
+    let cfg = small_config(6, 1, 12, 2, 1);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let h = &mut sim.hosts[0];
+    h.at_once = true;
+    h.to_send = (0..9)
+        .map(|k| Msg {
+            len: 5 + k,
+            class: Class::Message,
+        })
+        .collect();
+    while h.send_next(0) {}
+    assert_eq!(h.frames, 5, "five went at once (nothing is drained yet)");
+    assert!(h.next > 5, "later messages were queued");
+    let before = h.conn.stats();
+    assert_eq!(h.conn.send_at_once(Class::Message, 3), None);
+    assert_eq!(h.conn.stats(), before, "a refusal changes nothing");
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    assert!(
+        h.conn
+            .send_at_once(Class::Request { deadline }, 3)
+            .is_none(),
+        "a request waits behind the queue too"
+    );
+    sim.run_until_quiet(100_000);
+    let b = &sim.hosts[1];
+    assert_eq!(b.received.len(), 9);
+    for (k, (_, bytes)) in b.received.iter().enumerate() {
+        assert_eq!(bytes, &content(0, k, 5 + k), "message {k}");
+    }
+    // With nothing ahead again, a request goes at once with its call id.
+    let f = sim.hosts[0]
+        .conn
+        .send_at_once(Class::Request { deadline }, 3)
+        .expect("nothing ahead");
+    assert!(f.call.is_some());
+}
 
 #[test]
 fn eager_message_waits_behind_an_incomplete_rendezvous() {

@@ -214,11 +214,15 @@ proptest::proptest! {
     fn random_calls_end_once_with_their_own_response(
         calls in proptest::collection::vec((0usize..300, 1u64..60), 1..20),
         ops in proptest::collection::vec(0u8..12, 0..400),
+        at_once in proptest::prelude::any::<bool>(),
     ) {
         let cfg = small_config(8, 2, 8, 2, 2);
         let mut sim = Sim::new(&cfg, &cfg);
         let start = sim.now;
         sim.hosts[1].echo_requests = true;
+        for h in &mut sim.hosts {
+            h.at_once = at_once;
+        }
         sim.hosts[0].to_send = calls
             .iter()
             .map(|&(len, ms)| Msg { len, class: Class::Request { deadline: start + Duration::from_millis(ms) } })

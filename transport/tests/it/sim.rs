@@ -129,6 +129,11 @@ pub struct Host {
     /// them: added to the batch waiting to go (`Connection::append_message`), or sent as a
     /// new one (`send_batch`); else on their own.
     pub batch: bool,
+    /// Eager messages go straight to the wire when nothing is ahead of them
+    /// (`Connection::send_at_once`), as the driver sends small ones; else they are queued.
+    pub at_once: bool,
+    /// Frames taken at once, posted before the next actions.
+    posted_at_once: VecDeque<Vec<u8>>,
     /// Bytes of message `next` already appended (a stream write taken in part).
     pub partial: usize,
     /// Frames sent, and how many of them the connection asked to be signaled.
@@ -163,6 +168,8 @@ impl Host {
             echo_requests: false,
             stream: false,
             batch: false,
+            at_once: false,
+            posted_at_once: VecDeque::new(),
             partial: 0,
             frames: 0,
             signaled: 0,
@@ -225,6 +232,13 @@ impl Host {
             let n = self.conn.append(rest);
             if n > 0 {
                 n
+            } else if let Some(f) = self
+                .at_once
+                .then(|| self.conn.write_at_once(rest.len()))
+                .flatten()
+            {
+                self.post_at_once(f.header, f.signal, rest);
+                rest.len()
             } else {
                 let mut frame = vec![0u8; HEADER_LEN];
                 frame.extend_from_slice(rest);
@@ -243,6 +257,16 @@ impl Host {
     }
 
     fn send_bytes(&mut self, class: Class, data: &[u8]) -> bool {
+        if self.at_once && data.len() <= self.conn.eager_limit() {
+            if let Some(f) = self.conn.send_at_once(class, data.len()) {
+                if let Some(c) = f.call {
+                    self.calls.push((c, self.next));
+                }
+                self.post_at_once(f.header, f.signal, data);
+                self.next += 1;
+                return true;
+            }
+        }
         if data.len() <= self.conn.eager_limit() {
             let mut frame = vec![0u8; HEADER_LEN];
             frame.extend_from_slice(data);
@@ -269,6 +293,21 @@ impl Host {
                 Err(e) => self.refused(e),
             }
         }
+    }
+
+    /// Posts a frame the connection let go at once: it goes on the wire before the frames of
+    /// the next actions.
+    fn post_at_once(&mut self, header: [u8; HEADER_LEN], signal: bool, data: &[u8]) {
+        self.frames += 1;
+        self.signaled += usize::from(signal);
+        let mut frame = header.to_vec();
+        frame.extend_from_slice(data);
+        self.posted_at_once.push_back(frame);
+        self.sq_used += 1;
+        assert!(
+            self.sq_used <= self.sq_depth,
+            "send queue overflow (at once)"
+        );
     }
 
     /// The bytes of message `k`.
@@ -332,7 +371,8 @@ impl Host {
 
     /// Drains the connection's actions; the SENDs go onto `wire`. True if anything happened.
     fn drain(&mut self, wire: &mut VecDeque<Vec<u8>>) -> bool {
-        let mut any = false;
+        let mut any = !self.posted_at_once.is_empty();
+        wire.extend(self.posted_at_once.drain(..));
         while let Some(a) = self.conn.poll_action() {
             any = true;
             let release = matches!(a, Action::Release(_));

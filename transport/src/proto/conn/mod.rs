@@ -41,6 +41,18 @@ pub struct Stats {
     pub messages_batched: u64,
 }
 
+/// A DATA frame [`Connection::send_at_once`] took straight to the wire: the driver posts
+/// `header` followed by the message, now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameAtOnce {
+    /// The encoded frame header.
+    pub header: [u8; HEADER_LEN],
+    /// Signal it, as [`Action::Send`]'s `signal` says.
+    pub signal: bool,
+    /// The call id when the message is a request.
+    pub call: Option<CallId>,
+}
+
 /// The id (and call id, for a request) of a large message started by
 /// [`Connection::send_large`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,6 +17,12 @@ impl<B: Payload> Connection<B> {
         a
     }
 
+    /// Whether actions are queued for the driver (that [`poll_action`](Self::poll_action)
+    /// hands out before anything else).
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
     pub(super) fn header(&mut self, kind: Kind, flags: u8, tag: u64) -> [u8; HEADER_LEN] {
         let credit_limit = self.credits.on_send();
         self.sq_free -= 1;

@@ -23,6 +23,65 @@ impl<B: Payload> Connection<B> {
         Ok(id)
     }
 
+    /// Takes an eager message of `len` bytes (header room not included) straight to the wire
+    /// when [`send`](Self::send) would queue it and [`poll_action`](Self::poll_action) hand it
+    /// out next, as the only thing to do: nothing queued ahead of it (no action, message,
+    /// control frame or READ), a credit and a send-queue slot for data. The message is then
+    /// accounted as sent; the driver posts the returned header and the message bytes as one
+    /// frame at once, with no payload buffer and no action in between. `None` (nothing
+    /// changed): queue it with `send`, which also says why it cannot go if it cannot.
+    pub fn send_at_once(&mut self, class: Class, len: usize) -> Option<FrameAtOnce> {
+        if !self.can_go_at_once(len) {
+            return None;
+        }
+        let (flags, tag, call) = self.classify(class);
+        Some(self.frame_at_once(flags, tag, call, false))
+    }
+
+    /// [`send_at_once`](Self::send_at_once) for a byte-stream write of `len` bytes, which
+    /// [`send_mergeable`](Self::send_mergeable) would queue: it goes at once only while
+    /// no signaled stream frame is unfinished (it would wait then, for later writes to join
+    /// it).
+    pub fn write_at_once(&mut self, len: usize) -> Option<FrameAtOnce> {
+        if self.merging.holding() || !self.can_go_at_once(len) {
+            return None;
+        }
+        Some(self.frame_at_once(0, 0, None, true))
+    }
+
+    /// Whether an eager message of `len` bytes would be the next frame out and can go now.
+    fn can_go_at_once(&self, len: usize) -> bool {
+        let nothing_ahead = self.actions.is_empty()
+            && self.outq.is_empty()
+            && self.acks.is_empty()
+            && self.read_wait.is_empty()
+            && !self.pong_due
+            && !self.ping_due;
+        nothing_ahead
+            && self.sq_free > SQ_CONTROL_RESERVE
+            && self.credits.can_send(true)
+            && self.eager_refusal(HEADER_LEN + len).is_none()
+    }
+
+    /// Accounts a DATA frame going at once, as
+    /// [`next_message_frame`](Self::next_message_frame) accounts one from the queue.
+    fn frame_at_once(
+        &mut self,
+        flags: u8,
+        tag: u64,
+        call: Option<CallId>,
+        mergeable: bool,
+    ) -> FrameAtOnce {
+        let header = self.header(Kind::Data, flags, tag);
+        let signal =
+            self.counts_for_merging(mergeable, flags) && self.merging.on_counted_frame_sent(false);
+        FrameAtOnce {
+            header,
+            signal,
+            call,
+        }
+    }
+
     /// Why an eager message of `len` bytes (header room included) cannot be queued now, if
     /// it cannot.
     pub(super) fn eager_refusal(&self, len: usize) -> Option<SendErrorKind> {
