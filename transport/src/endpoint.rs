@@ -178,7 +178,8 @@ impl Endpoint {
             .cap(QpCap {
                 max_send_wr: s.cfg.qp_send_depth(),
                 max_recv_wr: 1,
-                max_send_sge: 1,
+                // A frame that goes at once gathers its header and the caller's bytes.
+                max_send_sge: 2,
                 max_recv_sge: 1,
                 max_inline_data: INLINE_ROOM,
             })

@@ -513,9 +513,7 @@ impl ConnShared {
         } else {
             verbs::SendFlags::empty()
         };
-        let posted = self
-            .qp
-            .post_send_inline(verbs::WrOp::Send, frame, flags, None);
+        let posted = self.qp.post_inline_send(frame, flags);
         self.posted(st, posted.is_ok(), SqOp::Frame, signaled);
     }
 
@@ -541,14 +539,16 @@ impl ConnShared {
     }
 
     /// Posts `data` inline behind the header of the frame `take` gets from the protocol, if
-    /// the frame fits the inline room and the protocol lets it go at once.
+    /// the frame fits the inline room (two slices gathered) and the protocol lets it go at
+    /// once.
     fn post_at_once(
         &self,
         st: &mut ConnState,
         data: &[u8],
         take: impl FnOnce(&mut proto::Connection<Buffer>) -> Option<proto::FrameAtOnce>,
     ) -> Option<Option<CallId>> {
-        if HEADER_LEN + data.len() > self.inline_room() || !st.deferred_reads.is_empty() {
+        let fits = HEADER_LEN + data.len() <= self.inline_room() && self.qp.cap().max_send_sge >= 2;
+        if !fits || !st.deferred_reads.is_empty() {
             return None;
         }
         let frame = take(st.proto.as_mut()?)?;

@@ -319,6 +319,92 @@ fn inline_sends_gather_io_slices() {
     assert_eq!(a.in_flight(), (0, 0));
 }
 
+/// The lean inline SEND of a connected QP gathers its slices as the general one does, is
+/// tracked and reclaimed as it is, and refuses what it cannot post with typed errors, posting
+/// nothing.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn lean_inline_sends_gather_slices_and_refuse_what_they_cannot_post() {
+    let cap = QpCap {
+        max_inline_data: 64,
+        ..QpCap::default()
+    };
+    let (ctx, pd, cq_a, cq_b, a, b) = ex_pair(SendOps::SEND, cap);
+    let max = a.cap().max_inline_data as usize;
+    let max_sge = a.cap().max_send_sge as usize;
+    assert!(max_sge >= 2, "granted max_send_sge {max_sge}");
+    for (k, parts) in [1usize, 2, max_sge.min(4)].into_iter().enumerate() {
+        let rx = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+        b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+        let mut bytes = pattern(60, k as u8);
+        let mut slices: Vec<IoSlice<'_>> = bytes.chunks(60 / parts).map(IoSlice::new).collect();
+        slices.insert(1, IoSlice::new(&[]));
+        let id = a.post_inline_send(&slices, SendFlags::SIGNALED).unwrap();
+        let expected = bytes.clone();
+        bytes.fill(0);
+
+        let mut sc = None;
+        crate::support::drain(&cq_a, 1, |wc| {
+            sc = Some((wc.to_completion(), a.reclaim(wc)))
+        });
+        let (sc, sb) = sc.unwrap();
+        assert_eq!((sc.wr_id, sc.status), (id, Ok(())), "{parts} slices");
+        assert_eq!(sb.len(), 1, "the request is accounted for");
+        let mut rc = None;
+        crate::support::drain(&cq_b, 1, |wc| {
+            rc = Some((wc.to_completion(), b.reclaim(wc)))
+        });
+        let (rc, mut rb) = rc.unwrap();
+        assert_eq!((rc.opcode, rc.imm), (Some(WcOpcode::Recv), None));
+        assert_eq!(rc.byte_len as usize, expected.len());
+        let rx: MemoryRegion = rb[0].take().unwrap();
+        assert_eq!(
+            &rx.as_slice()[..expected.len()],
+            &expected[..],
+            "{parts} slices"
+        );
+    }
+
+    // More slices than the QP gathers: a typed error naming the limit, nothing posted.
+    let many: Vec<IoSlice<'_>> = (0..=max_sge).map(|_| IoSlice::new(b"ab")).collect();
+    let e = a.post_inline_send(&many, SendFlags::SIGNALED).unwrap_err();
+    assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e:?}");
+    assert!(e.to_string().contains("max_send_sge"), "{e}");
+    // Over the limit: the size error, as from the general path.
+    let big = vec![1u8; max + 1];
+    let e = a
+        .post_inline_send(
+            &[IoSlice::new(&big[..9]), IoSlice::new(&big[9..])],
+            SendFlags::empty(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::InlineTooLong { len, .. } if len == max + 1),
+        "{e:?}"
+    );
+    // A UD QP needs a destination; a QP not yet able to send says which state it is in.
+    let cq = ctx.create_cq(4, None).unwrap();
+    let ud = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
+        .unwrap();
+    let e = ud
+        .post_inline_send(&[IoSlice::new(b"x")], SendFlags::SIGNALED)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e:?}");
+    assert!(e.to_string().contains("UdDest"), "{e}");
+    let fresh = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
+        .unwrap();
+    let e = fresh
+        .post_inline_send(&[IoSlice::new(b"x")], SendFlags::SIGNALED)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e:?}");
+    assert!(e.to_string().contains("RTS"), "{e}");
+    assert_eq!(a.in_flight(), (0, 0));
+    assert_eq!(ud.in_flight(), (0, 0));
+    assert_eq!(fresh.in_flight(), (0, 0));
+}
+
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn wr_api_sends_ud_datagrams_owned_and_borrowed() {

@@ -4,7 +4,6 @@
 //! [`SendRequest::send_with_inv`]). Each request holds the window and the regions it binds or
 //! releases until its completion is reclaimed.
 use std::ops::RangeBounds;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use verbs_sys as sys;
@@ -181,14 +180,7 @@ impl Qp {
             ));
         }
         self.check_send(&WrOp::Send, &[], SendFlags::SIGNALED, false)?;
-        let mut sq = self.inner.sq.lock();
-        if self.in_reset().load(Ordering::Acquire) {
-            return Err(self.refused_in_reset());
-        }
-        let depth = self.cap().max_send_wr;
-        if sq.len() >= depth as usize {
-            return Err(self.queue_full("send", depth));
-        }
+        let mut sq = self.lock_send_room(1)?;
         let id = next_id(false);
         let mut bound = mw.lock();
         let mut bind = sys::ibv_mw_bind {
@@ -206,7 +198,7 @@ impl Qp {
         let r = unsafe { sys::ibv_bind_mw(self.as_raw(), mw.as_raw(), &mut bind) };
         sys::errno::check_ret(r).map_err(|source| {
             if source.raw_os_error() == Some(libc::ENOMEM) {
-                self.queue_full("send", depth)
+                self.queue_full("send", self.cap().max_send_wr)
             } else {
                 Error::PostSend {
                     qp_num: self.qp_num(),

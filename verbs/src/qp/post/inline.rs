@@ -1,14 +1,14 @@
 //! Inline sends gathered from a list of [`IoSlice`]s: the device copies the bytes while the
 //! post call runs, so borrowed memory is safe here and needs no registration.
 use std::io::IoSlice;
-use std::sync::atomic::Ordering;
 
 use verbs_sys as sys;
 
 use super::wr_ex::Build;
-use super::{next_id, zeroed_send_wr, QpEx, SendFlags, UdDest, WrOp};
+use super::{invalid, next_id, zeroed_send_wr, QpEx, SendFlags, UdDest, WrOp};
+use crate::ah::Ah;
 use crate::mr::LocalSlice;
-use crate::qp::Qp;
+use crate::qp::{Qp, QpType};
 use crate::{Error, Result};
 
 /// Inline slices gathered without allocating: a send rarely has more.
@@ -40,6 +40,18 @@ fn inline_sges(qp: &Qp, data: &[IoSlice<'_>]) -> Result<InlineSges> {
             len,
             max,
         });
+    }
+    let parts = data.iter().filter(|d| !d.is_empty()).count();
+    let max_sge = qp.cap().max_send_sge;
+    if parts > max_sge as usize {
+        // Devices gather inline data from the request's SGE list too, and refuse a longer one.
+        return Err(invalid(
+            qp.qp_num(),
+            format!(
+                "{parts} inline slices exceed max_send_sge {max_sge}; join them into fewer \
+                 slices or create the QP with a larger max_send_sge"
+            ),
+        ));
     }
     let sges = data.iter().filter(|d| !d.is_empty()).map(|d| LocalSlice {
         addr: d.as_ptr() as u64,
@@ -84,17 +96,7 @@ impl Qp {
             self.check_ah(u.ah)?;
         }
         self.check_send(&op, &sges, flags, ud.is_some())?;
-        let mut sq = self.inner.sq.lock();
-        if self.in_reset().load(Ordering::Acquire) {
-            return Err(self.refused_in_reset());
-        }
-        let depth = self.cap().max_send_wr;
-        if sq.len() >= depth as usize {
-            return Err(self.queue_full("send", depth));
-        }
-        let id = next_id(false);
         let mut wr = zeroed_send_wr();
-        wr.wr_id = id;
         // ibv_post_send does not write the SGE list; the cast drops const only.
         wr.sg_list = sges.as_ptr() as *mut sys::ibv_sge;
         wr.num_sge = sges.len() as i32;
@@ -107,16 +109,57 @@ impl Qp {
                 remote_qkey: u.remote_qkey,
             };
         }
-        let r = self.post_chain(std::slice::from_mut(&mut wr));
-        match r {
+        self.post_inline_tracked(&mut wr, ud.map(|u| u.ah.clone()))
+    }
+
+    /// Posts a SEND of the bytes of `data` inline (copied by the device during the call) on
+    /// a connected (RC or UC) QP: [`post_send_inline`](Self::post_send_inline) with
+    /// [`WrOp::Send`] and no UD destination, checking only what such a request can get
+    /// wrong (the QP's type and state, the length), for a sender whose small messages go
+    /// this way one by one. `flags` may hold `SIGNALED`, `SOLICITED` and `FENCE` (`INLINE`
+    /// is added). Tracked as `post_send_inline` tracks its request: returns its `wr_id`.
+    #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "IBV_SEND_INLINE")]
+    pub fn post_inline_send(&self, data: &[IoSlice<'_>], flags: SendFlags) -> Result<u64> {
+        let allowed = SendFlags::SIGNALED | SendFlags::SOLICITED | SendFlags::FENCE;
+        if data.len() > FEW || !allowed.contains(flags) {
+            // The general path: it gathers any number of slices and names a wrong flag.
+            return self.post_send_inline(WrOp::Send, data, flags, None);
+        }
+        if self.qp_type() == QpType::Ud {
+            return Err(invalid(
+                self.qp_num(),
+                "a UD send needs a destination: post it with post_send_inline and a UdDest".into(),
+            ));
+        }
+        if let Some(why) = self.send_state_refusal() {
+            return Err(invalid(self.qp_num(), why));
+        }
+        let sges = inline_sges(self, data)?;
+        let mut wr = zeroed_send_wr();
+        // ibv_post_send does not write the SGE list; the cast drops const only.
+        wr.sg_list = sges.as_ptr() as *mut sys::ibv_sge;
+        wr.num_sge = sges.len() as i32;
+        wr.send_flags = (flags | SendFlags::INLINE).bits();
+        WrOp::Send.fill(&mut wr);
+        self.post_inline_tracked(&mut wr, None)
+    }
+
+    /// Posts `wr`, a checked inline request, under the send queue's lock and tracks it (with
+    /// its UD address handle, kept until the completion): returns its new `wr_id`.
+    fn post_inline_tracked(&self, wr: &mut sys::ibv_send_wr, ah: Option<Ah>) -> Result<u64> {
+        let mut sq = self.lock_send_room(1)?;
+        let id = next_id(false);
+        wr.wr_id = id;
+        match self.post_chain(std::slice::from_mut(wr)) {
             Ok(()) => {
-                sq.insert(id, 0, Default::default(), ud.map(|u| u.ah.clone()));
+                sq.insert(id, 0, Default::default(), ah);
                 Ok(id)
             }
             Err((0, e)) => Err(e),
             Err((_, e)) => {
                 // Possibly queued: its completion must still find the entry (and the AH).
-                sq.insert(id, 0, Default::default(), ud.map(|u| u.ah.clone()));
+                sq.insert(id, 0, Default::default(), ah);
                 Err(e)
             }
         }
@@ -141,14 +184,7 @@ impl QpEx {
             self.check_ah(u.ah)?;
         }
         self.check_send(&op, &sges, flags, ud.is_some())?;
-        let mut sq = self.qp().inner.sq.lock();
-        if self.in_reset().load(Ordering::Acquire) {
-            return Err(self.refused_in_reset());
-        }
-        let depth = self.cap().max_send_wr;
-        if sq.len() >= depth as usize {
-            return Err(self.queue_full("send", depth));
-        }
+        let mut sq = self.lock_send_room(1)?;
         let id = next_id(false);
         let build = Build {
             id,

@@ -117,6 +117,23 @@ impl Qp {
 
     /// Owned requests are refused while the QP is in Reset: some providers accept them and
     /// keep them past the next transition, after `take_in_flight` handed their buffers back.
+    /// The send queue's in-flight table, locked, once the QP is not being reset and the
+    /// queue has room for `n` more requests: what every post of tracked requests starts with.
+    pub(super) fn lock_send_room(
+        &self,
+        n: usize,
+    ) -> Result<parking_lot::MutexGuard<'_, super::InFlight>> {
+        let sq = self.inner.sq.lock();
+        if self.in_reset().load(Ordering::Acquire) {
+            return Err(self.refused_in_reset());
+        }
+        let depth = self.cap().max_send_wr;
+        if sq.len() + n > depth as usize {
+            return Err(self.queue_full("send", depth));
+        }
+        Ok(sq)
+    }
+
     pub(super) fn refused_in_reset(&self) -> Error {
         in_reset_error(self.qp_num())
     }
@@ -211,14 +228,10 @@ impl Qp {
         if let Err(e) = self.check_request(&req) {
             return Err(fail(e, req));
         }
-        let mut sq = self.inner.sq.lock();
-        if self.in_reset().load(Ordering::Acquire) {
-            return Err(fail(self.refused_in_reset(), req));
-        }
-        let depth = self.cap().max_send_wr;
-        if sq.len() >= depth as usize {
-            return Err(fail(self.queue_full("send", depth), req));
-        }
+        let mut sq = match self.lock_send_room(1) {
+            Ok(sq) => sq,
+            Err(e) => return Err(fail(e, req)),
+        };
         let id = next_id(false);
         let mut inline_sge = sys::ibv_sge {
             addr: 0,

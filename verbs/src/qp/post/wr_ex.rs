@@ -3,7 +3,6 @@
 //! in-flight table until reclaimed; borrowed memory is `unsafe`).
 use std::ops::Deref;
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
 
 use bitflags::bitflags;
 use verbs_sys as sys;
@@ -310,14 +309,10 @@ impl QpEx {
         }) {
             return Err(fail(e, reqs));
         }
-        let mut sq = self.qp.inner.sq.lock();
-        if self.in_reset().load(Ordering::Acquire) {
-            return Err(fail(self.refused_in_reset(), reqs));
-        }
-        let depth = self.cap().max_send_wr;
-        if sq.len() + reqs.len() > depth as usize {
-            return Err(fail(self.queue_full("send", depth), reqs));
-        }
+        let mut sq = match self.lock_send_room(reqs.len()) {
+            Ok(sq) => sq,
+            Err(e) => return Err(fail(e, reqs)),
+        };
         let ids: Vec<u64> = reqs.iter().map(|_| next_id(false)).collect();
         let builds: Vec<Build<'_>> = reqs
             .iter()
