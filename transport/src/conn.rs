@@ -401,17 +401,34 @@ impl Conn {
                 ControlFlow::Continue(held) => st = held,
             }
         }
-        if let Some(id) = conn.send_inline_at_once(&mut st, class, data) {
-            let waits = st.waits_for_completion();
-            drop(st);
-            // As after a queued send (see `send_frame_releasing`).
-            if class == Class::Message {
-                conn.after_send(waits);
-            }
-            return Ok(id);
-        }
+        let st = match self.send_at_once(st, class, data) {
+            Ok(id) => return Ok(id),
+            Err(st) => st,
+        };
         let (frame, held) = self.eager_frame_in(st, data, Some(timeout))?;
         self.send_frame_releasing(class, frame, Some(timeout), false, held)
+    }
+
+    /// Sends eager message `data` at once if it can go so
+    /// ([`ConnShared::send_inline_at_once`]), under `st`, then lets go of the lock and polls as
+    /// after a queued send of `class` (see `send_frame_releasing`). `Err`: nothing was sent,
+    /// the lock handed back.
+    fn send_at_once<'a>(
+        &'a self,
+        mut st: StateGuard<'a>,
+        class: Class,
+        data: &[u8],
+    ) -> std::result::Result<Option<CallId>, StateGuard<'a>> {
+        let conn = &*self.inner;
+        let Some(id) = conn.send_inline_at_once(&mut st, class, data) else {
+            return Err(st);
+        };
+        let waits = st.waits_for_completion();
+        drop(st);
+        if class == Class::Message {
+            conn.after_send(waits);
+        }
+        Ok(id)
     }
 
     /// Queues plain message `data` in a batch if that is how it goes now (see
@@ -511,7 +528,9 @@ impl Conn {
     }
 
     /// Sends `data` if it can go now: [`Error::WouldBlock`] when the peer has granted no
-    /// credit, the queue is full or the pool is exhausted. Only eager-sized messages.
+    /// credit, the queue is full or the pool is exhausted. Only eager-sized messages. A
+    /// message that fits the inline room with nothing queued ahead of it takes no pool buffer
+    /// (the device copies it from `data`), so it goes even while the pool is exhausted.
     pub fn try_send(&self, data: &[u8]) -> Result<()> {
         if data.len() > self.eager_limit() {
             return Err(Error::TooLarge {
@@ -519,7 +538,11 @@ impl Conn {
                 limit: self.eager_limit() as u64,
             });
         }
-        let (frame, held) = self.eager_frame_in(self.inner.state.lock(), data, None)?;
+        let st = match self.send_at_once(self.inner.state.lock(), Class::Message, data) {
+            Ok(_) => return Ok(()),
+            Err(st) => st,
+        };
+        let (frame, held) = self.eager_frame_in(st, data, None)?;
         self.send_frame_releasing(Class::Message, frame, None, false, held)
             .map(drop)
     }

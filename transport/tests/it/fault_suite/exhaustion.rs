@@ -106,15 +106,21 @@ fn an_exhausted_pool_is_backpressure_and_loses_nothing() {
     let (held, hog_typed) = hog(client.endpoint().pool());
     eprintln!("pool exhausted: {} buffers held", held.len());
 
-    // Backpressure, each typed, and nothing sent by the refused or timed-out sends.
+    // Backpressure, each typed, and nothing sent by the refused or timed-out sends (an eager
+    // message above the inline room needs a pool buffer).
     let short = Duration::from_millis(300);
-    let try_eager = client.try_send(&[1u8; 100]);
+    let try_eager = client.try_send(&[1u8; 1000]);
     let timed_eager = client.send_timeout(&[2u8; 3000], short);
     let timed_large = client.send_timeout(&vec![3u8; 300 << 10], short);
     eprintln!("under exhaustion: {try_eager:?} / {timed_eager:?} / {timed_large:?}");
     let refused = matches!(try_eager, Err(Error::WouldBlock))
         && matches!(timed_eager, Err(Error::TimedOut { .. }))
         && matches!(timed_large, Err(Error::TimedOut { .. }));
+    // A message small enough to be posted inline, with nothing queued ahead of it, needs no
+    // pool buffer: it goes all the same.
+    let inline_sent = client.try_send(&[4u8; 50]);
+    let inline_arrived = server.recv(short).map(|m| m.bytes().as_ref() == [4u8; 50]);
+    eprintln!("an inline message under exhaustion: {inline_sent:?} / {inline_arrived:?}");
     // Room for a rendezvous message's first chunk only: it starts within the timeout, so it
     // is delivered whole, its other chunk finished once the pool has room.
     let mut held = held;
@@ -161,6 +167,10 @@ fn an_exhausted_pool_is_backpressure_and_loses_nothing() {
     figures.checks = vec![
         ("the pool says Exhausted when it is", hog_typed),
         ("try_send WouldBlock, send_timeout TimedOut", refused),
+        (
+            "an inline message needs no pool buffer and arrives",
+            inline_sent.is_ok() && matches!(inline_arrived, Ok(true)),
+        ),
         (
             "a message started under exhaustion was accepted",
             started_large.is_ok(),
