@@ -169,7 +169,16 @@ impl<B: Payload> Connection<B> {
     }
 
     /// Ends the connection after a graceful close once nothing is left in either direction.
+    /// Inlined: it runs after every frame and action, and only a connection that sent and
+    /// received CLOSE has anything to check.
+    #[inline]
     pub(super) fn maybe_finish(&mut self) {
+        if self.close_sent && self.close_received {
+            self.finish_if_done();
+        }
+    }
+
+    fn finish_if_done(&mut self) {
         let done = self.state == State::Open
             && self.close_sent
             && self.close_received

@@ -173,8 +173,16 @@ impl<B: Payload> Connection<B> {
         })
     }
 
-    /// Delivers complete messages from the head of the receive order.
+    /// Delivers complete messages from the head of the receive order. Inlined: it runs after
+    /// every frame, and a message that had nothing before it was delivered already.
+    #[inline]
     pub(super) fn deliver_ready(&mut self) {
+        if !self.inq.is_empty() {
+            self.deliver_queued();
+        }
+    }
+
+    fn deliver_queued(&mut self) {
         loop {
             let ready = match self.inq.front() {
                 None => return,
