@@ -302,64 +302,73 @@ impl ConnShared {
         }
         let mut delivered = false;
         while let Some(action) = st.proto.as_mut().and_then(|p| p.poll_action()) {
-            match action {
-                Action::Send {
-                    header,
-                    body,
-                    signal,
-                } => self.post_frame(st, header, body, signal),
-                Action::Read { id, remote, len } => self.post_read(st, id, remote, len),
-                Action::Probe => self.post_probe(st),
-                Action::Release(buf) => drop(buf),
-                Action::Deliver(d) => match d.class {
-                    proto::Received::Message => {
-                        st.inbox.push_back(d);
-                        delivered = true;
-                    }
-                    proto::Received::Request { call } => {
-                        if self.shared.cfg.serve_requests {
-                            st.requests.push_back(d);
-                        } else {
-                            drop(d);
-                            self.release_one(st);
-                            if let Some(p) = st.proto.as_mut() {
-                                let _ = p.reject_call(call);
-                            }
-                        }
-                    }
-                },
-                Action::CallDone { id, result } => {
-                    st.calls.insert(id.0, result);
-                    if let Some(w) = st.call_wakers.remove(&id.0) {
-                        wake_task(w);
-                    }
-                }
-                Action::Closed { error } => {
-                    if error.is_some() && std::env::var_os("TRANSPORT_DEBUG").is_some() {
-                        eprintln!(
-                            "transport: qp {} ended: {error:?}; srq in flight {}, deficit {:?}, recv pool {:?}; sq_ops {}, inbox {}, deferred reads {}, in flight {:?}\n{:?}",
-                            self.qp.qp_num(),
-                            self.shared.srq.in_flight(),
-                            self.shared.srq_deficit,
-                            self.shared.recv_pool.stats(),
-                            st.sq_ops.len(),
-                            st.inbox.len(),
-                            st.deferred_reads.len(),
-                            self.qp.in_flight(),
-                            st.proto
-                        );
-                    }
-                    st.end = Some(error);
-                    // Torn down at the next tick, which may be far off: bring it closer, so
-                    // the connection's slot is free again within a tick.
-                    self.shared.tick_soon();
-                }
-            }
+            delivered |= self.carry_out(st, action);
         }
         if delivered {
             wake_tasks(&mut st.recv_wakers);
         }
         self.wake(st);
+    }
+
+    /// Carries out one action of the protocol; returns whether it delivered a message (its
+    /// receivers are woken after the batch).
+    fn carry_out(&self, st: &mut ConnState, action: Action<Buffer>) -> bool {
+        match action {
+            Action::Send {
+                header,
+                body,
+                signal,
+            } => self.post_frame(st, header, body, signal),
+            Action::Read { id, remote, len } => self.post_read(st, id, remote, len),
+            Action::Probe => self.post_probe(st),
+            Action::Release(buf) => drop(buf),
+            Action::Deliver(d) => match d.class {
+                proto::Received::Message => {
+                    st.inbox.push_back(d);
+                    return true;
+                }
+                proto::Received::Request { call } => {
+                    if self.shared.cfg.serve_requests {
+                        st.requests.push_back(d);
+                    } else {
+                        drop(d);
+                        self.release_one(st);
+                        if let Some(p) = st.proto.as_mut() {
+                            let _ = p.reject_call(call);
+                        }
+                    }
+                }
+            },
+            Action::CallDone { id, result } => {
+                st.calls.insert(id.0, result);
+                if !st.call_wakers.is_empty() {
+                    if let Some(w) = st.call_wakers.remove(&id.0) {
+                        wake_task(w);
+                    }
+                }
+            }
+            Action::Closed { error } => {
+                if error.is_some() && std::env::var_os("TRANSPORT_DEBUG").is_some() {
+                    eprintln!(
+                        "transport: qp {} ended: {error:?}; srq in flight {}, deficit {:?}, recv pool {:?}; sq_ops {}, inbox {}, deferred reads {}, in flight {:?}\n{:?}",
+                        self.qp.qp_num(),
+                        self.shared.srq.in_flight(),
+                        self.shared.srq_deficit,
+                        self.shared.recv_pool.stats(),
+                        st.sq_ops.len(),
+                        st.inbox.len(),
+                        st.deferred_reads.len(),
+                        self.qp.in_flight(),
+                        st.proto
+                    );
+                }
+                st.end = Some(error);
+                // Torn down at the next tick, which may be far off: bring it closer, so
+                // the connection's slot is free again within a tick.
+                self.shared.tick_soon();
+            }
+        }
+        false
     }
 
     /// Wakes blocked threads and async tasks waiting on this connection (receivers only when
@@ -673,6 +682,20 @@ impl ConnShared {
             None => ([0; proto::MAX_HEAD], 0),
         };
         let _ = proto.on_receive_head(&head[..n], len, buf, Instant::now());
+        // Most frames deliver one message or finish one call and leave nothing else to do:
+        // that goes to its waiter at once, without a pass over what the protocol could send.
+        let lone = if st.deferred_reads.is_empty() {
+            proto.take_lone_delivery()
+        } else {
+            None
+        };
+        if let Some(action) = lone {
+            if self.carry_out(st, action) {
+                wake_tasks(&mut st.recv_wakers);
+            }
+            self.wake(st);
+            return;
+        }
         self.drive(st);
     }
 

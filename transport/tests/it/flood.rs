@@ -71,6 +71,7 @@ proptest! {
         for h in &mut sim.hosts {
             h.batch = batch;
             h.at_once = at_once;
+            h.lone_deliveries = at_once;
         }
         // host 0 closes once it has sent everything; host 1 then closes too
         sim.hosts[0].close_when_done = close;
@@ -117,6 +118,7 @@ fn both_ends_flood(batch: bool, at_once: bool) {
     for h in &mut sim.hosts {
         h.batch = batch;
         h.at_once = at_once;
+        h.lone_deliveries = at_once;
     }
     // Users release only when they hold a full window: credits run out on both sides repeatedly.
     let mut guard = 0;

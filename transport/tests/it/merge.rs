@@ -160,6 +160,7 @@ proptest! {
         for h in &mut sim.hosts {
             h.stream = true;
             h.at_once = at_once;
+            h.lone_deliveries = at_once;
         }
         sim.hosts[0].close_when_done = close;
         for op in ops {

@@ -17,6 +17,7 @@ fn messages_go_at_once_until_one_waits_then_queue_behind_it_in_order() {
     // 6 credits, 1 reserved: 5 data frames before the peer returns any.
     let cfg = small_config(6, 1, 12, 2, 1);
     let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[1].lone_deliveries = true;
     let h = &mut sim.hosts[0];
     h.at_once = true;
     h.to_send = (0..9)
@@ -41,6 +42,7 @@ fn messages_go_at_once_until_one_waits_then_queue_behind_it_in_order() {
     sim.run_until_quiet(100_000);
     let b = &sim.hosts[1];
     assert_eq!(b.received.len(), 9);
+    assert!(b.lone > 0, "some frames left only their message to deliver");
     for (k, (_, bytes)) in b.received.iter().enumerate() {
         assert_eq!(bytes, &content(0, k, 5 + k), "message {k}");
     }

@@ -222,6 +222,7 @@ proptest::proptest! {
         sim.hosts[1].echo_requests = true;
         for h in &mut sim.hosts {
             h.at_once = at_once;
+            h.lone_deliveries = at_once;
         }
         sim.hosts[0].to_send = calls
             .iter()

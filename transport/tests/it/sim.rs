@@ -132,6 +132,11 @@ pub struct Host {
     /// Eager messages go straight to the wire when nothing is ahead of them
     /// (`Connection::send_at_once`), as the driver sends small ones; else they are queued.
     pub at_once: bool,
+    /// A frame that leaves one delivery and nothing else to do is carried out on its own
+    /// (`Connection::take_lone_delivery`), as the driver does.
+    pub lone_deliveries: bool,
+    /// Frames carried out that way.
+    pub lone: usize,
     /// Frames taken at once, posted before the next actions.
     posted_at_once: VecDeque<Vec<u8>>,
     /// Bytes of message `next` already appended (a stream write taken in part).
@@ -169,6 +174,8 @@ impl Host {
             stream: false,
             batch: false,
             at_once: false,
+            lone_deliveries: false,
+            lone: 0,
             posted_at_once: VecDeque::new(),
             partial: 0,
             frames: 0,
@@ -375,6 +382,14 @@ impl Host {
         wire.extend(self.posted_at_once.drain(..));
         while let Some(a) = self.conn.poll_action() {
             any = true;
+            self.carry_out(a, wire);
+        }
+        any
+    }
+
+    /// Carries out one action, as a driver does.
+    fn carry_out(&mut self, a: Action<SimBuf>, wire: &mut VecDeque<Vec<u8>>) {
+        {
             let release = matches!(a, Action::Release(_));
             assert!(
                 self.closed.is_empty() || release,
@@ -442,7 +457,6 @@ impl Host {
                 Action::Closed { error } => self.closed.push(error),
             }
         }
-        any
     }
 
     /// The user drops the oldest message it holds.
@@ -534,6 +548,15 @@ impl Sim {
         to.conn
             .on_receive_head(&head[..n], frame.len(), buf, self.now)
             .expect("valid frame");
+        if to.lone_deliveries {
+            // As a driver carries out a lone delivery: nothing else may be left to do.
+            if let Some(a) = to.conn.take_lone_delivery() {
+                to.lone += 1;
+                to.carry_out(a, &mut self.wires[1 - from]);
+                let left = to.conn.poll_action();
+                assert!(left.is_none(), "a lone delivery left {left:?} to do");
+            }
+        }
         true
     }
 

@@ -41,6 +41,32 @@ impl<B: Payload> Connection<B> {
         }
     }
 
+    /// What a frame just received left for the driver, taken when it is all there is: the
+    /// only queued action, a message delivered or a call finished, with nothing due to go out
+    /// (no message waiting for credit, no control frame, READ, close or credit update due).
+    /// The driver carries it out without asking [`poll_action`](Self::poll_action) for
+    /// more. `None`: nothing taken; drive as usual.
+    pub fn take_lone_delivery(&mut self) -> Option<Action<B>> {
+        let quiet = self.actions.len() == 1
+            && self.state == State::Open
+            && self.outq.is_empty()
+            && self.acks.is_empty()
+            && self.read_wait.is_empty()
+            && !self.pong_due
+            && !self.ping_due
+            && !self.close_queued
+            && !self.credits.update_due();
+        if !quiet
+            || !matches!(
+                self.actions.front(),
+                Some(Action::Deliver(_) | Action::CallDone { .. })
+            )
+        {
+            return None;
+        }
+        self.actions.pop_front()
+    }
+
     pub(super) fn release_now(&mut self, buf: B) {
         drop(buf);
         self.credits.release();
