@@ -690,11 +690,16 @@ impl ConnShared {
             None
         };
         if let Some(action) = lone {
+            // A request with no one to serve it is refused: that queues a frame to send.
+            let refused = !self.shared.cfg.serve_requests
+                && matches!(&action, Action::Deliver(d) if d.class != proto::Received::Message);
             if self.carry_out(st, action) {
                 wake_tasks(&mut st.recv_wakers);
             }
-            self.wake(st);
-            return;
+            if !refused {
+                self.wake(st);
+                return;
+            }
         }
         self.drive(st);
     }
