@@ -74,6 +74,18 @@ fn inline_sges(qp: &Qp, data: &[IoSlice<'_>]) -> Result<InlineSges> {
     Ok(InlineSges::Few(few, n))
 }
 
+/// The request of an inline `op` of `sges` (`flags` with `INLINE`), its SGE list by
+/// pointer: `sges` must outlive the post.
+fn inline_wr(sges: &InlineSges, op: &WrOp, flags: SendFlags) -> sys::ibv_send_wr {
+    let mut wr = zeroed_send_wr();
+    // ibv_post_send does not write the SGE list; the cast drops const only.
+    wr.sg_list = sges.as_ptr() as *mut sys::ibv_sge;
+    wr.num_sge = sges.len() as i32;
+    wr.send_flags = flags.bits();
+    op.fill(&mut wr);
+    wr
+}
+
 impl Qp {
     /// Posts a SEND or RDMA WRITE (with or without immediate) of the bytes of `data`, copied
     /// by the device during the call (`IBV_SEND_INLINE`): the slices may be any memory and are
@@ -96,12 +108,7 @@ impl Qp {
             self.check_ah(u.ah)?;
         }
         self.check_send(&op, &sges, flags, ud.is_some())?;
-        let mut wr = zeroed_send_wr();
-        // ibv_post_send does not write the SGE list; the cast drops const only.
-        wr.sg_list = sges.as_ptr() as *mut sys::ibv_sge;
-        wr.num_sge = sges.len() as i32;
-        wr.send_flags = flags.bits();
-        op.fill(&mut wr);
+        let mut wr = inline_wr(&sges, &op, flags);
         if let Some(u) = &ud {
             wr.wr.ud = sys::ud_t {
                 ah: u.ah.as_raw(),
@@ -136,12 +143,7 @@ impl Qp {
             return Err(invalid(self.qp_num(), why));
         }
         let sges = inline_sges(self, data)?;
-        let mut wr = zeroed_send_wr();
-        // ibv_post_send does not write the SGE list; the cast drops const only.
-        wr.sg_list = sges.as_ptr() as *mut sys::ibv_sge;
-        wr.num_sge = sges.len() as i32;
-        wr.send_flags = (flags | SendFlags::INLINE).bits();
-        WrOp::Send.fill(&mut wr);
+        let mut wr = inline_wr(&sges, &WrOp::Send, flags | SendFlags::INLINE);
         self.post_inline_tracked(&mut wr, None)
     }
 

@@ -115,8 +115,6 @@ impl Qp {
         Ok(())
     }
 
-    /// Owned requests are refused while the QP is in Reset: some providers accept them and
-    /// keep them past the next transition, after `take_in_flight` handed their buffers back.
     /// The send queue's in-flight table, locked, once the QP is not being reset and the
     /// queue has room for `n` more requests: what every post of tracked requests starts with.
     pub(super) fn lock_send_room(
@@ -134,6 +132,8 @@ impl Qp {
         Ok(sq)
     }
 
+    /// Owned requests are refused while the QP is in Reset: some providers accept them and
+    /// keep them past the next transition, after `take_in_flight` handed their buffers back.
     pub(super) fn refused_in_reset(&self) -> Error {
         in_reset_error(self.qp_num())
     }
