@@ -718,8 +718,8 @@ impl Conn {
             return Ok(());
         }
         // The response waits: the credit goes back on its own if it is due.
-        if credit && st.proto.as_ref().is_some_and(|p| p.release_needs_poll()) {
-            conn.drive(&mut st);
+        if credit {
+            conn.drive_if_release_due(&mut st);
         }
         let sent = self
             .eager_frame_in(st, response, Some(DEFAULT_OP_TIMEOUT))

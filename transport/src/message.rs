@@ -122,10 +122,7 @@ impl Drop for Message {
         if d.release() {
             let mut st = self.conn.state.lock();
             self.conn.release_one(&mut st);
-            // A release can only make a credit update due: most drops have nothing to drive.
-            if st.proto.as_ref().is_some_and(|p| p.release_needs_poll()) {
-                self.conn.drive(&mut st);
-            }
+            self.conn.drive_if_release_due(&mut st);
         }
     }
 }

@@ -37,6 +37,16 @@ pub(crate) enum SqOp {
     OneSided(u64),
 }
 
+/// What carrying out one action of the protocol did, beyond the action itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carried {
+    Done,
+    /// A message went into the inbox: its receivers are to be woken.
+    Delivered,
+    /// The protocol has more to send (a refused request's answer): drive it.
+    Queued,
+}
+
 /// At most this many frames are posted per signaled one: the device writes one completion
 /// for that many sends, which is what a message rate pays for.
 const SIGNAL_EVERY_MAX: u32 = 16;
@@ -302,7 +312,7 @@ impl ConnShared {
         }
         let mut delivered = false;
         while let Some(action) = st.proto.as_mut().and_then(|p| p.poll_action()) {
-            delivered |= self.carry_out(st, action);
+            delivered |= self.carry_out(st, action) == Carried::Delivered;
         }
         if delivered {
             wake_tasks(&mut st.recv_wakers);
@@ -310,9 +320,9 @@ impl ConnShared {
         self.wake(st);
     }
 
-    /// Carries out one action of the protocol; returns whether it delivered a message (its
-    /// receivers are woken after the batch).
-    fn carry_out(&self, st: &mut ConnState, action: Action<Buffer>) -> bool {
+    /// Carries out one action of the protocol; says whether it delivered a message (its
+    /// receivers are woken after the batch) or gave the protocol more to send.
+    fn carry_out(&self, st: &mut ConnState, action: Action<Buffer>) -> Carried {
         match action {
             Action::Send {
                 header,
@@ -325,7 +335,7 @@ impl ConnShared {
             Action::Deliver(d) => match d.class {
                 proto::Received::Message => {
                     st.inbox.push_back(d);
-                    return true;
+                    return Carried::Delivered;
                 }
                 proto::Received::Request { call } => {
                     if self.shared.cfg.serve_requests {
@@ -336,6 +346,7 @@ impl ConnShared {
                         if let Some(p) = st.proto.as_mut() {
                             let _ = p.reject_call(call);
                         }
+                        return Carried::Queued;
                     }
                 }
             },
@@ -368,7 +379,7 @@ impl ConnShared {
                 self.shared.tick_soon();
             }
         }
-        false
+        Carried::Done
     }
 
     /// Wakes blocked threads and async tasks waiting on this connection (receivers only when
@@ -383,6 +394,14 @@ impl ConnShared {
             for (_, w) in st.call_wakers.drain() {
                 wake_task(w);
             }
+        }
+    }
+
+    /// Drives the connection if a release made something due (a credit update; see
+    /// [`proto::Connection::release_needs_poll`]): most releases have nothing to drive.
+    pub(crate) fn drive_if_release_due(&self, st: &mut ConnState) {
+        if st.proto.as_ref().is_some_and(|p| p.release_needs_poll()) {
+            self.drive(st);
         }
     }
 
@@ -690,16 +709,14 @@ impl ConnShared {
             None
         };
         if let Some(action) = lone {
-            // A request with no one to serve it is refused: that queues a frame to send.
-            let refused = !self.shared.cfg.serve_requests
-                && matches!(&action, Action::Deliver(d) if d.class != proto::Received::Message);
-            if self.carry_out(st, action) {
-                wake_tasks(&mut st.recv_wakers);
+            match self.carry_out(st, action) {
+                Carried::Delivered => wake_tasks(&mut st.recv_wakers),
+                Carried::Done => {}
+                // What it queued (a refused request's answer) goes out with the drive.
+                Carried::Queued => return self.drive(st),
             }
-            if !refused {
-                self.wake(st);
-                return;
-            }
+            self.wake(st);
+            return;
         }
         self.drive(st);
     }

@@ -23,6 +23,18 @@ impl<B: Payload> Connection<B> {
         !self.actions.is_empty()
     }
 
+    /// Whether nothing waits to go out in the send order or as a reply: no message queued,
+    /// no READ waiting, no acknowledgement, PONG or PING due. What
+    /// [`next_output`](Self::next_output) would hand out besides then is a CLOSE or a
+    /// credit update.
+    pub(super) fn nothing_waiting(&self) -> bool {
+        self.outq.is_empty()
+            && self.acks.is_empty()
+            && self.read_wait.is_empty()
+            && !self.pong_due
+            && !self.ping_due
+    }
+
     pub(super) fn header(&mut self, kind: Kind, flags: u8, tag: u64) -> [u8; HEADER_LEN] {
         let credit_limit = self.credits.on_send();
         self.sq_free -= 1;

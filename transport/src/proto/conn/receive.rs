@@ -49,11 +49,7 @@ impl<B: Payload> Connection<B> {
     pub fn take_lone_delivery(&mut self) -> Option<Action<B>> {
         let quiet = self.actions.len() == 1
             && self.state == State::Open
-            && self.outq.is_empty()
-            && self.acks.is_empty()
-            && self.read_wait.is_empty()
-            && !self.pong_due
-            && !self.ping_due
+            && self.nothing_waiting()
             && !self.close_queued
             && !self.credits.update_due();
         if !quiet

@@ -51,13 +51,8 @@ impl<B: Payload> Connection<B> {
 
     /// Whether an eager message of `len` bytes would be the next frame out and can go now.
     fn can_go_at_once(&self, len: usize) -> bool {
-        let nothing_ahead = self.actions.is_empty()
-            && self.outq.is_empty()
-            && self.acks.is_empty()
-            && self.read_wait.is_empty()
-            && !self.pong_due
-            && !self.ping_due;
-        nothing_ahead
+        self.actions.is_empty()
+            && self.nothing_waiting()
             && self.sq_free > SQ_CONTROL_RESERVE
             && self.credits.can_send(true)
             && self.eager_refusal(HEADER_LEN + len).is_none()
