@@ -38,7 +38,7 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     }
     let mut poller = Poller::new(64, p.args.events, p.timeout());
     let mut results = Vec::new();
-    let mut last = BwStats::compute(0, &[], &[], 1, gbits);
+    let mut last = BwStats::compute(0, &[], &[], 1, false, gbits);
     // What SENDs and WRITEs send, or where READs land (every request of every QP: nobody
     // looks at the contents, as in perftest).
     let what = "register the local buffer (lower -s?)";
@@ -74,7 +74,7 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
         } else {
             p.cq_mod as usize
         };
-        let mut st = BwStats::compute(size, &posted, &completed, cq_mod, gbits);
+        let mut st = BwStats::compute(size, &posted, &completed, cq_mod, p.peak, gbits);
         if duplex {
             // perftest: WRITE and READ synchronise after each size of a sweep before the
             // reports; SEND after the reports (below).

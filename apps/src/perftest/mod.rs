@@ -192,6 +192,9 @@ pub fn run(p: &Params) -> Result<(), Error> {
     let p = &p.on_device(dev.vendor_id);
     let timeout = p.timeout();
     let quiet = p.args.output.is_some();
+    if p.peak_warning && !quiet {
+        println!(" WARNING: BW peak won't be measured in this run.");
+    }
     if p.is_server() && !quiet {
         println!("\n************************************");
         println!("* Waiting for client to connect... *");

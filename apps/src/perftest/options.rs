@@ -12,6 +12,8 @@ pub const ITERS: std::ops::RangeInclusive<u64> = 5..=100_000_000;
 const MAX_DEPTH: u32 = 16_384;
 const MAX_TX: u32 = 15_000;
 const MAX_QPS: u32 = 16_384;
+/// Iterations above which a bandwidth test leaves its peak out (perftest's rule).
+const NO_PEAK_ABOVE: u64 = 20_000;
 
 /// What `--output` prints instead of the table (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -107,6 +109,11 @@ pub struct Args {
     /// Print only this number.
     #[arg(long = "output", value_enum)]
     pub output: Option<Output>,
+    /// Do not measure the peak bandwidth (the bandwidth tests leave it out anyway, with a
+    /// warning, in duration mode, on a send-bw server and above 20,000 iterations, as
+    /// perftest does: finding it takes time quadratic in the iterations).
+    #[arg(short = 'N', long = "noPeak")]
+    pub no_peak: bool,
     /// Completion moderation: signal one send in this many (default 100).
     #[arg(short = 'Q', long = "cq-mod")]
     pub cq_mod: Option<u32>,
@@ -173,6 +180,10 @@ pub struct Params {
     pub outs: Option<u32>,
     /// Queue pairs.
     pub qps: u32,
+    /// Whether a bandwidth test measures its peak (see [`Args::no_peak`]).
+    pub peak: bool,
+    /// Whether the peak is left out although `-N` was not given (perftest then warns).
+    pub peak_warning: bool,
     /// Everything else, as given.
     pub args: Args,
 }
@@ -336,6 +347,13 @@ impl Params {
             vec![size]
         };
         let max_size = *sizes.iter().max().unwrap_or(&size);
+        // perftest's rules for leaving the peak out of a bandwidth test.
+        let server = args.servername.is_none();
+        let peak_left_out = args.duration.is_some()
+            || (verb == Verb::Send && server && !args.bidirectional)
+            || iters > NO_PEAK_ABOVE;
+        let peak = !lat && !args.no_peak && !peak_left_out;
+        let peak_warning = !lat && !args.no_peak && peak_left_out;
         Ok(Params {
             test,
             sizes,
@@ -353,6 +371,8 @@ impl Params {
             },
             outs: args.outs,
             qps: args.qps,
+            peak,
+            peak_warning,
             args,
         })
     }
@@ -523,5 +543,27 @@ mod tests {
         assert!(msg(Test::SendBw, &["-c", "UD"]).contains("RC"));
         assert!(msg(Test::WriteLat, &["-q", "2"]).contains("one QP"));
         assert!(parse(Test::SendLat, &["-x", "65"]).is_err());
+    }
+
+    #[test]
+    fn the_peak_is_left_out_by_perftest_rules() {
+        let peak = |test, args: &[&str]| {
+            let p = parse(test, args).unwrap();
+            (p.peak, p.peak_warning)
+        };
+        // A bandwidth client measures it; latency tests have none.
+        assert_eq!(peak(Test::WriteBw, &["h"]), (true, false));
+        assert_eq!(peak(Test::SendLat, &["h", "-n", "50000"]), (false, false));
+        // -N: left out, silently.
+        assert_eq!(peak(Test::WriteBw, &["h", "-N"]), (false, false));
+        assert_eq!(peak(Test::SendBw, &["--noPeak"]), (false, false));
+        // Left out with a warning: a send-bw server (not -b), duration mode, over 20,000
+        // iterations.
+        assert_eq!(peak(Test::SendBw, &[]), (false, true));
+        assert_eq!(peak(Test::SendBw, &["-b"]), (true, false));
+        assert_eq!(peak(Test::WriteBw, &[]), (true, false));
+        assert_eq!(peak(Test::ReadBw, &["h", "-D", "2"]), (false, true));
+        assert_eq!(peak(Test::ReadBw, &["h", "-n", "20000"]), (true, false));
+        assert_eq!(peak(Test::ReadBw, &["h", "-n", "20001"]), (false, true));
     }
 }

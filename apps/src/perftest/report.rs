@@ -163,13 +163,16 @@ pub struct BwStats {
 
 impl BwStats {
     /// From the time of the first post and, per message, the time its completion was seen
-    /// (`completed[i]`, measured from the same origin); the peak is the best rate over any
-    /// run of messages starting at a moderation boundary, as perftest's `print_report_bw`.
+    /// (`completed[i]`, measured from the same origin); with `peak`, the peak is the best
+    /// rate over any run of messages starting at a moderation boundary, as perftest's
+    /// `print_report_bw` finds it (in time quadratic in the messages), else 0, as perftest
+    /// prints it then.
     pub fn compute(
         size: u64,
         posted: &[Duration],
         completed: &[Duration],
         cq_mod: usize,
+        peak: bool,
         gbits: bool,
     ) -> BwStats {
         let n = completed.len().min(posted.len());
@@ -189,6 +192,16 @@ impl BwStats {
             .max(1e-9);
         let avg = size as f64 * n as f64 / total / unit;
         let msg_rate = n as f64 / total / 1e6;
+        if !peak {
+            return BwStats {
+                size,
+                iters: n as u64,
+                peak: 0.0,
+                avg,
+                msg_rate,
+                gbits,
+            };
+        }
         let step = cq_mod.max(1);
         let mut best = f64::MAX;
         for i in (0..n).step_by(step) {
@@ -312,12 +325,12 @@ mod tests {
         // over first post to last completion.
         let posted = us(&[0, 0, 0, 0]);
         let completed = us(&[1000, 2000, 3000, 4000]);
-        let s = BwStats::compute(1 << 20, &posted, &completed, 1, false);
+        let s = BwStats::compute(1 << 20, &posted, &completed, 1, true, false);
         assert_eq!(s.iters, 4);
         assert!((s.avg - 1000.0).abs() < 1e-6, "{}", s.avg);
         assert!((s.msg_rate - 0.001).abs() < 1e-9);
         assert!(s.peak >= s.avg);
-        let g = BwStats::compute(1 << 20, &posted, &completed, 1, true);
+        let g = BwStats::compute(1 << 20, &posted, &completed, 1, true, true);
         assert!((g.avg - 8.388608).abs() < 1e-6, "{}", g.avg);
         assert!(
             s.line().starts_with(" 1048576    4       "),
@@ -325,5 +338,13 @@ mod tests {
             s.line()
         );
         assert_eq!(s.json()["BW_average"], 1000.0);
+        // Without the peak: 0, as perftest prints it, and the same average.
+        let n = BwStats::compute(1 << 20, &posted, &completed, 1, false, false);
+        assert_eq!((n.peak, n.avg, n.iters), (0.0, s.avg, 4));
+        assert!(
+            n.line().starts_with(" 1048576    4                0.00 "),
+            "{:?}",
+            n.line()
+        );
     }
 }
