@@ -19,7 +19,25 @@ const BW_SIZES: [u64; 6] = [2, 64, 1024, 16_384, 65_536, 1 << 20];
 /// Rounds over every case. Within a round ours and perftest's run back to back, perftest's
 /// first in every other round; each side's reported row is the median of its rounds (under
 /// emulation one run of a case varies by 10% and more, and now and then far more).
-pub const ROUNDS: usize = 3;
+pub const ROUNDS: usize = 5;
+
+/// Iterations of a latency case: enough for a steady median (perftest's default of 1000
+/// leaves t_typical swinging by several percent), fewer at 64 KiB, where each round trip
+/// takes about 2 ms.
+fn lat_iters(size: u64) -> u64 {
+    if size <= 4096 {
+        5000
+    } else {
+        1000
+    }
+}
+
+/// Iterations of a bandwidth case: 64 MiB, at least 50 and at most 20,000 messages (perftest
+/// leaves the peak out above 20,000). At 5,000 two-byte messages a run lasted an eighth of a
+/// second, and its rate swung by 10% from run to run.
+fn bw_iters(size: u64) -> u64 {
+    ((64u64 << 20) / size).clamp(50, 20_000)
+}
 
 /// One measurement to take, for both implementations.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +74,7 @@ pub fn cases() -> Vec<Case> {
             v.push(Case {
                 test,
                 size,
-                iters: 1000,
+                iters: lat_iters(size),
                 tx_depth: None,
             });
         }
@@ -66,7 +84,7 @@ pub fn cases() -> Vec<Case> {
             v.push(Case {
                 test,
                 size,
-                iters: ((16u64 << 20) / size).clamp(50, 5000),
+                iters: bw_iters(size),
                 // 128 READs of 1 MiB in flight stall emulated rxe for minutes (perftest's
                 // too); both sides get the same shallower queue.
                 tx_depth: (test == "read_bw" && size >= 1 << 20).then_some(16),
@@ -298,7 +316,7 @@ mod tests {
         assert!(c.iter().any(|c| c.test == "send_lat" && c.size == 65_536));
         assert!(c.iter().any(|c| c.test == "read_bw" && c.size == 1 << 20));
         let s = script(&c[..1], Path::new("/x"), 2);
-        let ours = "pt_case 'send_lat 2 ours' /x/send-lat /x/send-lat -F -n 1000 -s 2";
+        let ours = "pt_case 'send_lat 2 ours' /x/send-lat /x/send-lat -F -n 5000 -s 2";
         let theirs = "pt_case 'send_lat 2 perftest' ib_send_lat ib_send_lat";
         // Round 1: ours first; round 2: perftest's first.
         let at = |p: &str| s.match_indices(p).map(|(i, _)| i).collect::<Vec<_>>();
@@ -347,7 +365,7 @@ mod tests {
         assert_eq!(r.comparisons[1].metric, "msg_rate");
         assert!((r.comparisons[1].ratio() - 0.5).abs() < 1e-12);
         assert_eq!(rows[&("send_lat".to_string(), 2, true)][2], 5.0);
-        assert!(script(&cases(), Path::new("/x"), 1).contains("read-bw -F -n 50 -s 1048576 -t 16"));
+        assert!(script(&cases(), Path::new("/x"), 1).contains("read-bw -F -n 64 -s 1048576 -t 16"));
         let dir = std::env::temp_dir().join(format!("xtask-pt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         charts(&rows, &dir).unwrap();
