@@ -14,7 +14,7 @@ use super::endpoint::{part, remote_slice, send_wr_id, Poller};
 use super::exchange::BwReport;
 use super::options::{Output, Params};
 use super::receives::Receives;
-use super::report::{self, BwStats};
+use super::report::{self, prefaulted, BwStats};
 use super::{Error, TestRun, Verb};
 
 /// Runs every size; returns the JSON results.
@@ -133,7 +133,7 @@ fn serve_sends(
     recvs: &mut Receives,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {
     let total = p.iters as usize * s.ep.qps.len();
-    let mut completed = Vec::with_capacity(total);
+    let mut completed = prefaulted(total, Duration::ZERO);
     let mut done = Vec::new();
     let mut t0 = None;
     let mut left = vec![p.iters as usize; s.ep.qps.len()];
@@ -191,8 +191,8 @@ fn client(
     } else {
         iters * nqp
     };
-    let mut posted_at: Vec<Duration> = Vec::with_capacity(iters * nqp);
-    let mut completed_at: Vec<Duration> = Vec::with_capacity(iters * nqp);
+    let mut posted_at = prefaulted(iters * nqp, Duration::ZERO);
+    let mut completed_at = prefaulted(iters * nqp, Duration::ZERO);
     // Each QP sends its own `-n` (the peer posted that many receives per QP).
     let per_qp = if until.is_some() { usize::MAX } else { iters };
     let mut sent = vec![0usize; nqp];

@@ -15,7 +15,7 @@ use verbs::{LocalSlice, PreparedSend, SendFlags, SendWr, WrOp};
 use super::endpoint::{part, remote_slice, send_wr_id, Done, Endpoint, Poller};
 use super::options::{AtomicType, Output, Params};
 use super::receives::Receives;
-use super::report::{self, LatDuration, LatStats};
+use super::report::{self, prefaulted, LatDuration, LatStats};
 use super::{Error, Test, TestRun};
 
 /// Receive buffers kept posted by `send-lat` (a ping-pong has one message in flight).
@@ -134,7 +134,7 @@ fn send_lat(
         ud: None,
     };
     let mut ping = s.ep.prepare_send(0, &wr)?;
-    let mut posted = Vec::with_capacity(iters);
+    let mut posted = prefaulted(iters, Instant::now());
     let (mut scnt, mut rcnt) = (0usize, 0usize);
     let mut send_pending = false;
     let mut done = Vec::new();
@@ -231,7 +231,7 @@ fn write_lat(
             )
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut posted = Vec::with_capacity(iters);
+    let mut posted = prefaulted(iters, Instant::now());
     let (mut scnt, mut rcnt, mut ccnt) = (0usize, 0usize, 0usize);
     let mut done = Vec::new();
     let timeout = p.timeout();
@@ -310,7 +310,7 @@ fn one_sided(
     } else {
         p.iters as usize
     };
-    let mut posted = Vec::with_capacity(p.iters as usize);
+    let mut posted = prefaulted(p.iters as usize, Instant::now());
     let mut done = Vec::new();
     let t0 = Instant::now();
     let mut n = 0usize;
