@@ -71,7 +71,7 @@ pub async fn round_trips<S: AsyncRead + AsyncWrite + Unpin>(
     warm: u64,
     count: u64,
 ) -> Res<Vec<Duration>> {
-    let mut times = Vec::with_capacity(count as usize);
+    let mut times = crate::report::prefaulted(count as usize);
     let mut back = vec![0u8; size];
     for i in 0..warm + count {
         let data = vec![i as u8; size];

@@ -222,7 +222,7 @@ pub fn round_trips(
     s.send_all(&sync, deadline)?;
     s.recv_all(&mut sync, deadline)?;
     let mut buf = vec![0u8; size];
-    let mut times = Vec::with_capacity(iters as usize);
+    let mut times = crate::report::prefaulted(iters as usize);
     for _ in 0..iters {
         let t = Instant::now();
         s.send_all(&buf, deadline)?;

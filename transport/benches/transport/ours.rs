@@ -135,7 +135,7 @@ pub fn rpc_rtt(pair: &Pair, len: usize, warm: u64, n: u64) -> Res<f64> {
     let request = vec![0x33; len];
     let result = thread::scope(|s| {
         let srv = s.spawn(|| server.serve_with(|m, out| out.extend_from_slice(&m.bytes())));
-        let mut times = Vec::with_capacity(n as usize);
+        let mut times = crate::report::prefaulted(n as usize);
         let mut outcome = Ok(());
         for i in 0..warm + n {
             let t = Instant::now();
@@ -177,7 +177,7 @@ pub fn echo_rtt(pair: &Pair, len: usize, warm: u64, n: u64) -> Res<f64> {
             }
             Ok(())
         });
-        let mut times = Vec::with_capacity(n as usize);
+        let mut times = crate::report::prefaulted(n as usize);
         let mut outcome = Ok(());
         for i in 0..total {
             let t = Instant::now();
