@@ -384,25 +384,16 @@ fn lean_inline_sends_gather_slices_and_refuse_what_they_cannot_post() {
     );
     // A UD QP needs a destination; a QP not yet able to send says which state it is in.
     let cq = ctx.create_cq(4, None).unwrap();
-    let ud = pd
-        .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq))
-        .unwrap();
-    let e = ud
-        .post_inline_send(&[IoSlice::new(b"x")], SendFlags::SIGNALED)
-        .unwrap_err();
-    assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e:?}");
-    assert!(e.to_string().contains("UdDest"), "{e}");
-    let fresh = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq))
-        .unwrap();
-    let e = fresh
-        .post_inline_send(&[IoSlice::new(b"x")], SendFlags::SIGNALED)
-        .unwrap_err();
-    assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e:?}");
-    assert!(e.to_string().contains("RTS"), "{e}");
+    for (qp_type, names) in [(QpType::Ud, "UdDest"), (QpType::Rc, "RTS")] {
+        let qp = pd.create_qp(&QpInitAttr::new(qp_type, &cq, &cq)).unwrap();
+        let e = qp
+            .post_inline_send(&[IoSlice::new(b"x")], SendFlags::SIGNALED)
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidWorkRequest { .. }), "{e:?}");
+        assert!(e.to_string().contains(names), "{qp_type:?}: {e}");
+        assert_eq!(qp.in_flight(), (0, 0));
+    }
     assert_eq!(a.in_flight(), (0, 0));
-    assert_eq!(ud.in_flight(), (0, 0));
-    assert_eq!(fresh.in_flight(), (0, 0));
 }
 
 #[test]
