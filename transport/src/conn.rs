@@ -714,7 +714,9 @@ impl Conn {
         }
         if conn.send_inline_at_once(&mut st, class, response).is_some() {
             drop(st);
-            drop(request);
+            if let Some(d) = request {
+                conn.shared.release_delivery(d);
+            }
             return Ok(());
         }
         // The response waits: the credit goes back on its own if it is due.

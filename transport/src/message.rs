@@ -119,7 +119,7 @@ impl Drop for Message {
         let Some(d) = self.delivery.take() else {
             return;
         };
-        if d.release() {
+        if self.conn.shared.release_delivery(d) {
             let mut st = self.conn.state.lock();
             self.conn.release_one(&mut st);
             self.conn.drive_if_release_due(&mut st);
