@@ -10,7 +10,7 @@ use verbs_sys as sys;
 
 use super::request::Owner;
 use super::small::Small;
-use super::{invalid, next_id, SendFlags, SendRequest, WrOp};
+use super::{invalid, SendFlags, SendRequest, WrOp};
 use crate::mr::{slice, AccessFlags, MemoryRegion, RegisteredBuf, RemoteSlice};
 use crate::mw::{Mw, MwType};
 use crate::qp::{Qp, QpType};
@@ -181,7 +181,7 @@ impl Qp {
         }
         self.check_send(&WrOp::Send, &[], SendFlags::SIGNALED, false)?;
         let mut sq = self.lock_send_room(1)?;
-        let id = next_id(false);
+        let id = sq.next_id(false);
         let mut bound = mw.lock();
         let mut bind = sys::ibv_mw_bind {
             wr_id: id,

@@ -1,13 +1,13 @@
 //! The table of owned requests in flight on one queue, keyed by their process-unique ids.
 //!
-//! Ids are taken under the table's lock, so entries are inserted in increasing id order and a
-//! ring kept in insertion order is sorted: completions (in order on a QP's queues) pop from
+//! Ids are taken from the table's own block of the process's ids ([`IdBlock`]) under its lock,
+//! so entries are inserted in increasing id order and a ring kept in insertion order is sorted: completions (in order on a QP's queues) pop from
 //! the front, without allocating and without searching; anything else is a binary search.
 use std::collections::VecDeque;
 
 use super::request::Owner;
 use super::small::Small;
-use super::{Reclaimed, OWNED_WR_ID, RECV_WR_ID};
+use super::{IdBlock, Reclaimed, OWNED_WR_ID, RECV_WR_ID};
 use crate::ah::Ah;
 
 struct Entry {
@@ -55,6 +55,7 @@ impl std::fmt::Display for Outstanding {
 #[derive(Default)]
 pub(crate) struct InFlight {
     ring: VecDeque<Entry>,
+    ids: IdBlock,
 }
 
 /// Entries a table reserves up front at most: a queue deeper than this may still grow its
@@ -68,7 +69,13 @@ impl InFlight {
     pub(crate) fn with_depth(depth: u32) -> Self {
         InFlight {
             ring: VecDeque::with_capacity((depth as usize).min(RESERVED_MAX)),
+            ids: IdBlock::default(),
         }
+    }
+
+    /// The id of the next request posted on this queue (take it under the table's lock).
+    pub(crate) fn next_id(&mut self, recv: bool) -> u64 {
+        self.ids.take(recv)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -165,6 +172,28 @@ pub(crate) fn owned_kind(id: u64) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_increase_per_table_across_blocks_and_no_two_tables_share_one() {
+        let (mut a, mut b) = (InFlight::default(), InFlight::default());
+        let mut seen = std::collections::HashSet::new();
+        let (mut last_a, mut last_b) = (0, 0);
+        // Interleaved, past the first block of each table.
+        for i in 0..2 * super::super::ID_BLOCK + 7 {
+            let id = a.next_id(false);
+            assert!(id > last_a, "table a went from {last_a:#x} to {id:#x}");
+            assert_eq!(owned_kind(id), Some(false));
+            last_a = id;
+            assert!(seen.insert(id));
+            if i % 3 == 0 {
+                let id = b.next_id(true);
+                assert!(id > last_b, "table b went from {last_b:#x} to {id:#x}");
+                assert_eq!(owned_kind(id), Some(true));
+                last_b = id;
+                assert!(seen.insert(id & !RECV_WR_ID), "{id:#x} handed out twice");
+            }
+        }
+    }
 
     fn table(ids: &[u64]) -> InFlight {
         let mut t = InFlight::default();

@@ -5,7 +5,7 @@ use std::io::IoSlice;
 use verbs_sys as sys;
 
 use super::wr_ex::Build;
-use super::{invalid, next_id, zeroed_send_wr, QpEx, SendFlags, UdDest, WrOp};
+use super::{invalid, zeroed_send_wr, QpEx, SendFlags, UdDest, WrOp};
 use crate::ah::Ah;
 use crate::mr::LocalSlice;
 use crate::qp::{Qp, QpType};
@@ -151,7 +151,7 @@ impl Qp {
     /// its UD address handle, kept until the completion): returns its new `wr_id`.
     fn post_inline_tracked(&self, wr: &mut sys::ibv_send_wr, ah: Option<Ah>) -> Result<u64> {
         let mut sq = self.lock_send_room(1)?;
-        let id = next_id(false);
+        let id = sq.next_id(false);
         wr.wr_id = id;
         match self.post_chain(std::slice::from_mut(wr)) {
             Ok(()) => {
@@ -187,7 +187,7 @@ impl QpEx {
         }
         self.check_send(&op, &sges, flags, ud.is_some())?;
         let mut sq = self.lock_send_room(1)?;
-        let id = next_id(false);
+        let id = sq.next_id(false);
         let build = Build {
             id,
             op,

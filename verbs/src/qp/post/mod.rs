@@ -111,11 +111,34 @@ pub(crate) fn post_chain<W: ChainedWr>(
 }
 
 /// Ids of owned requests are unique in the process, so a completion names exactly one request.
+/// Queues take them [`ID_BLOCK`] at a time ([`IdBlock`]).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-pub(crate) fn next_id(recv: bool) -> u64 {
-    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed) & !(OWNED_WR_ID | RECV_WR_ID);
-    OWNED_WR_ID | if recv { RECV_WR_ID } else { 0 } | n
+/// Ids a queue takes from [`NEXT_ID`] at once. A counter every post increments would move
+/// between cores with every post of queues driven from different threads (the two ends of a
+/// ping-pong in one process): under emulation such an increment costs about 300 ns against
+/// 10 ns for a counter only one thread touches.
+const ID_BLOCK: u64 = 4096;
+
+/// The ids a queue's table hands out: a block of [`NEXT_ID`], taken under the table's lock, so
+/// a table's ids increase in post order and no two requests of the process share one.
+#[derive(Debug, Default)]
+pub(crate) struct IdBlock {
+    next: u64,
+    end: u64,
+}
+
+impl IdBlock {
+    /// The next id, with the owned bit and, for a receive, the receive bit.
+    pub(crate) fn take(&mut self, recv: bool) -> u64 {
+        if self.next == self.end {
+            self.next = NEXT_ID.fetch_add(ID_BLOCK, Ordering::Relaxed);
+            self.end = self.next + ID_BLOCK;
+        }
+        let n = self.next & !(OWNED_WR_ID | RECV_WR_ID);
+        self.next += 1;
+        OWNED_WR_ID | if recv { RECV_WR_ID } else { 0 } | n
+    }
 }
 
 bitflags! {

@@ -6,8 +6,7 @@ use parking_lot::Mutex;
 use verbs_sys as sys;
 
 use super::{
-    check_borrowed_wr_id, invalid, next_id, post_chain, Chain, InFlight, PostError, RecvRequest,
-    RecvWr,
+    check_borrowed_wr_id, invalid, post_chain, Chain, InFlight, PostError, RecvRequest, RecvWr,
 };
 use crate::{Error, Result};
 
@@ -58,7 +57,7 @@ pub(crate) fn post_recv_one(
             req,
         ));
     }
-    let id = next_id(true);
+    let id = q.next_id(true);
     let mut wr = [sys::ibv_recv_wr {
         wr_id: id,
         next: ptr::null_mut(),
@@ -122,7 +121,7 @@ pub(crate) fn post_recv_owned(
             reqs,
         ));
     }
-    let ids: Vec<u64> = reqs.iter().map(|_| next_id(true)).collect();
+    let ids: Vec<u64> = reqs.iter().map(|_| q.next_id(true)).collect();
     let mut wrs: Vec<sys::ibv_recv_wr> = reqs
         .iter()
         .zip(&ids)

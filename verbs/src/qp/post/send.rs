@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 use verbs_sys as sys;
 
 use super::{
-    check_borrowed_wr_id, invalid, next_id, post_recv_one, post_recv_owned, post_recv_raw,
-    zeroed_send_wr, Chain, Outstanding, PostError, Reclaimed, RecvRequest, RecvWr, SendFlags,
-    SendRequest, SendWr, WrOp,
+    check_borrowed_wr_id, invalid, post_recv_one, post_recv_owned, post_recv_raw, zeroed_send_wr,
+    Chain, Outstanding, PostError, Reclaimed, RecvRequest, RecvWr, SendFlags, SendRequest, SendWr,
+    WrOp,
 };
 use super::{in_reset_error, owned_kind, post_chain};
 use crate::ah::Ah;
@@ -232,7 +232,7 @@ impl Qp {
             Ok(sq) => sq,
             Err(e) => return Err(fail(e, req)),
         };
-        let id = next_id(false);
+        let id = sq.next_id(false);
         let mut inline_sge = sys::ibv_sge {
             addr: 0,
             length: 0,
@@ -283,7 +283,7 @@ impl Qp {
         if sq.len() + reqs.len() > depth as usize {
             return Err(fail(self.queue_full("send", depth), reqs));
         }
-        let ids: Vec<u64> = reqs.iter().map(|_| next_id(false)).collect();
+        let ids: Vec<u64> = reqs.iter().map(|_| sq.next_id(false)).collect();
         let mut inline_sges = vec![
             sys::ibv_sge {
                 addr: 0,

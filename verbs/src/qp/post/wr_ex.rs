@@ -7,9 +7,7 @@ use std::ptr::NonNull;
 use bitflags::bitflags;
 use verbs_sys as sys;
 
-use super::{
-    check_borrowed_wr_id, invalid, next_id, PostError, SendFlags, SendRequest, SendWr, WrOp,
-};
+use super::{check_borrowed_wr_id, invalid, PostError, SendFlags, SendRequest, SendWr, WrOp};
 use crate::mr::LocalSlice;
 use crate::pd::Pd;
 use crate::qp::{Qp, QpCap, QpInitAttr};
@@ -313,7 +311,7 @@ impl QpEx {
             Ok(sq) => sq,
             Err(e) => return Err(fail(e, reqs)),
         };
-        let ids: Vec<u64> = reqs.iter().map(|_| next_id(false)).collect();
+        let ids: Vec<u64> = reqs.iter().map(|_| sq.next_id(false)).collect();
         let builds: Vec<Build<'_>> = reqs
             .iter()
             .zip(&ids)
