@@ -195,6 +195,11 @@ pub fn run(p: &Params) -> Result<(), Error> {
     if p.peak_warning && !quiet {
         println!(" WARNING: BW peak won't be measured in this run.");
     }
+    if p.cq_mod_warning && !quiet {
+        println!("{}", report::RESULT_LINE);
+        println!("Warning: Large message requested and CQ moderation enabled");
+        println!("Warning: It can lead to inaccurate results");
+    }
     if p.is_server() && !quiet {
         println!("\n************************************");
         println!("* Waiting for client to connect... *");
@@ -338,6 +343,9 @@ fn print_banner(p: &Params, s: &TestRun) {
     }
     println!(" Max inline data : {}[B]", s.ep.max_inline);
     println!(" TX depth        : {}", p.tx_depth);
+    if !p.test.is_latency() {
+        println!(" CQ Moderation   : {}", p.cq_mod);
+    }
     println!(" Outstand reads  : {}", s.ep.out_reads);
     println!("{line}");
     for (side, d) in [("local", &s.mine[0]), ("remote", &s.remote[0])] {

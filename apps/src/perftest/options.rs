@@ -15,6 +15,10 @@ const MAX_QPS: u32 = 16_384;
 /// Iterations above which a bandwidth test leaves its peak out (perftest's rule).
 const NO_PEAK_ABOVE: u64 = 20_000;
 
+/// Above this message size perftest's bandwidth tests signal every request (CQ moderation 1)
+/// unless moderation is asked for with `-Q` (perftest's `MSG_SIZE_CQ_MOD_LIMIT`).
+const CQ_MOD_SIZE_LIMIT: u64 = 8192;
+
 /// What `--output` prints instead of the table (`--output`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
@@ -184,6 +188,9 @@ pub struct Params {
     pub peak: bool,
     /// Whether the peak is left out although `-N` was not given (perftest then warns).
     pub peak_warning: bool,
+    /// Whether `-Q` asked for moderation of messages over 8 KiB (perftest warns that the
+    /// result may be inaccurate).
+    pub cq_mod_warning: bool,
     /// Everything else, as given.
     pub args: Args,
 }
@@ -295,6 +302,12 @@ impl Params {
                 "tx depth {tx_depth} is out of range: use -t 1..={MAX_TX}"
             ));
         }
+        // perftest never keeps more requests in flight than a run of iterations posts.
+        let tx_depth = if args.duration.is_none() {
+            tx_depth.min(u32::try_from(iters).unwrap_or(u32::MAX))
+        } else {
+            tx_depth
+        };
         let rx_depth = args
             .rx_depth
             .unwrap_or(if verb == Verb::Send { 512 } else { 1 });
@@ -319,12 +332,15 @@ impl Params {
             ));
         }
         // perftest: lat tests signal every send they wait for; bw tests moderate, never past
-        // the send queue depth.
-        let cq_mod = if lat {
-            1
-        } else {
-            args.cq_mod.unwrap_or(100).clamp(1, 1024).min(tx_depth)
+        // the send queue depth, and not at all for messages over 8 KiB unless asked (-Q),
+        // except in the size sweep and with events.
+        let unmoderated = size > CQ_MOD_SIZE_LIMIT && !args.all && !args.events;
+        let cq_mod = match args.cq_mod {
+            _ if lat => 1,
+            None if unmoderated => 1,
+            m => m.unwrap_or(100).clamp(1, 1024).min(tx_depth),
         };
+        let cq_mod_warning = !lat && unmoderated && cq_mod > 1;
         if let Some(m) = args.mtu {
             if verbs::Mtu::from_bytes(m).is_none() {
                 return bad(format!("MTU {m} is not one of 256, 512, 1024, 2048, 4096"));
@@ -373,6 +389,7 @@ impl Params {
             qps: args.qps,
             peak,
             peak_warning,
+            cq_mod_warning,
             args,
         })
     }
@@ -435,7 +452,8 @@ mod tests {
         assert_eq!(p.sizes, [65_536]);
         assert_eq!(p.iters, 5000);
         assert_eq!(p.tx_depth, 128);
-        assert_eq!(p.cq_mod, 100);
+        // The default 64 KiB is over 8 KiB: perftest signals every request.
+        assert_eq!(p.cq_mod, 1);
         assert_eq!(p.rx_depth, 1);
         // perftest's bandwidth tests send nothing inline unless asked (-I).
         assert_eq!(p.inline_size, 0);
@@ -452,6 +470,39 @@ mod tests {
         assert_eq!((p.sizes[0], p.tx_depth, p.rx_depth), (2, 1, 1));
         let p = parse(Test::WriteLat, &[]).unwrap();
         assert_eq!(p.inline_size, 220);
+    }
+
+    #[test]
+    fn tx_depth_and_cq_moderation_follow_perftest_dependencies() {
+        /// Tx depth, CQ moderation, and whether perftest warns about the moderation.
+        type Depths = (u32, u32, bool);
+        let cases: [(Test, &[&str], Depths); 11] = [
+            // Moderated up to 8 KiB, never past the depth.
+            (Test::SendBw, &["-s", "8192"], (128, 100, false)),
+            (Test::SendBw, &["-s", "64", "-t", "32"], (32, 32, false)),
+            // Over 8 KiB every request is signaled, unless -Q asks (perftest then warns).
+            (Test::SendBw, &["-s", "8193"], (128, 1, false)),
+            (Test::WriteBw, &["-s", "65536", "-Q", "4"], (128, 4, true)),
+            (Test::ReadBw, &["-s", "65536", "-Q", "1"], (128, 1, false)),
+            // Not in the size sweep, and not with events.
+            (Test::WriteBw, &["-a"], (128, 100, false)),
+            (Test::WriteBw, &["-s", "65536", "-e"], (128, 100, false)),
+            // The depth is at most the iterations, except in duration mode.
+            (Test::SendBw, &["-s", "1048576", "-n", "64"], (64, 1, false)),
+            (Test::WriteBw, &["-s", "64", "-n", "50"], (50, 50, false)),
+            (
+                Test::WriteBw,
+                &["-s", "64", "-n", "50", "-D", "2"],
+                (128, 100, false),
+            ),
+            // Latency tests signal every request.
+            (Test::WriteLat, &["-s", "65536"], (1, 1, false)),
+        ];
+        for (test, args, want) in cases {
+            let p = parse(test, args).unwrap();
+            let got = (p.tx_depth, p.cq_mod, p.cq_mod_warning);
+            assert_eq!(got, want, "{} {args:?}", test.name());
+        }
     }
 
     #[test]
