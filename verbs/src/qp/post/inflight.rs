@@ -1,8 +1,9 @@
 //! The table of owned requests in flight on one queue, keyed by their process-unique ids.
 //!
 //! Ids are taken from the table's own block of the process's ids ([`IdBlock`]) under its lock,
-//! so entries are inserted in increasing id order and a ring kept in insertion order is sorted: completions (in order on a QP's queues) pop from
-//! the front, without allocating and without searching; anything else is a binary search.
+//! so entries are inserted in increasing id order and a ring kept in insertion order is
+//! sorted: completions (in order on a QP's queues) pop from the front, without allocating and
+//! without searching; anything else is a binary search.
 use std::collections::VecDeque;
 
 use super::request::Owner;
