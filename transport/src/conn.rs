@@ -728,7 +728,9 @@ impl Conn {
             .and_then(|(frame, held)| {
                 self.send_frame_releasing(class, frame, Some(DEFAULT_OP_TIMEOUT), false, held)
             });
-        drop(request);
+        if let Some(d) = request {
+            conn.shared.release_delivery(d);
+        }
         sent.map(drop)
     }
 
