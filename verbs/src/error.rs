@@ -232,7 +232,7 @@ pub enum Error {
     QueueFull {
         /// QP (or SRQ) number.
         qp_num: u32,
-        /// `"send"`, `"receive"` or `"shared receive"`.
+        /// `"send"`, `"receive"`, `"shared receive"` or `"receive ring"`.
         queue: &'static str,
         /// The configured depth.
         depth: u32,

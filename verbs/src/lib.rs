@@ -181,6 +181,7 @@ pub mod mr;
 pub mod mw;
 pub mod pd;
 pub mod qp;
+pub mod recv_ring;
 pub mod srq;
 
 pub use addr::{device_for_addr, rdma_addresses, RdmaAddr};
@@ -208,5 +209,6 @@ pub use qp::{
     QpAttrMask, QpCap, QpDestroy, QpEndpoint, QpEx, QpInitAttr, QpQuery, QpState, QpType,
     Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest, SendWr, UdDest, WrOp,
 };
+pub use recv_ring::RecvRing;
 pub use srq::Srq;
 pub use verbs_sys as sys;

@@ -1,5 +1,7 @@
 //! Shared receive queues (`ibv_create_srq`): one pool of receives for several QPs.
+use std::any::Any;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -22,6 +24,12 @@ pub(crate) struct SrqInner {
     max_sge: u32,
     // Dropped after the SRQ is destroyed.
     rq: Mutex<InFlight>,
+    /// Receives reserved by [`RecvRing`](crate::RecvRing)s: owned receives posted through the
+    /// SRQ itself get `max_wr` minus these.
+    pub(crate) ring_reserved: AtomicU32,
+    /// The slots of every ring made on this SRQ (with the buffers posted from them), dropped
+    /// after the SRQ is destroyed, whenever the rings themselves are dropped.
+    pub(crate) ring_slots: Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
     _pd: Arc<PdInner>,
 }
 
@@ -47,6 +55,7 @@ impl Drop for SrqInner {
             // The SRQ lives on (a QP that failed to be destroyed still uses it): the device
             // may still write the posted buffers, so leak them.
             std::mem::forget(std::mem::take(self.rq.get_mut()));
+            std::mem::forget(std::mem::take(self.ring_slots.get_mut()));
         }
     }
 }
@@ -77,6 +86,8 @@ impl Pd {
                 max_wr: init.attr.max_wr.max(max_wr),
                 max_sge: init.attr.max_sge.max(max_sge),
                 rq: Mutex::new(InFlight::with_depth(init.attr.max_wr.max(max_wr))),
+                ring_reserved: AtomicU32::new(0),
+                ring_slots: Mutex::new(Vec::new()),
                 _pd: self.inner.clone(),
             }),
         })
@@ -92,6 +103,14 @@ impl Srq {
     /// Depth.
     pub fn max_wr(&self) -> u32 {
         self.inner.max_wr
+    }
+
+    /// The receives owned receives posted through the SRQ itself may fill: its depth less
+    /// what its [`RecvRing`](crate::RecvRing)s reserve.
+    fn owned_depth(&self) -> u32 {
+        self.inner
+            .max_wr
+            .saturating_sub(self.inner.ring_reserved.load(Ordering::Relaxed))
     }
 
     /// Arms the limit event: when fewer than `limit` receives remain, the device raises
@@ -125,7 +144,7 @@ impl Srq {
             req,
             0,
             "shared receive",
-            self.inner.max_wr,
+            self.owned_depth(),
             self.inner.max_sge,
             // SAFETY: live SRQ; well-formed chain built by post_recv_one.
             |wr, bad| unsafe { sys::ibv_post_srq_recv(self.as_raw(), wr, bad) },
@@ -144,7 +163,7 @@ impl Srq {
             reqs,
             0,
             "shared receive",
-            self.inner.max_wr,
+            self.owned_depth(),
             self.inner.max_sge,
             // SAFETY: live SRQ; well-formed chain built by post_recv_owned.
             |wr, bad| unsafe { sys::ibv_post_srq_recv(self.as_raw(), wr, bad) },

@@ -572,9 +572,9 @@ fn wrapped_raw_qp_and_context() {
 }
 
 /// A region that records when it is dropped.
-struct DropFlag {
-    mr: MemoryRegion,
-    dropped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+pub(crate) struct DropFlag {
+    pub(crate) mr: MemoryRegion,
+    pub(crate) dropped: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for DropFlag {

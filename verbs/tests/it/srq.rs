@@ -86,3 +86,128 @@ fn srq_shared_by_two_qps() {
     assert_eq!(by_qp.iter().filter(|&&q| q == r2.qp_num()).count(), 2);
     assert_eq!(srq.in_flight(), 0);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn recv_ring_reclaims_by_slot_beside_owned_receives() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let scq = ctx.create_cq(64, None).unwrap();
+    let rcq = ctx.create_cq(64, None).unwrap();
+    let srq = pd.create_srq(16, 1).unwrap();
+    let depth = srq.max_wr();
+    let s1 = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq))
+        .unwrap();
+    let r1 = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq).srq(&srq))
+        .unwrap();
+    connect(&ctx, &s1, &r1);
+
+    // Rings reserve their capacity: what is left is the owned receives'.
+    let ring = srq.recv_ring::<MemoryRegion>(4).unwrap();
+    let e = srq.recv_ring::<MemoryRegion>(depth - 3).unwrap_err();
+    assert!(
+        matches!(&e, verbs::Error::InvalidWorkRequest { reason, .. } if reason.contains("does not fit")),
+        "{e}"
+    );
+    let other = srq.recv_ring::<MemoryRegion>(2).unwrap();
+    let mut owned = Vec::new();
+    for _ in 0..depth - 6 {
+        let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+        owned.push(srq.post_recv(RecvRequest::new(mr, ..).unwrap()).unwrap());
+    }
+    let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let e = srq
+        .post_recv(RecvRequest::new(mr, ..).unwrap())
+        .unwrap_err();
+    assert!(e.error.is_queue_full(), "{:?}", e.error);
+
+    // A full ring hands the buffer back.
+    for _ in 0..4 {
+        let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+        ring.post(mr).unwrap();
+    }
+    assert_eq!(ring.posted(), 4);
+    let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let e = ring.post(mr).unwrap_err();
+    assert!(e.error.is_queue_full(), "{:?}", e.error);
+    assert_eq!(e.unposted.len(), 64);
+
+    // The owned receives were posted first, so they take the first messages; then the ring's.
+    let total = owned.len() + 4;
+    for i in 0..total {
+        let mut mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+        mr.as_mut_slice()[..4].copy_from_slice(&(i as u32).to_le_bytes());
+        s1.post_send(SendRequest::send(mr, 0..4).unwrap()).unwrap();
+        let (c, _) = one(&scq, &s1);
+        assert_eq!(c.status, Ok(()));
+    }
+    let mut from_ring = Vec::new();
+    let mut from_srq = 0;
+    drain(&rcq, total, |wc| {
+        assert_eq!(wc.status(), Ok(()));
+        assert_eq!(wc.byte_len(), 4);
+        // Another ring's receive matches nothing here, and the other way round.
+        assert!(other.reclaim(wc).is_none());
+        match ring.reclaim(wc) {
+            Some(mr) => {
+                assert!(srq.reclaim_one::<MemoryRegion, _>(wc).is_none());
+                assert!(ring.reclaim(wc).is_none(), "reclaimed once only");
+                from_ring.push(u32::from_le_bytes(mr.as_slice()[..4].try_into().unwrap()));
+                ring.post(mr).unwrap();
+            }
+            None => {
+                srq.reclaim_one::<MemoryRegion, _>(wc).unwrap().unwrap();
+                from_srq += 1;
+            }
+        }
+    });
+    assert_eq!(from_srq, owned.len());
+    let expected: Vec<u32> = (owned.len() as u32..total as u32).collect();
+    assert_eq!(from_ring, expected, "each buffer holds its own message");
+    assert_eq!(srq.in_flight(), 0);
+    assert_eq!(ring.posted(), 4, "reposted from the completions");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_dropped_recv_ring_keeps_its_posted_buffers_until_the_srq_is_gone() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use crate::rc::DropFlag;
+
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let srq = pd.create_srq(8, 1).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq).srq(&srq))
+        .unwrap();
+    let ring = srq.recv_ring::<DropFlag>(2).unwrap();
+    let flags: Vec<Arc<AtomicBool>> = (0..2).map(|_| Arc::default()).collect();
+    for f in &flags {
+        let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+        ring.post(DropFlag {
+            mr,
+            dropped: f.clone(),
+        })
+        .unwrap();
+    }
+    drop(ring);
+    assert!(
+        flags.iter().all(|f| !f.load(Ordering::SeqCst)),
+        "posted buffers outlive the ring while the SRQ lives"
+    );
+    drop(srq);
+    assert!(
+        flags.iter().all(|f| !f.load(Ordering::SeqCst)),
+        "the QP keeps the SRQ"
+    );
+    drop(qp);
+    assert!(
+        flags.iter().all(|f| f.load(Ordering::SeqCst)),
+        "freed once the SRQ is destroyed"
+    );
+}

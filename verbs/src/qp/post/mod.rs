@@ -45,6 +45,9 @@ pub use wr_ex::{QpEx, SendOps};
 pub const OWNED_WR_ID: u64 = 1 << 63;
 /// `wr_id` bit marking an owned receive request.
 pub(crate) const RECV_WR_ID: u64 = 1 << 62;
+/// `wr_id` bit marking a receive of a [`RecvRing`](crate::RecvRing) (with the owned and receive
+/// bits): its slot is in the low 32 bits, its ring's number above them.
+pub(crate) const RING_WR_ID: u64 = 1 << 61;
 
 /// A C work request that links into a chain through its `next` field.
 pub(crate) trait ChainedWr {
@@ -135,7 +138,7 @@ impl IdBlock {
             self.next = NEXT_ID.fetch_add(ID_BLOCK, Ordering::Relaxed);
             self.end = self.next + ID_BLOCK;
         }
-        let n = self.next & !(OWNED_WR_ID | RECV_WR_ID);
+        let n = self.next & !(OWNED_WR_ID | RECV_WR_ID | RING_WR_ID);
         self.next += 1;
         OWNED_WR_ID | if recv { RECV_WR_ID } else { 0 } | n
     }
