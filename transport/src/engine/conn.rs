@@ -363,7 +363,7 @@ impl ConnShared {
                     eprintln!(
                         "transport: qp {} ended: {error:?}; srq in flight {}, deficit {:?}, recv pool {:?}; sq_ops {}, inbox {}, deferred reads {}, in flight {:?}\n{:?}",
                         self.qp.qp_num(),
-                        self.shared.srq.in_flight(),
+                        self.shared.recv_ring.posted(),
                         self.shared.srq_deficit,
                         self.shared.recv_pool.stats(),
                         st.sq_ops.len(),

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use memory::{Buffer, ClassConfig, Pool, PoolAccess, PoolConfig};
 use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
-use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRequest, Srq, WorkCompletion};
+use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRing, Srq, WorkCompletion};
 
 pub(crate) use conn::{ConnShared, ConnState, SqOp};
 pub(crate) use spin::SpinBudget;
@@ -88,6 +88,9 @@ pub(crate) struct Shared {
     pub pd: Pd,
     pub cq: Cq,
     pub srq: Srq,
+    /// The SRQ's receives, all of it: a receive buffer is found again by the slot its
+    /// completion's `wr_id` names.
+    pub recv_ring: RecvRing<Buffer>,
     /// Buffers of sends, rendezvous chunks, READ destinations and control frames.
     pub pool: Pool,
     /// Receive buffers only, sized for every receive posted plus every message the
@@ -231,6 +234,7 @@ impl Shared {
         let channel = ctx.create_comp_channel()?;
         let cq = ctx.create_cq(cq_depth, Some(channel))?;
         let srq = pd.create_srq(srq_depth + srq_slack, 1)?;
+        let recv_ring = srq.recv_ring(srq.max_wr())?;
         let needed = PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ;
         let pool = match pool {
             Some(pool) if !pool.access().contains(needed) => {
@@ -263,6 +267,7 @@ impl Shared {
             pd,
             cq,
             srq,
+            recv_ring,
             pool,
             cm_channel: cm::EventChannel::new()?,
             cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
@@ -308,8 +313,7 @@ impl Shared {
                     return Ok(());
                 }
             };
-            let req = RecvRequest::new(buf, ..)?;
-            self.srq.post_recv(req).map_err(|e| e.error)?;
+            self.recv_ring.post(buf).map_err(|e| e.error)?;
         }
         Ok(())
     }
@@ -569,16 +573,15 @@ impl Shared {
         reclaimed: &mut Vec<Reclaimed>,
         last: &mut Option<LastConn>,
     ) {
-        if let Some(buf) = self.srq.reclaim_one::<Buffer, _>(wc) {
+        if let Some(buf) = self.recv_ring.reclaim(wc) {
             // A receive: it is replaced later, on an idle poll, unless `srq_slack` are owed
             // now. The SRQ holds that many beyond every credit granted, so the receives owed
             // never leave a credit without a receive behind it.
-            let buf = buf.ok();
             if self.srq_deficit.fetch_add(1, Ordering::Relaxed) + 1 >= self.srq_slack {
                 self.repay_receives();
             }
             let conn = self.conn_of(last, wc.qp_num());
-            if let (Some(conn), Some(buf), Ok(())) = (conn, buf, wc.status()) {
+            if let (Some(conn), Ok(())) = (conn, wc.status()) {
                 let mut st = conn.state.lock();
                 conn.on_frame(&mut st, buf, wc.byte_len() as usize);
             }
