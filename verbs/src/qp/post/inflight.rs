@@ -94,7 +94,11 @@ impl InFlight {
         });
     }
     /// Removes `id` and, for an in-order queue, everything posted before it; appends them to
-    /// `out` in post order and returns how many. An unknown id removes nothing.
+    /// `out` in post order and returns how many. On an out-of-order queue an unknown id
+    /// removes nothing. On an in-order queue an id without an entry (a request that held
+    /// nothing and was not entered, see `Qp::post_inline_send`) still finishes every request
+    /// posted before it; a stale one (of an earlier QP, or from before a reset) is older than
+    /// every entry and removes nothing.
     pub(crate) fn complete_into(
         &mut self,
         id: u64,
@@ -106,16 +110,16 @@ impl InFlight {
             out.extend(self.ring.pop_front().map(Entry::reclaimed));
             return 1;
         }
+        if in_order {
+            let n = self.ring.partition_point(|e| e.id <= id);
+            out.extend(self.ring.drain(..n).map(Entry::reclaimed));
+            return n;
+        }
         let Ok(i) = self.ring.binary_search_by_key(&id, |e| e.id) else {
             return 0;
         };
-        if in_order {
-            out.extend(self.ring.drain(..=i).map(Entry::reclaimed));
-            i + 1
-        } else {
-            out.extend(self.ring.remove(i).map(Entry::reclaimed));
-            1
-        }
+        out.extend(self.ring.remove(i).map(Entry::reclaimed));
+        1
     }
     /// Removes `id` alone (an out-of-order queue's completion) and hands back its first
     /// buffer of type `B`, dropping any others: `None` for an unknown id, `Some(Err(..))`
@@ -230,9 +234,29 @@ mod tests {
             }]
         );
         assert_eq!(left[0].to_string(), "send 0x9 (tag 90)");
-        // Unknown or already completed ids take nothing.
+        // Already completed (or stale) ids take nothing.
         assert_eq!(t.complete_into(5, true, &mut out), 0);
-        assert_eq!(t.complete_into(100, true, &mut out), 0);
+        assert_eq!(t.complete_into(8, true, &mut out), 0);
+        assert_eq!(t.len(), 1);
+        // An id without an entry, posted after 9 (a request entered nowhere), finishes 9.
+        assert_eq!(t.complete_into(100, true, &mut out), 1);
+        assert_eq!(ids(&out), [3, 5, 8, 9]);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn an_in_order_id_without_an_entry_finishes_only_what_was_posted_before_it() {
+        let mut t = table(&[2, 4, 6]);
+        let mut out = Vec::new();
+        assert_eq!(
+            t.complete_into(1, true, &mut out),
+            0,
+            "older than every entry"
+        );
+        assert_eq!(t.complete_into(5, true, &mut out), 2);
+        assert_eq!(ids(&out), [2, 4]);
+        // On an out-of-order queue it finishes nothing.
+        assert!(t.complete(7, false).is_empty());
         assert_eq!(t.len(), 1);
     }
 

@@ -124,7 +124,13 @@ impl Qp {
     /// [`WrOp::Send`] and no UD destination, checking only what such a request can get
     /// wrong (the QP's type and state, the length), for a sender whose small messages go
     /// this way one by one. `flags` may hold `SIGNALED`, `SOLICITED` and `FENCE` (`INLINE`
-    /// is added). Tracked as `post_send_inline` tracks its request: returns its `wr_id`.
+    /// is added). Returns its `wr_id`.
+    ///
+    /// The request holds nothing once posted, so unlike `post_send_inline`'s it is entered in
+    /// no table: it does not count in [`in_flight`](Self::in_flight) or
+    /// [`outstanding`](Self::outstanding), and [`reclaim`](Self::reclaim) of its completion
+    /// hands back the tracked requests posted before it (a send queue completes in order),
+    /// nothing for itself.
     #[doc(alias = "ibv_post_send")]
     #[doc(alias = "IBV_SEND_INLINE")]
     pub fn post_inline_send(&self, data: &[IoSlice<'_>], flags: SendFlags) -> Result<u64> {
@@ -144,7 +150,13 @@ impl Qp {
         }
         let sges = inline_sges(self, data)?;
         let mut wr = inline_wr(&sges, &WrOp::Send, flags | SendFlags::INLINE);
-        self.post_inline_tracked(&mut wr, None)
+        // The table's lock is held through the post, so ids follow the queue's order: the
+        // in-order reclaim of a later completion relies on it.
+        let mut sq = self.lock_send_room(1)?;
+        wr.wr_id = sq.next_id(false);
+        self.post_chain(std::slice::from_mut(&mut wr))
+            .map_err(|(_, e)| e)?;
+        Ok(wr.wr_id)
     }
 
     /// Posts `wr`, a checked inline request, under the send queue's lock and tracks it (with
