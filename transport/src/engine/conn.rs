@@ -121,7 +121,8 @@ pub(crate) struct ConnState {
     pub proto: Option<proto::Connection<Buffer>>,
     /// Frames that arrived before the protocol existed, replayed in order.
     pub early: Vec<(Buffer, usize)>,
-    pub sq_ops: VecDeque<SqOp>,
+    /// Requests posted and not known complete, oldest first, with their `wr_id`s.
+    pub sq_ops: VecDeque<(u64, SqOp)>,
     /// Requests posted unsignaled since the last signaled one (the tail of `sq_ops`).
     pub unsignaled: u32,
     /// Messages delivered and not yet taken.
@@ -214,8 +215,8 @@ impl ConnState {
     /// Whether a torn-down connection may be forgotten: nothing of its send queue can still
     /// complete. Every request completed, or only unsignaled frames that finished without a
     /// completion remain (their flush completions, if any, had the grace period to come).
-    pub(crate) fn drained(&self, sq_in_flight: usize, now: Instant) -> bool {
-        sq_in_flight == 0
+    pub(crate) fn drained(&self, now: Instant) -> bool {
+        self.sq_ops.is_empty()
             || (self.sq_ops.len() <= self.unsignaled as usize
                 && self
                     .teardown
@@ -524,13 +525,10 @@ impl ConnShared {
         op: SqOp,
         signaled: bool,
     ) {
-        let posted = request.map_err(drop).and_then(|r| {
-            self.qp
-                .post_send(r.signaled(signaled))
-                .map(drop)
-                .map_err(drop)
-        });
-        self.posted(st, posted.is_ok(), op, signaled);
+        let posted = request
+            .map_err(drop)
+            .and_then(|r| self.qp.post_send(r.signaled(signaled)).map_err(drop));
+        self.posted(st, posted.ok(), op, signaled);
     }
 
     /// Posts the bytes of `frame` inline (copied by the device during the call) as one SEND,
@@ -542,7 +540,7 @@ impl ConnShared {
             verbs::SendFlags::empty()
         };
         let posted = self.qp.post_inline_send(frame, flags);
-        self.posted(st, posted.is_ok(), SqOp::Frame, signaled);
+        self.posted(st, posted.ok(), SqOp::Frame, signaled);
     }
 
     /// Sends eager message `data` of `class` as one frame posted inline at once, when the
@@ -603,40 +601,41 @@ impl ConnShared {
     }
 
     /// Records a request posted (or fails the connection if the post failed).
-    fn posted(&self, st: &mut ConnState, ok: bool, op: SqOp, signaled: bool) {
-        if !ok {
+    fn posted(&self, st: &mut ConnState, wr_id: Option<u64>, op: SqOp, signaled: bool) {
+        let Some(wr_id) = wr_id else {
             self.fail(st, PeerGone::QueuePairError);
             return;
-        }
-        st.sq_ops.push_back(op);
+        };
+        st.sq_ops.push_back((wr_id, op));
         st.unsignaled = if signaled { 0 } else { st.unsignaled + 1 };
     }
 
-    /// A send-queue completion of this connection, with what it hands back: one entry per
-    /// request it finishes (itself and the unsignaled ones before it), oldest first. Only the
-    /// last can have failed; a completion that finishes nothing of ours is stale (a flush of
-    /// an earlier QP with this number) and ignored.
+    /// A send-queue completion of this connection, for request `wr_id`, with what it hands
+    /// back: the buffers of the tracked requests it finishes, oldest first (inline frames are
+    /// not tracked and hand back nothing). It finishes its request and every one posted before
+    /// it (the send queue completes in order); only its own can have failed. A completion
+    /// that finishes nothing of ours is stale (a flush of an earlier QP with this number) and
+    /// ignored.
     pub(crate) fn on_send_completion(
         &self,
         st: &mut ConnState,
+        wr_id: u64,
         status: Result<(), verbs::WcError>,
         finished: impl Iterator<Item = verbs::Reclaimed>,
     ) {
         let mut finished = finished.peekable();
         let mut frames = 0;
-        while let Some(mut request) = finished.next() {
-            let Some(op) = st.sq_ops.pop_front() else {
+        while st.sq_ops.front().is_some_and(|(id, _)| *id <= wr_id) {
+            let Some((id, op)) = st.sq_ops.pop_front() else {
                 break;
             };
-            let status = if finished.peek().is_none() {
-                status
-            } else {
-                Ok(())
-            };
+            let status = if id == wr_id { status } else { Ok(()) };
             if st.sq_ops.len() < st.unsignaled as usize {
                 st.unsignaled = st.sq_ops.len() as u32;
             }
-            let buf = request.take::<Buffer>().ok();
+            let buf = finished
+                .next_if(|r| r.wr_id == id)
+                .and_then(|mut r| r.take::<Buffer>().ok());
             match (op, status) {
                 (SqOp::Frame, Ok(())) => {
                     drop(buf);

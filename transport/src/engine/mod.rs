@@ -593,7 +593,7 @@ impl Shared {
         reclaimed.clear();
         conn.qp.reclaim_into(wc, reclaimed);
         let mut st = conn.state.lock();
-        conn.on_send_completion(&mut st, wc.status(), reclaimed.drain(..));
+        conn.on_send_completion(&mut st, wc.wr_id(), wc.status(), reclaimed.drain(..));
     }
 
     /// Runs the protocol timers of every connection and tears down those that ended; returns
@@ -637,7 +637,7 @@ impl Shared {
                     let _ = conn.id.disconnect();
                     conn.wake(&mut st);
                 }
-                if st.teardown.is_some() && st.drained(conn.qp.in_flight().0, now) {
+                if st.teardown.is_some() && st.drained(now) {
                     gone.push(conn.qp.qp_num());
                 }
             }
