@@ -32,51 +32,77 @@ impl std::ops::Deref for InlineSges {
 
 /// The SGEs of inline data: the slices' addresses with no lkey (the device copies them).
 fn inline_sges(qp: &Qp, data: &[IoSlice<'_>]) -> Result<InlineSges> {
+    if data.len() <= FEW {
+        let mut few = [NO_SLICE; FEW];
+        let n = gather_few(qp, data, &mut few)?;
+        return Ok(InlineSges::Few(few, n));
+    }
     let len: usize = data.iter().map(|d| d.len()).sum();
-    let max = qp.cap().max_inline_data;
-    if len > max as usize {
+    let parts = data.iter().filter(|d| !d.is_empty()).count();
+    check_inline(qp, len, parts)?;
+    Ok(InlineSges::Many(
+        data.iter()
+            .filter(|d| !d.is_empty())
+            .map(|d| inline_slice(d))
+            .collect(),
+    ))
+}
+
+const NO_SLICE: LocalSlice = LocalSlice {
+    addr: 0,
+    len: 0,
+    lkey: 0,
+};
+
+/// The SGE of one inline slice (its length is checked against the inline room before use).
+fn inline_slice(d: &IoSlice<'_>) -> LocalSlice {
+    LocalSlice {
+        addr: d.as_ptr() as u64,
+        len: d.len() as u32,
+        lkey: 0,
+    }
+}
+
+/// Gathers the non-empty slices of `data` (at most [`FEW`]) into `out` in one pass, checked
+/// as [`inline_sges`] checks them; returns how many.
+fn gather_few(qp: &Qp, data: &[IoSlice<'_>], out: &mut [LocalSlice; FEW]) -> Result<usize> {
+    let (mut n, mut len) = (0, 0);
+    for (d, slot) in data.iter().filter(|d| !d.is_empty()).zip(out.iter_mut()) {
+        *slot = inline_slice(d);
+        n += 1;
+        len += d.len();
+    }
+    check_inline(qp, len, n)?;
+    Ok(n)
+}
+
+/// Refuses inline data the QP cannot take: `len` bytes in `parts` slices.
+fn check_inline(qp: &Qp, len: usize, parts: usize) -> Result<()> {
+    let cap = qp.cap();
+    if len > cap.max_inline_data as usize {
         return Err(Error::InlineTooLong {
             qp_num: qp.qp_num(),
             len,
-            max,
+            max: cap.max_inline_data,
         });
     }
-    let parts = data.iter().filter(|d| !d.is_empty()).count();
-    let max_sge = qp.cap().max_send_sge;
-    if parts > max_sge as usize {
+    if parts > cap.max_send_sge as usize {
         // Devices gather inline data from the request's SGE list too, and refuse a longer one.
         return Err(invalid(
             qp.qp_num(),
             format!(
-                "{parts} inline slices exceed max_send_sge {max_sge}; join them into fewer \
-                 slices or create the QP with a larger max_send_sge"
+                "{parts} inline slices exceed max_send_sge {}; join them into fewer slices or \
+                 create the QP with a larger max_send_sge",
+                cap.max_send_sge
             ),
         ));
     }
-    let sges = data.iter().filter(|d| !d.is_empty()).map(|d| LocalSlice {
-        addr: d.as_ptr() as u64,
-        len: d.len() as u32,
-        lkey: 0,
-    });
-    if data.len() > FEW {
-        return Ok(InlineSges::Many(sges.collect()));
-    }
-    let mut few = [LocalSlice {
-        addr: 0,
-        len: 0,
-        lkey: 0,
-    }; FEW];
-    let mut n = 0;
-    for (slot, sge) in few.iter_mut().zip(sges) {
-        *slot = sge;
-        n += 1;
-    }
-    Ok(InlineSges::Few(few, n))
+    Ok(())
 }
 
 /// The request of an inline `op` of `sges` (`flags` with `INLINE`), its SGE list by
 /// pointer: `sges` must outlive the post.
-fn inline_wr(sges: &InlineSges, op: &WrOp, flags: SendFlags) -> sys::ibv_send_wr {
+fn inline_wr(sges: &[LocalSlice], op: &WrOp, flags: SendFlags) -> sys::ibv_send_wr {
     let mut wr = zeroed_send_wr();
     // ibv_post_send does not write the SGE list; the cast drops const only.
     wr.sg_list = sges.as_ptr() as *mut sys::ibv_sge;
@@ -148,8 +174,9 @@ impl Qp {
         if let Some(why) = self.send_state_refusal() {
             return Err(invalid(self.qp_num(), why));
         }
-        let sges = inline_sges(self, data)?;
-        let mut wr = inline_wr(&sges, &WrOp::Send, flags | SendFlags::INLINE);
+        let mut few = [NO_SLICE; FEW];
+        let n = gather_few(self, data, &mut few)?;
+        let mut wr = inline_wr(&few[..n], &WrOp::Send, flags | SendFlags::INLINE);
         // The table's lock is held through the post, so ids follow the queue's order: the
         // in-order reclaim of a later completion relies on it.
         let mut sq = self.lock_send_room(1)?;
