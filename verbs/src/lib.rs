@@ -112,7 +112,10 @@
 //!   [`RecvWr`]. A full queue is [`Error::QueueFull`] and hands the request back
 //!   ([`PostError`]). [`Qp::post_send_inline`] sends the bytes of a list of `IoSlice`s
 //!   copied at post time (safe with any memory; over `max_inline_data` is
-//!   [`Error::InlineTooLong`]). [`Qp::query`] returns every attribute ([`QpQuery`]).
+//!   [`Error::InlineTooLong`]); [`Qp::post_inline_send`] is its lean form for one connected
+//!   SEND at a time. [`Srq::recv_ring`] gives a [`RecvRing`]: whole-buffer receives of one
+//!   type that its `reclaim` finds by the slot the completion's `wr_id` names.
+//!   [`Qp::query`] returns every attribute ([`QpQuery`]).
 //! - The `ibv_wr_*` API: [`Pd::create_qp_ex`] with [`SendOps`] gives a [`QpEx`] (a [`Qp`]
 //!   plus [`QpEx::wr_post`], [`QpEx::wr_post_inline`] and `unsafe`
 //!   [`QpEx::wr_post_unchecked`]), with the same ownership rules as plain posting.
