@@ -18,7 +18,7 @@ use verbs_sys as sys;
 
 use crate::cq::PolledWc;
 use crate::mr::RegisteredBufMut;
-use crate::qp::post::{PostError, OWNED_WR_ID, RECV_WR_ID, RING_WR_ID};
+use crate::qp::post::{self, PostError, OWNED_WR_ID, RECV_WR_ID, RING_WR_ID};
 use crate::srq::Srq;
 use crate::{Error, Result};
 
@@ -115,14 +115,16 @@ impl Srq {
 impl<B: RegisteredBufMut> RecvRing<B> {
     /// Posts a receive into the whole of `buf`; returns its `wr_id`. A full ring fails with
     /// [`Error::QueueFull`], a refusal of the device with [`Error::PostRecv`]; either hands
-    /// `buf` back in the error.
+    /// `buf` back in the error (`unposted`), unless the device may have queued it anyway: then
+    /// the ring keeps it until its completion or the SRQ's destruction, `unposted` is `None`
+    /// and `posted` names its `wr_id`.
     #[doc(alias = "ibv_post_srq_recv")]
     // The error hands the buffer back; it is rare, so its size is fine.
     #[allow(clippy::result_large_err)]
-    pub fn post(&self, buf: B) -> std::result::Result<u64, PostError<B>> {
+    pub fn post(&self, buf: B) -> std::result::Result<u64, PostError<Option<B>>> {
         let fail = |error, buf| PostError {
             error,
-            unposted: buf,
+            unposted: Some(buf),
             posted: Vec::new(),
         };
         let local = buf.local();
@@ -136,35 +138,43 @@ impl<B: RegisteredBufMut> RecvRing<B> {
             return Err(fail(self.full(), buf));
         };
         let wr_id = self.id_base | u64::from(slot);
-        let mut wr = sys::ibv_recv_wr {
+        let mut wr = [sys::ibv_recv_wr {
             wr_id,
             next: std::ptr::null_mut(),
             sg_list: &mut sge,
             num_sge: 1,
-        };
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: live SRQ (the ring holds it); a one-request chain whose entry describes the
-        // whole of `buf`, registered memory that stays put while `buf` lives
-        // (`RegisteredBuf`). `buf` goes into the slot below, under the same lock, before any
-        // completion can name it, and stays there until that completion or the SRQ's
-        // destruction (the SRQ keeps the slots); while there nothing else can reach its bytes
-        // (`RegisteredBufMut`).
-        let r = unsafe { sys::ibv_post_srq_recv(self.srq.as_raw(), &mut wr, &mut bad) };
-        if r != 0 {
-            slots.free.push(slot);
-            let e = sys::errno::check_ret(r).unwrap_err();
-            let error = if e.raw_os_error() == Some(libc::ENOMEM) {
-                self.full()
-            } else {
-                Error::PostRecv {
-                    qp_num: 0,
-                    source: e,
-                }
-            };
-            return Err(fail(error, buf));
+        }];
+        let posted = post::post_chain(
+            &mut wr,
+            || self.full(),
+            |source| Error::PostRecv { qp_num: 0, source },
+            // SAFETY: live SRQ (the ring holds it); a one-request chain whose entry describes
+            // the whole of `buf`, registered memory that stays put while `buf` lives
+            // (`RegisteredBuf`). `buf` goes into the slot below, under the same lock, before
+            // any completion can name it, and stays there until that completion or the SRQ's
+            // destruction (the SRQ keeps the slots); while there nothing else can reach its
+            // bytes (`RegisteredBufMut`).
+            |wr, bad| unsafe { sys::ibv_post_srq_recv(self.srq.as_raw(), wr, bad) },
+        );
+        match posted {
+            Ok(()) => {
+                slots.bufs[slot as usize] = Some(buf);
+                Ok(wr_id)
+            }
+            Err((0, error)) => {
+                slots.free.push(slot);
+                Err(fail(error, buf))
+            }
+            // Failed, but possibly queued (see `post_chain`): the slot keeps the buffer.
+            Err((_, error)) => {
+                slots.bufs[slot as usize] = Some(buf);
+                Err(PostError {
+                    error,
+                    unposted: None,
+                    posted: vec![wr_id],
+                })
+            }
         }
-        slots.bufs[slot as usize] = Some(buf);
-        Ok(wr_id)
     }
 }
 
