@@ -136,8 +136,8 @@ impl Conn {
                 wait(&mut st, cx);
                 return Poll::Pending;
             }
+            // No spin hint: see `SPIN_TURNS_PER_CLOCK`.
             drop(st);
-            std::hint::spin_loop();
         }
     }
 
