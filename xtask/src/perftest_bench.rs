@@ -17,9 +17,10 @@ const LAT_SIZES: [u64; 5] = [2, 64, 1024, 4096, 65_536];
 const BW_SIZES: [u64; 6] = [2, 64, 1024, 16_384, 65_536, 1 << 20];
 
 /// Rounds over every case. Within a round ours and perftest's run back to back, perftest's
-/// first in every other round; each side's reported row is the median of its rounds (under
-/// emulation one run of a case varies by 10% and more, and now and then far more).
-pub const ROUNDS: usize = 5;
+/// first in every other round (an even count, so each goes first in half of them); each
+/// side's reported row is the median of its rounds (under emulation one run of a case varies
+/// by 10% and more, and now and then far more).
+pub const ROUNDS: usize = 6;
 
 /// Iterations of a latency case: enough for a steady median (perftest's default of 1000
 /// leaves t_typical swinging by several percent), fewer at 64 KiB, where each round trip

@@ -1,7 +1,8 @@
 //! `cargo xtask bench pingpong`: our `rc-pingpong` against rdma-core's `ibv_rc_pingpong`, time
 //! per iteration at 64 B and 4 KiB. A noisy host (shared cores, emulation) drifts by more than
-//! the gap to measure, so the two alternate in one run (ours, theirs, ours, theirs, ...: the
-//! same number of runs each, server on the peer, client here) and each side's median is
+//! the gap to measure, so the two alternate in one run (ours then theirs in odd pairs, theirs
+//! then ours in even ones: each side runs first equally often and as many times as the other,
+//! server on the peer, client here) and each side's median is
 //! compared; the median of the per-pair ratios, each side's fastest run, and the medians of
 //! the runs within 2x of the fastest (those the host did not hold up) are kept beside it.
 use std::collections::BTreeMap;
@@ -13,15 +14,16 @@ use crate::compare::{finite_or_null, median, Better, Comparison, Report};
 
 /// Message sizes measured.
 pub const SIZES: [u64; 2] = [64, 4096];
-/// Runs of each side per size, alternating. Under emulation on a shared host a run's time
-/// per iteration swings by 10x with the host's load; many short runs give the medians a
-/// chance.
-pub const PAIRS: usize = 15;
+/// Runs of each side per size, alternating (even, so each side runs first in half the pairs).
+/// Under emulation on a shared host a run's time per iteration swings by 10x with the host's
+/// load; many short runs give the medians a chance.
+pub const PAIRS: usize = 16;
 /// Exchanges per run (0.1 to 1 s under emulation).
 pub const ITERS: u64 = 1000;
 
-/// The shell script: for each size, `pairs` times ours then theirs, each client's result
-/// line marked `@@pp <ours|theirs> <size> <pair> <line>`.
+/// The shell script: for each size, `pairs` pairs of runs, ours first in odd pairs and theirs
+/// first in even ones, each client's result line marked `@@pp <ours|theirs> <size> <pair>
+/// <line>`.
 pub fn script(ours: &Path, sizes: &[u64], pairs: usize, iters: u64) -> String {
     let mut s = String::from(
         r#"PD=${RDMA_TEST_PEER_DEVICE:-$RDMA_TEST_DEVICE}
@@ -49,8 +51,15 @@ pp_run() {
     let ours = crate::util::shell_quote(&ours.to_string_lossy());
     for size in sizes {
         for pair in 1..=pairs {
-            s.push_str(&format!("pp_run ours {ours} {size} {pair}\n"));
-            s.push_str(&format!("pp_run theirs ibv_rc_pingpong {size} {pair}\n"));
+            let mine = format!("pp_run ours {ours} {size} {pair}\n");
+            let theirs = format!("pp_run theirs ibv_rc_pingpong {size} {pair}\n");
+            if pair % 2 == 1 {
+                s.push_str(&mine);
+                s.push_str(&theirs);
+            } else {
+                s.push_str(&theirs);
+                s.push_str(&mine);
+            }
         }
     }
     s
@@ -160,7 +169,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn script_alternates_ours_and_theirs() {
+    fn script_alternates_ours_and_theirs_and_who_goes_first() {
         let s = script(Path::new("/x/rc-pingpong"), &[64], 2, 100);
         let runs: Vec<&str> = s.lines().filter(|l| l.starts_with("pp_run ")).collect();
         assert_eq!(
@@ -168,8 +177,8 @@ mod tests {
             [
                 "pp_run ours /x/rc-pingpong 64 1",
                 "pp_run theirs ibv_rc_pingpong 64 1",
-                "pp_run ours /x/rc-pingpong 64 2",
                 "pp_run theirs ibv_rc_pingpong 64 2",
+                "pp_run ours /x/rc-pingpong 64 2",
             ]
         );
         assert!(s.contains("-s $size -n 100 $PA"));
