@@ -52,7 +52,7 @@ impl Message {
     pub fn chunks(&self) -> impl Iterator<Item = &[u8]> {
         let chunks = match &self.delivery().parts {
             Parts::Chunks(c) => Some(c.iter().map(|c| &c.buf[..c.len as usize])),
-            Parts::Eager(_) | Parts::Part { .. } => None,
+            Parts::Eager(_) | Parts::Bare(_) | Parts::Part { .. } => None,
         };
         self.in_one_buffer()
             .into_iter()
@@ -64,6 +64,7 @@ impl Message {
         let d = self.delivery();
         match &d.parts {
             Parts::Eager(buf) => Some(&buf[HEADER_LEN..HEADER_LEN + d.len as usize]),
+            Parts::Bare(buf) => Some(&buf[..d.len as usize]),
             Parts::Part { frame, offset } => Some(&frame[*offset..offset + d.len as usize]),
             Parts::Chunks(_) => None,
         }

@@ -120,7 +120,7 @@ pub(crate) struct ConnState {
     /// The protocol; `None` on the active side until the peer's accept data arrived.
     pub proto: Option<proto::Connection<Buffer>>,
     /// Frames that arrived before the protocol existed, replayed in order.
-    pub early: Vec<(Buffer, usize)>,
+    pub early: Vec<(Buffer, usize, Option<u32>)>,
     /// Requests posted and not known complete, oldest first, with their `wr_id`s.
     pub sq_ops: VecDeque<(u64, SqOp)>,
     /// Requests posted unsignaled since the last signaled one (the tail of `sq_ops`).
@@ -436,14 +436,23 @@ impl ConnShared {
         let inline_max = self.inline_room();
         let request = match body {
             Body::Payload(mut buf) => {
-                buf[..HEADER_LEN].copy_from_slice(&header);
+                // A plain message goes as a compact frame: without its header, which the
+                // immediate data replaces (PROTOCOL.md).
+                let compact = st.proto.as_ref().and_then(|p| p.compact_imm(&header));
+                let (start, op) = match compact {
+                    Some(imm) => (HEADER_LEN, verbs::WrOp::SendWithImm(imm)),
+                    None => {
+                        buf[..HEADER_LEN].copy_from_slice(&header);
+                        (0, verbs::WrOp::Send)
+                    }
+                };
                 let len = buf.len();
-                if len <= inline_max {
-                    self.post_inline(st, &[IoSlice::new(&buf[..len])], signaled);
+                if len - start <= inline_max {
+                    self.post_inline(st, &[IoSlice::new(&buf[start..len])], compact, signaled);
                     st.keep_spare_frame(buf);
                     return;
                 }
-                SendRequest::send(buf, 0..len)
+                SendRequest::new(op).sge(buf, start..len)
             }
             Body::Control(bytes, n) => {
                 let mut frame = [0u8; HEADER_LEN + proto::CONTROL_BODY_MAX];
@@ -451,7 +460,7 @@ impl ConnShared {
                 frame[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&bytes[..n]);
                 let frame = &frame[..HEADER_LEN + n];
                 if frame.len() <= inline_max {
-                    self.post_inline(st, &[IoSlice::new(frame)], signaled);
+                    self.post_inline(st, &[IoSlice::new(frame)], None, signaled);
                     return;
                 }
                 match self.shared.pool.try_alloc(frame.len()) {
@@ -532,14 +541,24 @@ impl ConnShared {
     }
 
     /// Posts the bytes of `frame` inline (copied by the device during the call) as one SEND,
-    /// as [`post_signaled`](Self::post_signaled) posts a request.
-    fn post_inline(&self, st: &mut ConnState, frame: &[IoSlice<'_>], signaled: bool) {
+    /// with immediate data `imm` if given (a compact frame), as
+    /// [`post_signaled`](Self::post_signaled) posts a request.
+    fn post_inline(
+        &self,
+        st: &mut ConnState,
+        frame: &[IoSlice<'_>],
+        imm: Option<u32>,
+        signaled: bool,
+    ) {
         let flags = if signaled {
             verbs::SendFlags::SIGNALED
         } else {
             verbs::SendFlags::empty()
         };
-        let posted = self.qp.post_inline_send(frame, flags);
+        let posted = match imm {
+            None => self.qp.post_inline_send(frame, flags),
+            Some(imm) => self.qp.post_inline_send_with_imm(frame, imm, flags),
+        };
         self.posted(st, posted.ok(), SqOp::Frame, signaled);
     }
 
@@ -577,13 +596,20 @@ impl ConnShared {
         if !fits || !st.deferred_reads.is_empty() {
             return None;
         }
-        let frame = take(st.proto.as_mut()?)?;
+        let p = st.proto.as_mut()?;
+        let frame = take(p)?;
+        let compact = p.compact_imm(&frame.header);
         let signaled = frame.signal || self.signal(st, &SqOp::Frame);
-        self.post_inline(
-            st,
-            &[IoSlice::new(&frame.header), IoSlice::new(data)],
-            signaled,
-        );
+        match compact {
+            // A plain message: without its header (PROTOCOL.md, compact DATA frames).
+            Some(imm) => self.post_inline(st, &[IoSlice::new(data)], Some(imm), signaled),
+            None => self.post_inline(
+                st,
+                &[IoSlice::new(&frame.header), IoSlice::new(data)],
+                None,
+                signaled,
+            ),
+        }
         if st.proto.as_ref().is_some_and(|p| p.has_actions()) {
             // The post failed and failed the connection: carry out what that queued.
             self.drive(st);
@@ -683,14 +709,18 @@ impl ConnShared {
         self.drive(st);
     }
 
-    /// A frame received for this connection (`len` bytes in `buf`). Only its head (header
-    /// and control body) is copied for the protocol; a DATA frame's message stays in `buf`,
-    /// which is delivered without a copy.
-    pub(crate) fn on_frame(&self, st: &mut ConnState, buf: Buffer, len: usize) {
+    /// A frame received for this connection (`len` bytes in `buf`, with immediate data `imm`
+    /// if it is a compact DATA frame). Only its head (header and control body) is copied for
+    /// the protocol; a DATA frame's message stays in `buf`, which is delivered without a copy.
+    pub(crate) fn on_frame(&self, st: &mut ConnState, buf: Buffer, len: usize, imm: Option<u32>) {
         let Some(proto) = st.proto.as_mut() else {
-            st.early.push((buf, len));
+            st.early.push((buf, len, imm));
             return;
         };
+        if let Some(imm) = imm {
+            let _ = proto.on_receive_compact(imm, len, buf, Instant::now());
+            return self.after_frame(st);
+        }
         // A copy of fixed size is a few moves in place, not a call to `memcpy` (which an
         // emulated CPU runs slowly); the bytes past the frame are not looked at. A receive
         // buffer holds a whole frame, at least `MAX_HEAD` bytes (`frame_size` is checked): a
@@ -700,12 +730,16 @@ impl ConnShared {
             None => ([0; proto::MAX_HEAD], 0),
         };
         let _ = proto.on_receive_head(&head[..n], len, buf, Instant::now());
-        // Most frames deliver one message or finish one call and leave nothing else to do:
-        // that goes to its waiter at once, without a pass over what the protocol could send.
-        let lone = if st.deferred_reads.is_empty() {
-            proto.take_lone_delivery()
-        } else {
-            None
+        self.after_frame(st);
+    }
+
+    /// Carries out what a frame left to do. Most frames deliver one message or finish one
+    /// call and leave nothing else: that goes to its waiter at once, without a pass over what
+    /// the protocol could send.
+    fn after_frame(&self, st: &mut ConnState) {
+        let lone = match st.proto.as_mut() {
+            Some(p) if st.deferred_reads.is_empty() => p.take_lone_delivery(),
+            _ => None,
         };
         if let Some(action) = lone {
             match self.carry_out(st, action) {
@@ -722,8 +756,8 @@ impl ConnShared {
 
     /// Replays frames that arrived before the protocol was set up.
     pub(crate) fn replay_early(&self, st: &mut ConnState) {
-        for (buf, len) in std::mem::take(&mut st.early) {
-            self.on_frame(st, buf, len);
+        for (buf, len, imm) in std::mem::take(&mut st.early) {
+            self.on_frame(st, buf, len, imm);
         }
     }
 }

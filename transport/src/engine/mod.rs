@@ -327,7 +327,7 @@ impl Shared {
     /// ([`Delivery::release`](crate::proto::Delivery::release)).
     pub(crate) fn release_delivery(&self, d: Delivery<Buffer>) -> bool {
         match d.parts {
-            Parts::Eager(buf) => {
+            Parts::Eager(buf) | Parts::Bare(buf) => {
                 self.recycle(buf);
                 true
             }
@@ -587,7 +587,7 @@ impl Shared {
             let conn = self.conn_of(last, wc.qp_num());
             if let (Some(conn), Ok(())) = (conn, wc.status()) {
                 let mut st = conn.state.lock();
-                conn.on_frame(&mut st, buf, wc.byte_len() as usize);
+                conn.on_frame(&mut st, buf, wc.byte_len() as usize, wc.imm());
             }
             return;
         }

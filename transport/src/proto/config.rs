@@ -197,7 +197,7 @@ impl ConnectInfo {
     /// `b"RDRS"` as a little-endian u32.
     pub const MAGIC: u32 = u32::from_le_bytes(*b"RDRS");
     /// The protocol version this crate speaks.
-    pub const VERSION: u16 = 2;
+    pub const VERSION: u16 = 3;
     /// Encoded length.
     pub const LEN: usize = 24;
 
@@ -352,12 +352,13 @@ mod tests {
     #[test]
     fn other_versions_and_foreign_peers_are_refused() {
         let mut b = Config::default().connect_info().encode();
-        b[4] = 1;
+        // Version 2 had no compact DATA frames: a peer that speaks it is refused.
+        b[4] = 2;
         let e = ConnectInfo::decode(&b).unwrap_err();
-        assert_eq!(e, HandshakeError::VersionMismatch { ours: 2, theirs: 1 });
+        assert_eq!(e, HandshakeError::VersionMismatch { ours: 3, theirs: 2 });
         let msg = e.to_string();
         assert!(
-            msg.contains("version 2") && msg.contains("version 1"),
+            msg.contains("version 3") && msg.contains("version 2"),
             "{msg}"
         );
         assert!(matches!(

@@ -98,6 +98,31 @@ impl Credits {
         Ok(())
     }
 
+    /// Whether the limits we send fit a compact DATA frame's `bits` of immediate data: our
+    /// window is below `2^bits`, so the peer rebuilds each limit from its low bits.
+    pub(crate) fn limit_fits(&self, bits: u32) -> bool {
+        self.window < 1 << bits
+    }
+
+    /// The whole limit the peer sent as its low `bits` bits (a compact DATA frame): the one
+    /// value with those low bits from the last limit on, less than `2^bits` ahead of it. A
+    /// peer whose window is `2^bits` or more may not send limits so; `None` then.
+    pub(crate) fn peer_limit_from_low(&self, low: u32, bits: u32) -> Option<u32> {
+        if self.peer_window >= 1 << bits {
+            return None;
+        }
+        let mask = (1u32 << bits) - 1;
+        Some(
+            self.peer_limit
+                .wrapping_add(low.wrapping_sub(self.peer_limit) & mask),
+        )
+    }
+
+    /// The peer's window.
+    pub(crate) fn peer_window(&self) -> u32 {
+        self.peer_window
+    }
+
     /// One received frame's buffer is free again. Returns false (and changes nothing) when
     /// every received frame is already released.
     pub(crate) fn release(&mut self) -> bool {
@@ -112,6 +137,33 @@ impl Credits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_limit_rebuilt_from_its_low_bits_is_the_one_sent_across_wraps() {
+        let bits = 24;
+        let mask = (1u32 << bits) - 1;
+        let mut c = Credits::new(8, 2, 1000);
+        for start in [0u32, mask - 5, u32::MAX - 300, 0x7fff_fff0] {
+            c.peer_limit = start;
+            c.sent = start.wrapping_sub(1000);
+            for advance in [0u32, 1, 17, 999, 1000] {
+                let limit = start.wrapping_add(advance);
+                assert_eq!(
+                    c.peer_limit_from_low(limit & mask, bits),
+                    Some(limit),
+                    "from {start:#x}, {advance} ahead"
+                );
+            }
+        }
+        let wide = Credits::new(8, 2, 1 << 24);
+        assert_eq!(
+            wide.peer_limit_from_low(5, bits),
+            None,
+            "a window of 2^24 or more"
+        );
+        assert!(Credits::new((1 << 24) - 1, 2, 8).limit_fits(bits));
+        assert!(!Credits::new(1 << 24, 2, 8).limit_fits(bits));
+    }
 
     #[test]
     fn data_stops_at_the_reserve_control_continues() {

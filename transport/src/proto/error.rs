@@ -187,6 +187,13 @@ pub enum ProtocolError {
     /// A message frame after the peer's CLOSE.
     #[error("peer sent frame kind {0} after its CLOSE")]
     AfterClose(u8),
+    /// A compact DATA frame from a peer whose window is too large for the immediate data to
+    /// carry its credit limit.
+    #[error("peer sent a compact DATA frame, but its window {window} is 2^24 or more: such a peer must send full headers")]
+    CompactNotAllowed {
+        /// The peer's window.
+        window: u32,
+    },
 }
 
 /// Why a connection ended abnormally (carried by `Action::Closed` and failed calls).

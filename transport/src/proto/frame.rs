@@ -220,6 +220,33 @@ impl Iterator for BatchEntries<'_> {
     }
 }
 
+/// Bits of a compact DATA frame's immediate data that carry the sender's credit limit (its
+/// low bits); the frame kind is in the byte above them.
+pub const COMPACT_LIMIT_BITS: u32 = 24;
+const COMPACT_LIMIT_MASK: u32 = (1 << COMPACT_LIMIT_BITS) - 1;
+
+/// The immediate data that replaces `header` when its frame goes as a compact DATA frame (a
+/// SEND with immediate data carrying only the message; PROTOCOL.md, "Compact DATA frames"):
+/// `Some` for the header of a plain message (DATA, no flags, no tag), `None` for any other.
+/// The frame kind goes in the top byte, the low 24 bits of the credit limit below it.
+pub fn compact_imm(header: &[u8; HEADER_LEN]) -> Option<u32> {
+    let plain = header[0] == Kind::Data as u8 && header[1..4] == [0; 3] && header[8..] == [0; 8];
+    plain.then(|| {
+        let limit = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        (u32::from(Kind::Data as u8) << COMPACT_LIMIT_BITS) | (limit & COMPACT_LIMIT_MASK)
+    })
+}
+
+/// The low 24 bits of the credit limit a compact DATA frame's immediate data carries;
+/// an immediate whose kind byte is not DATA's is refused. Never panics.
+pub fn decode_compact(imm: u32) -> Result<u32, ProtocolError> {
+    let kind = (imm >> COMPACT_LIMIT_BITS) as u8;
+    if kind != Kind::Data as u8 {
+        return Err(ProtocolError::UnknownKind(kind));
+    }
+    Ok(imm & COMPACT_LIMIT_MASK)
+}
+
 /// Decodes and validates a whole frame (header and body). Never panics.
 pub fn decode(frame: &[u8]) -> Result<(Header, FrameBody), ProtocolError> {
     decode_head(&frame[..frame.len().min(MAX_HEAD)], frame.len())
@@ -362,6 +389,70 @@ mod tests {
         let mut f = h.encode().to_vec();
         f.extend_from_slice(&b[..n]);
         f
+    }
+
+    #[test]
+    fn only_a_plain_message_header_has_a_compact_form_and_it_round_trips() {
+        let plain = Header {
+            kind: Kind::Data,
+            flags: 0,
+            credit_limit: 0x1234_5678,
+            tag: 0,
+        };
+        let imm = compact_imm(&plain.encode()).expect("a plain message goes compact");
+        assert_eq!(
+            imm >> COMPACT_LIMIT_BITS,
+            Kind::Data as u32,
+            "kind in the top byte"
+        );
+        assert_eq!(
+            decode_compact(imm),
+            Ok(0x34_5678),
+            "the limit's low 24 bits"
+        );
+        for h in [
+            Header {
+                flags: FLAG_REQUEST,
+                tag: 9,
+                ..plain
+            },
+            Header {
+                flags: FLAG_RESPONSE,
+                tag: 9,
+                ..plain
+            },
+            Header {
+                flags: FLAG_BATCH,
+                ..plain
+            },
+            Header { tag: 3, ..plain },
+            Header {
+                kind: Kind::Credit,
+                ..plain
+            },
+            Header {
+                kind: Kind::RndvStart,
+                ..plain
+            },
+        ] {
+            assert_eq!(compact_imm(&h.encode()), None, "{h:?} keeps its header");
+        }
+        let mut reserved = plain.encode();
+        reserved[2] = 1;
+        assert_eq!(compact_imm(&reserved), None);
+    }
+
+    proptest! {
+        #[test]
+        fn any_immediate_decodes_or_names_its_kind(imm in any::<u32>()) {
+            match decode_compact(imm) {
+                Ok(low) => {
+                    prop_assert_eq!(imm >> 24, Kind::Data as u32);
+                    prop_assert_eq!(low, imm & 0xff_ffff);
+                }
+                Err(e) => prop_assert_eq!(e, ProtocolError::UnknownKind((imm >> 24) as u8)),
+            }
+        }
     }
 
     fn hdr(kind: Kind, flags: u8, tag: u64) -> Header {

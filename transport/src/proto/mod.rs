@@ -17,6 +17,13 @@
 //! of the frame's first [`MAX_HEAD`] bytes and its length to [`Connection::on_receive_head`]:
 //! that is all the connection reads of a frame.
 //!
+//! # Compact DATA frames
+//! A plain message's frame may go without its header: when [`Connection::compact_imm`] gives
+//! immediate data for the `header` of an `Action::Send`, the driver may post `b[16..]` as a
+//! SEND with that immediate data instead. A SEND received with immediate data goes to
+//! [`Connection::on_receive_compact`]; its message is delivered as [`Parts::Bare`], from
+//! the buffer's offset 0 (PROTOCOL.md, "Compact DATA frames").
+//!
 //! # Driver loop
 //! After every call into the connection, drain [`Connection::poll_action`] until it returns
 //! `None`; call [`Connection::on_timeout`] no later than [`Connection::poll_timeout`].
@@ -73,9 +80,9 @@ pub use error::{
     SendErrorKind,
 };
 pub use frame::{
-    decode, decode_head, encode_body, BatchEntries, FrameBody, Header, Kind, RemoteChunk,
-    BATCH_ENTRY_HEADER, CONTROL_BODY_MAX, FLAG_BATCH, FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE,
-    HEADER_LEN, MAX_HEAD,
+    compact_imm, decode, decode_compact, decode_head, encode_body, BatchEntries, FrameBody, Header,
+    Kind, RemoteChunk, BATCH_ENTRY_HEADER, COMPACT_LIMIT_BITS, CONTROL_BODY_MAX, FLAG_BATCH,
+    FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
 };
 pub use rpc::CallId;
 
@@ -174,6 +181,9 @@ pub enum Parts<B> {
     /// `buf[HEADER_LEN..HEADER_LEN + len]`. It holds a receive credit: when the user drops it,
     /// call [`Connection::on_release`].
     Eager(B),
+    /// An eager message that came in a compact DATA frame (no header in the buffer): the
+    /// message is `buf[..len]`. It holds a receive credit as [`Parts::Eager`] does.
+    Bare(B),
     /// A rendezvous message: the READ destinations in order. They hold no credit.
     Chunks(Vec<Chunk<B>>),
     /// One message of a batch frame: the receive buffer, shared by the batch's messages; the
@@ -203,7 +213,7 @@ impl<B> Delivery<B> {
     /// eager message's does. A part of a batch's may (the last one of its frame does): use
     /// [`release`](Self::release) for it.
     pub fn holds_credit(&self) -> bool {
-        matches!(self.parts, Parts::Eager(_))
+        matches!(self.parts, Parts::Eager(_) | Parts::Bare(_))
     }
 
     /// Drops the message; returns whether that must be reported with
@@ -211,7 +221,7 @@ impl<B> Delivery<B> {
     /// last part of a batch frame).
     pub fn release(self) -> bool {
         match self.parts {
-            Parts::Eager(_) => true,
+            Parts::Eager(_) | Parts::Bare(_) => true,
             Parts::Chunks(_) => false,
             Parts::Part { frame, .. } => Arc::into_inner(frame).is_some(),
         }

@@ -34,6 +34,108 @@ fn feed(c: &mut Connection<Vec<u8>>, f: &[u8]) -> Result<(), ProtocolError> {
     c.on_receive(f, f.to_vec(), Instant::now())
 }
 
+/// Feeds a compact DATA frame: immediate data `imm`, the message `m` from offset 0.
+fn feed_compact(c: &mut Connection<Vec<u8>>, imm: u32, m: &[u8]) -> Result<(), ProtocolError> {
+    c.on_receive_compact(imm, m.len(), m.to_vec(), Instant::now())
+}
+
+/// The failure `c` reported, after `e` was returned.
+fn reported(c: &mut Connection<Vec<u8>>) -> Vec<Option<ConnError>> {
+    let mut closed = Vec::new();
+    while let Some(a) = c.poll_action() {
+        if let Action::Closed { error } = a {
+            closed.push(error);
+        }
+    }
+    closed
+}
+
+/// A compact DATA frame's immediate data: kind `kind`, the credit limit's low 24 bits.
+fn imm(kind: Kind, limit: u32) -> u32 {
+    ((kind as u32) << 24) | (limit & 0xff_ffff)
+}
+
+#[test]
+fn compact_frame_faults_are_named() {
+    // A good one is delivered from offset 0.
+    let mut c = conn();
+    feed_compact(&mut c, imm(Kind::Data, L), b"abc").unwrap();
+    let d = std::iter::from_fn(|| c.poll_action())
+        .find_map(|a| match a {
+            Action::Deliver(d) => Some(d),
+            _ => None,
+        })
+        .expect("delivered");
+    assert!(matches!(&d.parts, transport::proto::Parts::Bare(b) if b[..3] == *b"abc"));
+    assert!(d.holds_credit());
+
+    type Case<'a> = (u32, &'a [u8], fn(&ProtocolError) -> bool);
+    let cases: [Case<'_>; 4] = [
+        // the kind byte names no compact frame
+        (imm(Kind::Credit, L), b"x", |e| {
+            *e == ProtocolError::UnknownKind(Kind::Credit as u8)
+        }),
+        (0xff00_0000 | L, b"x", |e| {
+            *e == ProtocolError::UnknownKind(0xff)
+        }),
+        // a limit behind the one granted so far (rebuilt as far ahead: implausible)
+        (imm(Kind::Data, L - 1), b"x", |e| {
+            matches!(e, ProtocolError::BadCreditLimit { .. })
+        }),
+        // longer than the frames we announced (80 bytes, 16 of them header)
+        (imm(Kind::Data, L), &[0; 65], |e| {
+            matches!(e, ProtocolError::FrameTooLarge { len: 81, limit: 80 })
+        }),
+    ];
+    for (i, m, check) in cases {
+        let mut c = conn();
+        let e = feed_compact(&mut c, i, m).unwrap_err();
+        assert!(check(&e), "{i:#x}: unexpected error {e:?}");
+        assert_eq!(reported(&mut c), vec![Some(ConnError::Protocol(e))]);
+        assert_eq!(
+            feed_compact(&mut c, i, m),
+            Ok(()),
+            "the dead connection ignores it"
+        );
+    }
+
+    // More compact frames than the window grants.
+    let mut c = conn();
+    for _ in 0..6 {
+        feed_compact(&mut c, imm(Kind::Data, L), b"").unwrap();
+    }
+    let e = feed_compact(&mut c, imm(Kind::Data, L), b"").unwrap_err();
+    assert!(matches!(e, ProtocolError::CreditExceeded { .. }), "{e:?}");
+
+    // After the peer's CLOSE.
+    let mut c = conn();
+    feed(&mut c, &frame(Kind::Close, 0, L, 0, FrameBody::Empty)).unwrap();
+    let e = feed_compact(&mut c, imm(Kind::Data, L), b"x").unwrap_err();
+    assert_eq!(e, ProtocolError::AfterClose(Kind::Data as u8));
+
+    // From a peer whose window is too wide for 24 bits of limit.
+    let ours = small_config(6, 2, 6, 2, 1);
+    let mut wide = small_config(6, 2, 6, 2, 1);
+    wide.window = 1 << 24;
+    let mut c: Connection<Vec<u8>> =
+        Connection::new(&ours, &wide.connect_info(), Instant::now()).unwrap();
+    let e = feed_compact(&mut c, imm(Kind::Data, 1 << 24), b"x").unwrap_err();
+    assert_eq!(e, ProtocolError::CompactNotAllowed { window: 1 << 24 });
+    assert!(e.to_string().contains("full headers"), "{e}");
+    // ... and such a connection sends full headers itself.
+    let mut c: Connection<Vec<u8>> =
+        Connection::new(&wide, &ours.connect_info(), Instant::now()).unwrap();
+    let header = Header {
+        kind: Kind::Data,
+        flags: 0,
+        credit_limit: 1,
+        tag: 0,
+    }
+    .encode();
+    assert_eq!(c.compact_imm(&header), None);
+    c.close();
+}
+
 /// Feeds the frames; the last must fail with an error matching `check`, and the connection
 /// must report exactly that failure.
 fn expect_failure(frames: &[Vec<u8>], check: impl Fn(&ProtocolError) -> bool) {
@@ -273,14 +375,17 @@ proptest! {
     fn arbitrary_frames_never_panic(
         frames in proptest::collection::vec(
             prop_oneof![
-                proptest::collection::vec(any::<u8>(), 0..48),
+                proptest::collection::vec(any::<u8>(), 0..48).prop_map(|f| (None, f)),
                 (1u8..9, 0u8..4, 0u32..8, 0u64..3, proptest::collection::vec(any::<u8>(), 0..32)).prop_map(|(k, fl, l, t, b)| {
                     let mut f = vec![k, fl, 0, 0];
                     f.extend_from_slice(&l.to_le_bytes());
                     f.extend_from_slice(&t.to_le_bytes());
                     f.extend_from_slice(&b);
-                    f
+                    (None, f)
                 }),
+                // compact DATA frames: any immediate data, and some near-valid ones
+                (any::<u32>(), proptest::collection::vec(any::<u8>(), 0..100)).prop_map(|(i, m)| (Some(i), m)),
+                (0u32..12, proptest::collection::vec(any::<u8>(), 0..70)).prop_map(|(l, m)| (Some(imm(Kind::Data, l)), m)),
             ],
             1..12,
         )
@@ -288,8 +393,11 @@ proptest! {
         let mut c = conn();
         let mut failed = false;
         let mut closed = Vec::new();
-        for f in &frames {
-            let r = feed(&mut c, f);
+        for (compact, f) in &frames {
+            let r = match compact {
+                Some(i) => feed_compact(&mut c, *i, f),
+                None => feed(&mut c, f),
+            };
             if !closed.is_empty() {
                 prop_assert_eq!(&r, &Ok(()), "an ended connection ignores frames");
             }

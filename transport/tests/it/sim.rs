@@ -62,10 +62,26 @@ pub fn content(side: usize, k: usize, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A SEND on the simulated wire: its bytes, and its immediate data if it is a compact DATA
+/// frame (a plain message without its header).
+#[derive(Debug, Clone)]
+pub struct WireFrame {
+    pub imm: Option<u32>,
+    pub bytes: Vec<u8>,
+}
+
+impl std::ops::Deref for WireFrame {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
 /// The message bytes of a delivery.
 pub fn bytes_of(d: &Delivery<SimBuf>) -> Vec<u8> {
     match &d.parts {
         Parts::Eager(b) => b.data[HEADER_LEN..HEADER_LEN + d.len as usize].to_vec(),
+        Parts::Bare(b) => b.data[..d.len as usize].to_vec(),
         Parts::Part { frame, offset } => frame.data[*offset..offset + d.len as usize].to_vec(),
         Parts::Chunks(cs) => {
             let mut v = Vec::new();
@@ -138,7 +154,12 @@ pub struct Host {
     /// Frames carried out that way.
     pub lone: usize,
     /// Frames taken at once, posted before the next actions.
-    posted_at_once: VecDeque<Vec<u8>>,
+    posted_at_once: VecDeque<WireFrame>,
+    /// Plain messages go as compact DATA frames (`Connection::compact_imm`), as the driver
+    /// sends them; else every frame carries its header.
+    pub compact: bool,
+    /// Compact frames sent.
+    pub compact_frames: usize,
     /// Bytes of message `next` already appended (a stream write taken in part).
     pub partial: usize,
     /// Frames sent, and how many of them the connection asked to be signaled.
@@ -177,6 +198,8 @@ impl Host {
             lone_deliveries: false,
             lone: 0,
             posted_at_once: VecDeque::new(),
+            compact: true,
+            compact_frames: 0,
             partial: 0,
             frames: 0,
             signaled: 0,
@@ -307,14 +330,28 @@ impl Host {
     fn post_at_once(&mut self, header: [u8; HEADER_LEN], signal: bool, data: &[u8]) {
         self.frames += 1;
         self.signaled += usize::from(signal);
-        let mut frame = header.to_vec();
-        frame.extend_from_slice(data);
+        let frame = self.frame(header, data);
         self.posted_at_once.push_back(frame);
         self.sq_used += 1;
         assert!(
             self.sq_used <= self.sq_depth,
             "send queue overflow (at once)"
         );
+    }
+
+    /// The SEND of a frame with `header` and `body`: compact when the connection lets a plain
+    /// message go so and this driver sends compact frames.
+    fn frame(&mut self, header: [u8; HEADER_LEN], body: &[u8]) -> WireFrame {
+        if let Some(imm) = self.conn.compact_imm(&header).filter(|_| self.compact) {
+            self.compact_frames += 1;
+            return WireFrame {
+                imm: Some(imm),
+                bytes: body.to_vec(),
+            };
+        }
+        let mut bytes = header.to_vec();
+        bytes.extend_from_slice(body);
+        WireFrame { imm: None, bytes }
     }
 
     /// The bytes of message `k`.
@@ -377,7 +414,7 @@ impl Host {
     }
 
     /// Drains the connection's actions; the SENDs go onto `wire`. True if anything happened.
-    fn drain(&mut self, wire: &mut VecDeque<Vec<u8>>) -> bool {
+    fn drain(&mut self, wire: &mut VecDeque<WireFrame>) -> bool {
         let mut any = !self.posted_at_once.is_empty();
         wire.extend(self.posted_at_once.drain(..));
         while let Some(a) = self.conn.poll_action() {
@@ -388,7 +425,7 @@ impl Host {
     }
 
     /// Carries out one action, as a driver does.
-    fn carry_out(&mut self, a: Action<SimBuf>, wire: &mut VecDeque<Vec<u8>>) {
+    fn carry_out(&mut self, a: Action<SimBuf>, wire: &mut VecDeque<WireFrame>) {
         {
             let release = matches!(a, Action::Release(_));
             assert!(
@@ -403,11 +440,10 @@ impl Host {
                 } => {
                     self.frames += 1;
                     self.signaled += usize::from(signal);
-                    let mut f = header.to_vec();
-                    match body {
-                        Body::Payload(b) => f.extend_from_slice(&b.data[HEADER_LEN..]),
-                        Body::Control(b, n) => f.extend_from_slice(&b[..n]),
-                    }
+                    let f = match body {
+                        Body::Payload(b) => self.frame(header, &b.data[HEADER_LEN..]),
+                        Body::Control(b, n) => self.frame(header, &b[..n]),
+                    };
                     wire.push_back(f);
                     self.sq_used += 1;
                     assert!(self.sq_used <= self.sq_depth, "send queue overflow");
@@ -487,7 +523,7 @@ impl Host {
 pub struct Sim {
     pub hosts: [Host; 2],
     /// `wires[i]`: frames from host i to the other, in order.
-    pub wires: [VecDeque<Vec<u8>>; 2],
+    pub wires: [VecDeque<WireFrame>; 2],
     pub now: Instant,
 }
 
@@ -537,17 +573,23 @@ impl Sim {
         );
         to.posted.set(slots - 1);
         let buf = SimBuf {
-            data: frame.clone(),
+            data: frame.bytes.clone(),
             slot: Some(to.posted.clone()),
             addr: None,
         };
-        // as a driver does: copy the head, move the buffer
-        let mut head = [0u8; MAX_HEAD];
-        let n = frame.len().min(MAX_HEAD);
-        head[..n].copy_from_slice(&frame[..n]);
-        to.conn
-            .on_receive_head(&head[..n], frame.len(), buf, self.now)
-            .expect("valid frame");
+        if let Some(imm) = frame.imm {
+            to.conn
+                .on_receive_compact(imm, frame.len(), buf, self.now)
+                .expect("valid compact frame");
+        } else {
+            // as a driver does: copy the head, move the buffer
+            let mut head = [0u8; MAX_HEAD];
+            let n = frame.len().min(MAX_HEAD);
+            head[..n].copy_from_slice(&frame[..n]);
+            to.conn
+                .on_receive_head(&head[..n], frame.len(), buf, self.now)
+                .expect("valid frame");
+        }
         if to.lone_deliveries {
             // As a driver carries out a lone delivery: nothing else may be left to do.
             if let Some(a) = to.conn.take_lone_delivery() {

@@ -368,6 +368,36 @@ fn lean_inline_sends_gather_slices_and_refuse_what_they_cannot_post() {
         );
     }
 
+    // With immediate data: the receiver's completion carries it, the payload is the slices.
+    let rx = pd.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+    let id = a
+        .post_inline_send_with_imm(
+            &[IoSlice::new(b"im"), IoSlice::new(b"m!")],
+            0xdead_beef,
+            SendFlags::SIGNALED,
+        )
+        .unwrap();
+    let mut sc = None;
+    crate::support::drain(&cq_a, 1, |wc| {
+        sc = Some((wc.to_completion(), a.reclaim(wc)))
+    });
+    let (sc, sb) = sc.unwrap();
+    assert_eq!((sc.wr_id, sc.status), (id, Ok(())));
+    assert!(sb.iter().all(|r| r.is_empty()), "a lean send holds nothing");
+    let mut rc = None;
+    crate::support::drain(&cq_b, 1, |wc| {
+        rc = Some((wc.to_completion(), b.reclaim(wc)))
+    });
+    let (rc, mut rb) = rc.unwrap();
+    assert_eq!(
+        (rc.opcode, rc.imm),
+        (Some(WcOpcode::Recv), Some(0xdead_beef))
+    );
+    assert_eq!(rc.byte_len, 4);
+    let rx: MemoryRegion = rb[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[..4], b"imm!");
+
     // An unsignaled tracked send, then a signaled lean one: the lean one's completion hands
     // back the tracked one's buffer, and nothing of its own.
     for _ in 0..2 {

@@ -13,8 +13,9 @@ use super::error::{
     CallError, ConfigError, ConnError, PeerGone, ProtocolError, SendError, SendErrorKind,
 };
 use super::frame::{
-    decode_head, encode_body, BatchEntries, FrameBody, Header, Kind, RemoteChunk, FLAG_BATCH,
-    FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE, HEADER_LEN, MAX_HEAD,
+    compact_imm, decode_compact, decode_head, encode_body, BatchEntries, FrameBody, Header, Kind,
+    RemoteChunk, COMPACT_LIMIT_BITS, FLAG_BATCH, FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE,
+    HEADER_LEN, MAX_HEAD,
 };
 use super::rndv::{ChunkOut, InClass, LargeIn, LargeOut};
 use super::rpc::{CallId, Calls};
@@ -96,6 +97,8 @@ enum In<B> {
         class: InClass,
         buf: B,
         len: usize,
+        /// It came in a compact DATA frame: the message starts at the buffer's offset 0.
+        bare: bool,
     },
     /// A message of a batch frame (see [`Parts::Part`]).
     Part {

@@ -22,13 +22,46 @@ impl<B: Payload> Connection<B> {
         buf: B,
         now: Instant,
     ) -> Result<(), ProtocolError> {
-        if self.state != State::Open {
+        if !self.heard(now) {
             return Ok(());
+        }
+        let r = self.receive(head, len, buf);
+        self.after_frame(r)
+    }
+
+    /// A compact DATA frame arrived (PROTOCOL.md, "Compact DATA frames"): a SEND with
+    /// immediate data `imm` whose `len` bytes in `buf`, from offset 0, are a plain message.
+    /// It is delivered as [`Parts::Bare`]. A malformed one fails the connection
+    /// (`Action::Closed`) and is returned as the error, as [`on_receive`](Self::on_receive)
+    /// does.
+    pub fn on_receive_compact(
+        &mut self,
+        imm: u32,
+        len: usize,
+        buf: B,
+        now: Instant,
+    ) -> Result<(), ProtocolError> {
+        if !self.heard(now) {
+            return Ok(());
+        }
+        let r = self.receive_compact(imm, len, buf);
+        self.after_frame(r)
+    }
+
+    /// Notes a frame heard at `now`; false if the connection no longer takes frames.
+    fn heard(&mut self, now: Instant) -> bool {
+        if self.state != State::Open {
+            return false;
         }
         self.last_recv = now;
         self.last_heard = self.last_heard.max(now);
         self.stats.frames_received += 1;
-        match self.receive(head, len, buf) {
+        true
+    }
+
+    /// What follows a frame: deliveries, or the failure it caused.
+    fn after_frame(&mut self, r: Result<(), ProtocolError>) -> Result<(), ProtocolError> {
+        match r {
             Ok(()) => {
                 self.deliver_ready();
                 self.maybe_finish();
@@ -38,6 +71,58 @@ impl<B: Payload> Connection<B> {
                 self.fail(ConnError::Protocol(e.clone()));
                 Err(e)
             }
+        }
+    }
+
+    /// The immediate data to post a DATA frame with `header` as a compact frame (the
+    /// message without the header, as a SEND with immediate data; PROTOCOL.md), if it may
+    /// go so: a plain message's frame (no flags, no tag), on a connection whose window fits
+    /// the immediate's credit field. Posting it so saves the header's 16 bytes on the wire:
+    /// a message of a multiple of the path MTU then takes no extra packet.
+    pub fn compact_imm(&self, header: &[u8; HEADER_LEN]) -> Option<u32> {
+        if !self.credits.limit_fits(COMPACT_LIMIT_BITS) {
+            return None;
+        }
+        compact_imm(header)
+    }
+
+    fn receive_compact(&mut self, imm: u32, len: usize, buf: B) -> Result<(), ProtocolError> {
+        let low = decode_compact(imm)?;
+        let limit = self
+            .credits
+            .peer_limit_from_low(low, COMPACT_LIMIT_BITS)
+            .ok_or(ProtocolError::CompactNotAllowed {
+                window: self.credits.peer_window(),
+            })?;
+        self.credits.on_receive()?;
+        self.credits.on_peer_limit(limit)?;
+        if self.close_received {
+            return Err(ProtocolError::AfterClose(Kind::Data as u8));
+        }
+        self.merging.on_data_received();
+        if HEADER_LEN + len > self.recv_frame_size {
+            return Err(ProtocolError::FrameTooLarge {
+                len: HEADER_LEN + len,
+                limit: self.recv_frame_size,
+            });
+        }
+        self.eager(InClass::Deliver(Received::Message), buf, len, true);
+        Ok(())
+    }
+
+    /// An eager message of `len` bytes in `buf` (after a header, unless `bare`): delivered
+    /// now when nothing is before it, else queued in order.
+    fn eager(&mut self, class: InClass, buf: B, len: usize, bare: bool) {
+        if self.inq.is_empty() {
+            // Nothing before it: delivered now, without a trip through the queue.
+            self.complete(class, len as u64, eager_parts(buf, bare));
+        } else {
+            self.inq.push_back(In::Eager {
+                class,
+                buf,
+                len,
+                bare,
+            });
         }
     }
 
@@ -95,13 +180,7 @@ impl<B: Payload> Connection<B> {
                 } else if h.flags & FLAG_BATCH != 0 {
                     self.receive_batch(buf, frame_len)?;
                 } else {
-                    let class = in_class(h.flags, h.tag);
-                    if self.inq.is_empty() {
-                        // Nothing before it: delivered now, without a trip through the queue.
-                        self.complete(class, len as u64, Parts::Eager(buf));
-                    } else {
-                        self.inq.push_back(In::Eager { class, buf, len });
-                    }
+                    self.eager(in_class(h.flags, h.tag), buf, len, false);
                 }
             }
             FrameBody::RndvStart { total, call } => {
@@ -215,9 +294,12 @@ impl<B: Payload> Connection<B> {
                 return;
             }
             match self.inq.pop_front() {
-                Some(In::Eager { class, buf, len }) => {
-                    self.complete(class, len as u64, Parts::Eager(buf))
-                }
+                Some(In::Eager {
+                    class,
+                    buf,
+                    len,
+                    bare,
+                }) => self.complete(class, len as u64, eager_parts(buf, bare)),
                 Some(In::Part { frame, offset, len }) => self.complete(
                     InClass::Deliver(Received::Message),
                     len as u64,
@@ -271,7 +353,7 @@ impl<B: Payload> Connection<B> {
     }
 
     pub(super) fn complete(&mut self, class: InClass, len: u64, parts: Parts<B>) {
-        let eager = matches!(parts, Parts::Eager(_));
+        let eager = matches!(parts, Parts::Eager(_) | Parts::Bare(_));
         match class {
             InClass::Deliver(class) => {
                 self.held += u32::from(eager);
@@ -337,6 +419,16 @@ fn batch_of<B: Payload>(buf: &B, frame_len: usize) -> Result<BatchEntries<'_>, P
             len: buf.len(),
             expected: "the frame's length",
         }),
+    }
+}
+
+/// The parts of an eager message: after the header in its buffer, or from offset 0 if it came
+/// in a compact frame.
+fn eager_parts<B>(buf: B, bare: bool) -> Parts<B> {
+    if bare {
+        Parts::Bare(buf)
+    } else {
+        Parts::Eager(buf)
     }
 }
 

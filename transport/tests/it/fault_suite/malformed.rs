@@ -1,7 +1,8 @@
 //! A hostile peer on raw verbs: it connects to a transport listener with the `cm` crate,
-//! speaks the handshake (so it is admitted), sends a few valid messages, then posts one
-//! broken frame (random bytes, a flipped bit, a truncated or lengthened frame, an unknown
-//! kind, more frames than its credit, a credit limit moving backwards). The victim's
+//! speaks the handshake (so it is admitted), sends a few valid messages (with headers and as
+//! compact frames), then posts one broken frame (random bytes, a flipped bit, a truncated or
+//! lengthened frame, an unknown kind, a compact frame whose immediate data names no kind, more
+//! frames than its credit, a credit limit moving backwards). The victim's
 //! connection ends with exactly the protocol error the frame deserves, nothing panics, an
 //! ordinary connection on the same endpoint keeps its verified traffic flowing, and the
 //! listener accepts new connections afterwards.
@@ -13,12 +14,12 @@ use transport::proto::{
     RemoteChunk,
 };
 use transport::Error;
-use verbs::{AccessFlags, MemoryRegion, RecvRequest, SendRequest};
+use verbs::{AccessFlags, MemoryRegion, RecvRequest, SendRequest, WrOp};
 
 use super::*;
 
 /// Raw connections, one broken frame each.
-const ROUNDS: u64 = 21;
+const ROUNDS: u64 = 24;
 /// Credits the raw peer grants the victim (it never releases them).
 const RAW_WINDOW: u32 = 16;
 /// Receives the raw peer posts for the victim's control frames.
@@ -52,16 +53,18 @@ enum Fault {
     Truncated,
     WrongLength,
     BadKind,
+    BadImmediate,
     CreditOverflow,
     CreditBackwards,
 }
 
-const FAULTS: [Fault; 7] = [
+const FAULTS: [Fault; 8] = [
     Fault::RandomBytes,
     Fault::BitFlip,
     Fault::Truncated,
     Fault::WrongLength,
     Fault::BadKind,
+    Fault::BadImmediate,
     Fault::CreditOverflow,
     Fault::CreditBackwards,
 ];
@@ -91,6 +94,11 @@ fn data_frame(data: &[u8]) -> Vec<u8> {
         &FrameBody::Data { len: data.len() },
         data,
     )
+}
+
+/// The immediate data of a compact DATA frame (PROTOCOL.md) whose kind byte is `kind`.
+fn compact_imm(kind: u8) -> u32 {
+    (u32::from(kind) << 24) | RAW_WINDOW
 }
 
 /// A valid control frame of a random kind (whatever its meaning, it decodes).
@@ -190,6 +198,11 @@ impl RawPeer {
     /// Posts `bytes` as one SEND and waits for its completion (receives that complete
     /// meanwhile are the victim's control frames: dropped).
     fn send(&mut self, bytes: &[u8]) {
+        self.send_with(bytes, None);
+    }
+
+    /// [`send`](Self::send), with immediate data `imm` if given (a compact DATA frame).
+    fn send_with(&mut self, bytes: &[u8], imm: Option<u32>) {
         let mut mr: MemoryRegion = self
             .conn
             .pd()
@@ -199,7 +212,11 @@ impl RawPeer {
         let id = self
             .conn
             .qp()
-            .post_send(SendRequest::send(mr, 0..bytes.len()).expect("send request"))
+            .post_send(
+                SendRequest::new(imm.map_or(WrOp::Send, WrOp::SendWithImm))
+                    .sge(mr, 0..bytes.len())
+                    .expect("send request"),
+            )
             .expect("post send");
         self.frames += 1;
         let deadline = Instant::now() + TIMEOUT;
@@ -240,10 +257,15 @@ fn round(listener: &Listener, seed: u64, fault: Fault) -> Round {
         _ => 2,
     };
     let mut sent = Vec::new();
-    for _ in 0..valid {
+    for i in 0..valid {
         let len = rng.below(max_data as u64) as usize;
         let data = rng.bytes(len);
-        raw.send(&data_frame(&data));
+        // Every other one as a compact frame: the message alone, the header in the immediate.
+        if i % 2 == 1 {
+            raw.send_with(&data, Some(compact_imm(Kind::Data as u8)));
+        } else {
+            raw.send(&data_frame(&data));
+        }
         sent.push(data);
     }
     if !matches!(fault, Fault::CreditOverflow) {
@@ -259,6 +281,7 @@ fn round(listener: &Listener, seed: u64, fault: Fault) -> Round {
         sent.clear();
     }
 
+    let mut bad_imm = None;
     let (bad, expected): (Vec<u8>, Option<ProtocolError>) = match fault {
         Fault::RandomBytes => {
             let (f, e) = undecodable(&mut rng, |r| {
@@ -311,6 +334,18 @@ fn round(listener: &Listener, seed: u64, fault: Fault) -> Round {
             });
             (f, Some(e))
         }
+        // A compact frame whose immediate data names a kind other than DATA.
+        Fault::BadImmediate => {
+            let kind = loop {
+                let k = rng.below(256) as u8;
+                if k != Kind::Data as u8 {
+                    break k;
+                }
+            };
+            bad_imm = Some(compact_imm(kind));
+            let len = rng.below(max_data as u64) as usize;
+            (rng.bytes(len), Some(ProtocolError::UnknownKind(kind)))
+        }
         // One frame more than the credit the victim granted.
         Fault::CreditOverflow => (
             data_frame(&rng.bytes(32)),
@@ -328,7 +363,7 @@ fn round(listener: &Listener, seed: u64, fault: Fault) -> Round {
     };
 
     let started = Instant::now();
-    raw.send(&bad);
+    raw.send_with(&bad, bad_imm);
     // Wait for the failure without taking a message: taking one would release its credit,
     // and the frame beyond the credit might then be processed within it.
     let deadline = started + TIMEOUT;
@@ -436,7 +471,7 @@ fn broken_frames_from_a_raw_peer_end_only_its_connection() {
     let max_detect = rounds.iter().map(|r| r.detect_ms).fold(0.0, f64::max);
     let mut figures = Figures::new(
         "malformed frames",
-        "raw peer: 7 kinds of broken frame",
+        "raw peer: 8 kinds of broken frame",
         tally,
     );
     figures.detect_ms = first_detect;

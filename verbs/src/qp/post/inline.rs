@@ -160,10 +160,34 @@ impl Qp {
     #[doc(alias = "ibv_post_send")]
     #[doc(alias = "IBV_SEND_INLINE")]
     pub fn post_inline_send(&self, data: &[IoSlice<'_>], flags: SendFlags) -> Result<u64> {
+        self.post_inline_connected(WrOp::Send, data, flags)
+    }
+
+    /// [`post_inline_send`](Self::post_inline_send) of a SEND with immediate data `imm`
+    /// (host order; delivered to the receiver's completion): the same checks, the same
+    /// untracked request.
+    #[doc(alias = "ibv_post_send")]
+    #[doc(alias = "IBV_WR_SEND_WITH_IMM")]
+    pub fn post_inline_send_with_imm(
+        &self,
+        data: &[IoSlice<'_>],
+        imm: u32,
+        flags: SendFlags,
+    ) -> Result<u64> {
+        self.post_inline_connected(WrOp::SendWithImm(imm), data, flags)
+    }
+
+    /// The inline SEND (`op`: with or without immediate) of a connected QP, untracked.
+    fn post_inline_connected(
+        &self,
+        op: WrOp,
+        data: &[IoSlice<'_>],
+        flags: SendFlags,
+    ) -> Result<u64> {
         let allowed = SendFlags::SIGNALED | SendFlags::SOLICITED | SendFlags::FENCE;
         if data.len() > FEW || !allowed.contains(flags) {
             // The general path: it gathers any number of slices and names a wrong flag.
-            return self.post_send_inline(WrOp::Send, data, flags, None);
+            return self.post_send_inline(op, data, flags, None);
         }
         if self.qp_type() == QpType::Ud {
             return Err(invalid(
@@ -176,7 +200,7 @@ impl Qp {
         }
         let mut few = [NO_SLICE; FEW];
         let n = gather_few(self, data, &mut few)?;
-        let mut wr = inline_wr(&few[..n], &WrOp::Send, flags | SendFlags::INLINE);
+        let mut wr = inline_wr(&few[..n], &op, flags | SendFlags::INLINE);
         // The table's lock is held through the post, so ids follow the queue's order: the
         // in-order reclaim of a later completion relies on it.
         let mut sq = self.lock_send_room(1)?;
