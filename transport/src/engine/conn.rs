@@ -600,16 +600,19 @@ impl ConnShared {
         let frame = take(p)?;
         let compact = p.compact_imm(&frame.header);
         let signaled = frame.signal || self.signal(st, &SqOp::Frame);
-        match compact {
-            // A plain message: without its header (PROTOCOL.md, compact DATA frames).
-            Some(imm) => self.post_inline(st, &[IoSlice::new(data)], Some(imm), signaled),
-            None => self.post_inline(
-                st,
-                &[IoSlice::new(&frame.header), IoSlice::new(data)],
-                None,
-                signaled,
-            ),
-        }
+        // A plain message goes without its header (PROTOCOL.md, compact DATA frames): an
+        // empty slice gathers nothing.
+        let header: &[u8] = if compact.is_some() {
+            &[]
+        } else {
+            &frame.header
+        };
+        self.post_inline(
+            st,
+            &[IoSlice::new(header), IoSlice::new(data)],
+            compact,
+            signaled,
+        );
         if st.proto.as_ref().is_some_and(|p| p.has_actions()) {
             // The post failed and failed the connection: carry out what that queued.
             self.drive(st);

@@ -88,26 +88,20 @@ impl<B: Payload> Connection<B> {
 
     fn receive_compact(&mut self, imm: u32, len: usize, buf: B) -> Result<(), ProtocolError> {
         let low = decode_compact(imm)?;
-        let limit = self
+        let credit_limit = self
             .credits
             .peer_limit_from_low(low, COMPACT_LIMIT_BITS)
             .ok_or(ProtocolError::CompactNotAllowed {
                 window: self.credits.peer_window(),
             })?;
-        self.credits.on_receive()?;
-        self.credits.on_peer_limit(limit)?;
-        if self.close_received {
-            return Err(ProtocolError::AfterClose(Kind::Data as u8));
-        }
-        self.merging.on_data_received();
-        if HEADER_LEN + len > self.recv_frame_size {
-            return Err(ProtocolError::FrameTooLarge {
-                len: HEADER_LEN + len,
-                limit: self.recv_frame_size,
-            });
-        }
-        self.eager(InClass::Deliver(Received::Message), buf, len, true);
-        Ok(())
+        // The header it stands for: a plain message's, checked and handled as one.
+        let h = Header {
+            kind: Kind::Data,
+            flags: 0,
+            credit_limit,
+            tag: 0,
+        };
+        self.receive_decoded(h, FrameBody::Data { len }, HEADER_LEN + len, buf, true)
     }
 
     /// An eager message of `len` bytes in `buf` (after a header, unless `bare`): delivered
@@ -160,6 +154,19 @@ impl<B: Payload> Connection<B> {
         buf: B,
     ) -> Result<(), ProtocolError> {
         let (h, body) = decode_head(head, frame_len)?;
+        self.receive_decoded(h, body, frame_len, buf, false)
+    }
+
+    /// A frame of `frame_len` bytes decoded into `h` and `body` (header included, as if it
+    /// had one when `bare`: a compact frame, whose message starts at `buf`'s offset 0).
+    fn receive_decoded(
+        &mut self,
+        h: Header,
+        body: FrameBody,
+        frame_len: usize,
+        buf: B,
+        bare: bool,
+    ) -> Result<(), ProtocolError> {
         self.credits.on_receive()?;
         self.credits.on_peer_limit(h.credit_limit)?;
         if self.close_received && h.kind.is_data() {
@@ -180,7 +187,7 @@ impl<B: Payload> Connection<B> {
                 } else if h.flags & FLAG_BATCH != 0 {
                     self.receive_batch(buf, frame_len)?;
                 } else {
-                    self.eager(in_class(h.flags, h.tag), buf, len, false);
+                    self.eager(in_class(h.flags, h.tag), buf, len, bare);
                 }
             }
             FrameBody::RndvStart { total, call } => {
