@@ -57,7 +57,7 @@ pub enum Polling {
     /// [`Endpoint::progress_fd`](crate::Endpoint::progress_fd) with it and call
     /// [`Endpoint::progress_ready`](crate::Endpoint::progress_ready) when it is readable,
     /// or, with the `tokio` feature, let
-    /// [`Endpoint::spawn_tokio_driver`](crate::Endpoint::spawn_tokio_driver) do both. The
+    /// `Endpoint::spawn_tokio_driver` do both. The
     /// completion and the task it wakes then meet on the reactor's thread, with no handoff
     /// from a progress thread. The progress thread only runs the timers and polls once per
     /// tick (a few milliseconds), which is all the progress an endpoint gets when no reactor
