@@ -243,7 +243,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                     eprintln!("xtask: bench perftest: {e}");
                     all_ok = false;
                 }
-                let expected = perftest_bench::cases().len() * 2;
+                let expected = perftest_bench::cases().len() * 2 + perftest_bench::CONTROLS.len();
                 if rows.len() < expected {
                     eprintln!(
                         "xtask: bench perftest: {} of {expected} runs gave a result (see above)",

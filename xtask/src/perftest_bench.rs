@@ -1,7 +1,9 @@
 //! `cargo xtask bench perftest`: each of our perftest-compatible tools and its perftest
 //! counterpart back to back on the same device pair (server on the peer, client here), at
 //! 2 B..64 KiB (latency) and 2 B..1 MiB (bandwidth), in [`ROUNDS`] rounds; the comparison
-//! JSON, charts and table, from each side's median over the rounds.
+//! JSON, charts and table, from each side's median over the rounds. A few [`CONTROLS`] run
+//! perftest's program a second time beside its first, so the report shows what two runs of
+//! the same program differ by on this host in this run: the noise floor of every ratio.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -21,6 +23,31 @@ const BW_SIZES: [u64; 6] = [2, 64, 1024, 16_384, 65_536, 1 << 20];
 /// side's reported row is the median of its rounds (under emulation one run of a case varies
 /// by 10% and more, and now and then far more).
 pub const ROUNDS: usize = 6;
+
+/// The cases whose perftest program also runs against itself (the control rows): a latency,
+/// a message rate and a bandwidth.
+pub const CONTROLS: [(&str, u64); 3] = [("send_lat", 64), ("send_bw", 64), ("read_bw", 65_536)];
+
+/// Which program a run is: ours, perftest's, or perftest's again (a control).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Side {
+    /// Our tool.
+    Ours,
+    /// perftest's program.
+    Perftest,
+    /// perftest's program again, beside its first run in the same round.
+    Control,
+}
+
+impl Side {
+    fn label(self) -> &'static str {
+        match self {
+            Side::Ours => "ours",
+            Side::Perftest => "perftest",
+            Side::Control => "control",
+        }
+    }
+}
 
 /// Iterations of a latency case: enough for a steady median (perftest's default of 1000
 /// leaves t_typical swinging by several percent), fewer at 64 KiB, where each round trip
@@ -60,6 +87,10 @@ impl Case {
     fn label(&self) -> String {
         format!("{} {}B", self.test, self.size)
     }
+    /// Whether perftest's program also runs against itself in this case.
+    pub fn has_control(&self) -> bool {
+        CONTROLS.contains(&(self.test, self.size))
+    }
 }
 
 /// Every case of the benchmark.
@@ -96,8 +127,10 @@ pub fn cases() -> Vec<Case> {
 }
 
 /// The shell script that runs every case `rounds` times, ours and perftest's back to back
-/// (alternating which goes first), marking each client's output with
-/// `@@case <test> <size> <ours|perftest>` and `@@rc <status>`.
+/// (alternating which goes first; a control case's second perftest run goes last, or first
+/// in the rounds perftest's goes first, so the two runs of perftest's are always adjacent),
+/// marking each client's output with `@@case <test> <size> <ours|perftest|control>` and
+/// `@@rc <status>`.
 pub fn script(cases: &[Case], ours_dir: &Path, rounds: usize) -> String {
     let mut s = String::from(
         r#"PD=${RDMA_TEST_PEER_DEVICE:-$RDMA_TEST_DEVICE}
@@ -134,14 +167,19 @@ pt_case() {
             if let Some(t) = c.tx_depth {
                 args.push_str(&format!(" -t {t}"));
             }
-            let mut both = [("ours", &ours), ("perftest", &theirs)];
-            if round % 2 == 1 {
-                both.reverse();
+            let mut runs = vec![(Side::Ours, &ours), (Side::Perftest, &theirs)];
+            if c.has_control() {
+                runs.push((Side::Control, &theirs));
             }
-            for (who, prog) in both {
+            if round % 2 == 1 {
+                runs.reverse();
+            }
+            for (who, prog) in runs {
                 s.push_str(&format!(
-                    "pt_case '{} {} {who}' {prog} {prog} {args}\n",
-                    c.test, c.size
+                    "pt_case '{} {} {}' {prog} {prog} {args}\n",
+                    c.test,
+                    c.size,
+                    who.label()
                 ));
             }
         }
@@ -152,20 +190,29 @@ pt_case() {
 /// A client's result row: the numbers of perftest's table line.
 pub type Row = Vec<f64>;
 
-/// Parses the script's output: (test, size, ours?) -> result row (each run's last row; over
+/// Result rows by (test, size, side).
+pub type Rows = BTreeMap<(String, u64, Side), Row>;
+
+/// Parses the script's output: (test, size, side) -> result row (each run's last row; over
 /// several rounds, the median of each column).
-pub fn parse(lines: &[String]) -> BTreeMap<(String, u64, bool), Row> {
-    let mut runs: BTreeMap<(String, u64, bool), BTreeMap<usize, Row>> = BTreeMap::new();
-    let mut round: BTreeMap<(String, u64, bool), usize> = BTreeMap::new();
-    let mut current: Option<(String, u64, bool)> = None;
+pub fn parse(lines: &[String]) -> Rows {
+    let mut runs: BTreeMap<(String, u64, Side), BTreeMap<usize, Row>> = BTreeMap::new();
+    let mut round: BTreeMap<(String, u64, Side), usize> = BTreeMap::new();
+    let mut current: Option<(String, u64, Side)> = None;
     for l in lines {
         if let Some(rest) = l.strip_prefix("@@case ") {
             let f: Vec<&str> = rest.split_whitespace().collect();
+            let side = |who: &str| {
+                [Side::Ours, Side::Perftest, Side::Control]
+                    .into_iter()
+                    .find(|s| s.label() == who)
+            };
             current = match f.as_slice() {
                 [t, s, who] => s
                     .parse()
                     .ok()
-                    .map(|s| ((*t).to_string(), s, *who == "ours")),
+                    .zip(side(who))
+                    .map(|(s, side)| ((*t).to_string(), s, side)),
                 _ => None,
             };
             if let Some(key) = &current {
@@ -205,12 +252,14 @@ fn median_row(rows: Vec<Row>) -> Option<Row> {
 }
 
 /// The comparisons: typical latency (lower is better), average bandwidth and, at 2 B, the
-/// message rate (higher is better); goal 1.00x perftest.
-pub fn report(device: &str, rows: &BTreeMap<(String, u64, bool), Row>) -> Report {
+/// message rate (higher is better); goal 1.00x perftest. Then the control rows: perftest's
+/// second runs against its first, reported only (no goal).
+pub fn report(device: &str, rows: &Rows) -> Report {
     let mut comparisons = Vec::new();
+    let mut controls = Vec::new();
     for c in cases() {
-        let key = |ours| (c.test.to_string(), c.size, ours);
-        let (Some(o), Some(b)) = (rows.get(&key(true)), rows.get(&key(false))) else {
+        let key = |side| (c.test.to_string(), c.size, side);
+        let Some(b) = rows.get(&key(Side::Perftest)) else {
             continue;
         };
         let mut extra = Map::new();
@@ -220,30 +269,44 @@ pub fn report(device: &str, rows: &BTreeMap<(String, u64, bool), Row>) -> Report
             extra.insert("tx_depth".into(), json!(t));
         }
         let base = format!("ib_{}", c.test);
-        let mut push = |metric: &str, unit: &str, ours: f64, baseline: f64, better| {
-            comparisons.push(Comparison {
-                case: c.label(),
+        let compare = |o: &Row, case: String, baseline_name: String, goal: f64| {
+            let make = |metric: &str, unit: &str, ours: f64, baseline: f64, better| Comparison {
+                case: case.clone(),
                 metric: metric.into(),
                 unit: unit.into(),
                 ours,
                 baseline,
-                baseline_name: base.clone(),
+                baseline_name: baseline_name.clone(),
                 better,
-                goal: 1.0,
+                goal,
                 extra: extra.clone(),
-            })
-        };
-        if c.is_lat() && o.len() == 9 && b.len() == 9 {
-            push("t_typical", "usec", o[4], b[4], Better::Lower);
-        } else if !c.is_lat() && o.len() == 5 && b.len() == 5 {
-            // At 2 B the bandwidth rounds to 0.01 MB/s: the message rate says it.
-            if c.size == 2 {
-                push("msg_rate", "Mpps", o[4], b[4], Better::Higher);
+            };
+            if c.is_lat() && o.len() == 9 && b.len() == 9 {
+                Some(make("t_typical", "usec", o[4], b[4], Better::Lower))
+            } else if !c.is_lat() && o.len() == 5 && b.len() == 5 {
+                // At 2 B the bandwidth rounds to 0.01 MB/s: the message rate says it.
+                Some(if c.size == 2 {
+                    make("msg_rate", "Mpps", o[4], b[4], Better::Higher)
+                } else {
+                    make("bw_avg", "MB/sec", o[3], b[3], Better::Higher)
+                })
             } else {
-                push("bw_avg", "MB/sec", o[3], b[3], Better::Higher);
+                None
             }
+        };
+        if let Some(o) = rows.get(&key(Side::Ours)) {
+            comparisons.extend(compare(o, c.label(), base.clone(), 1.0));
+        }
+        if let Some(again) = rows.get(&key(Side::Control)) {
+            controls.extend(compare(
+                again,
+                format!("control: {base} {}B, a second run", c.size),
+                format!("{base}, the run beside it in each round"),
+                f64::NAN,
+            ));
         }
     }
+    comparisons.extend(controls);
     let mut extra = Map::new();
     extra.insert(
         "note".into(),
@@ -261,14 +324,15 @@ pub fn report(device: &str, rows: &BTreeMap<(String, u64, bool), Row>) -> Report
 /// Writes `perftest-latency.svg` (typical latency), `perftest-latency-p99.svg` (99.9th
 /// percentile) and `perftest-bw.svg` (average bandwidth) into `dir`: per test, ours solid and
 /// perftest dashed in the same colour.
-pub fn charts(rows: &BTreeMap<(String, u64, bool), Row>, dir: &Path) -> Result<()> {
+pub fn charts(rows: &Rows, dir: &Path) -> Result<()> {
     let series = |tests: &[&str], col: usize| -> Vec<Series> {
         let mut v = Vec::new();
         for (i, t) in tests.iter().enumerate() {
             for ours in [true, false] {
+                let side = if ours { Side::Ours } else { Side::Perftest };
                 let points: Vec<(u64, f64)> = rows
                     .iter()
-                    .filter(|((tt, _, o), r)| tt == t && *o == ours && r.len() > col)
+                    .filter(|((tt, _, s), r)| tt == t && *s == side && r.len() > col)
                     .map(|((_, s, _), r)| (*s, r[col]))
                     .collect();
                 if points.is_empty() {
@@ -327,6 +391,48 @@ mod tests {
     }
 
     #[test]
+    fn a_control_runs_perftest_again_beside_its_first_run() {
+        let c: Vec<Case> = cases().into_iter().filter(Case::has_control).collect();
+        assert_eq!(c.len(), CONTROLS.len());
+        let s = script(&c[..1], Path::new("/x"), 2);
+        let labels: Vec<&str> = s
+            .lines()
+            .filter_map(|l| l.strip_prefix("pt_case '"))
+            .filter_map(|l| l.split('\'').next())
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                "send_lat 64 ours",
+                "send_lat 64 perftest",
+                "send_lat 64 control",
+                "send_lat 64 control",
+                "send_lat 64 perftest",
+                "send_lat 64 ours"
+            ]
+        );
+        assert!(s.contains("pt_case 'send_lat 64 control' ib_send_lat ib_send_lat"));
+        let out: Vec<String> = [
+            "@@case send_lat 64 ours",
+            " 64      1000          5.00   9.00   6.00   6.50   0.50   8.00   9.00",
+            "@@case send_lat 64 perftest",
+            " 64      1000          5.00   9.00   5.00   6.50   0.50   8.00   9.00",
+            "@@case send_lat 64 control",
+            " 64      1000          5.00   9.00   4.00   6.50   0.50   8.00   9.00",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let r = report("rxe0", &parse(&out));
+        assert_eq!(r.comparisons.len(), 2);
+        let control = &r.comparisons[1];
+        assert_eq!(control.case, "control: ib_send_lat 64B, a second run");
+        assert_eq!((control.ours, control.baseline), (4.0, 5.0));
+        assert!(control.goal.is_nan() && control.met());
+        assert!(!r.comparisons[0].met());
+    }
+
+    #[test]
     fn parses_rows_and_compares() {
         let out: Vec<String> = [
             "@@case send_lat 2 ours",
@@ -365,7 +471,7 @@ mod tests {
         assert!(!lat.met());
         assert_eq!(r.comparisons[1].metric, "msg_rate");
         assert!((r.comparisons[1].ratio() - 0.5).abs() < 1e-12);
-        assert_eq!(rows[&("send_lat".to_string(), 2, true)][2], 5.0);
+        assert_eq!(rows[&("send_lat".to_string(), 2, Side::Ours)][2], 5.0);
         assert!(script(&cases(), Path::new("/x"), 1).contains("read-bw -F -n 64 -s 1048576 -t 16"));
         let dir = std::env::temp_dir().join(format!("xtask-pt-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
