@@ -26,6 +26,10 @@
 //! rstream's latency test from an rsocket client of ours against an `rstream` server
 //! (`stream/rsocket.rs`): two more rows, our median and p99 against rsocket's, both with a
 //! goal.
+//!
+//! Two control rows measure the noise floor of the ratios in the same run: in every round
+//! rstream's 4 KiB throughput and 64 B latency tests each run a second time right after the
+//! first, and the second runs are compared with the first (no goal).
 
 #[path = "transport/baseline.rs"]
 #[allow(dead_code)]
@@ -275,6 +279,12 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     let mut base_bw: Vec<Vec<f64>> = SIZES.iter().map(|_| Vec::new()).collect();
     let mut base_rtt = Vec::new();
     let (mut rsocket_median, mut rsocket_p99) = (Vec::new(), Vec::new());
+    let (mut control_bw, mut control_rtt) = (Vec::new(), Vec::new());
+    let control_size = 4 << 10;
+    let control_at = SIZES
+        .iter()
+        .position(|&s| s == control_size)
+        .expect("4 KiB writes are measured");
     for round in 1..=ROUNDS {
         println!("polling {PER_SIDE}, round {round}:");
         side_rounds.push(per_side(sip, cip)?);
@@ -282,9 +292,15 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         for (i, size) in SIZES.into_iter().enumerate() {
             let got = hosts.rstream_bw(size, count(size) as u32, 7571 + i as u16);
             base_bw[i].extend(baseline("rstream", got));
+            if size == control_size {
+                let again = hosts.rstream_bw(size, count(size) as u32, 7591);
+                control_bw.extend(baseline("rstream", again));
+            }
         }
         let got = hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7581);
         base_rtt.extend(baseline("rstream", got));
+        let again = hosts.rstream_rtt(ECHO_SIZE, ECHO_N as u32, 7592);
+        control_rtt.extend(baseline("rstream", again));
         let timed = hosts.against_rstream_server(ECHO_SIZE, ECHO_N as u32, 7582, |server| {
             rsocket::round_trips(cip, server, ECHO_SIZE, ECHO_N, ours::TIMEOUT)
         });
@@ -322,6 +338,32 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         }
     };
     let tcp = rt.block_on(tcp_echo(sip, cip))?;
+    let controls = [
+        (
+            format!("control: rstream -S {control_size} throughput, a second run"),
+            "throughput",
+            "MB/s",
+            control_bw,
+            base_bw[control_at].clone(),
+            format!(
+                "rstream -S {control_size} -C {}, its run just before, {ROUNDS_NOTE}",
+                count(control_size)
+            ),
+            true,
+        ),
+        (
+            format!("control: rstream -S {ECHO_SIZE} round trip, a second run"),
+            "round trip median",
+            "us",
+            control_rtt,
+            base_rtt.clone(),
+            format!(
+                "rstream -S {ECHO_SIZE} -I {ECHO_N} (2 x usec/xfer, mean), its run just before, \
+                 {ROUNDS_NOTE}"
+            ),
+            false,
+        ),
+    ];
     for (i, size) in SIZES.into_iter().enumerate() {
         let n = count(size);
         let (bw, mode) = pick(&|o| o.throughput[i], true);
@@ -427,6 +469,20 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             baseline_name: "tokio TcpStream echo, same addresses, same multi-threaded runtime"
                 .into(),
             higher: false,
+            goal: None,
+        });
+    }
+    // The controls: rstream's second runs against its first ones.
+    for (case, metric, unit, again, first, baseline_name, higher) in controls {
+        rows.push(Row {
+            case,
+            metric,
+            unit,
+            ours: median_of(again).unwrap_or(f64::NAN),
+            polling: None,
+            baseline: median_of(first),
+            baseline_name,
+            higher,
             goal: None,
         });
     }

@@ -17,6 +17,10 @@
 //! median. One more row compares our 64 B median with rsocket's: every round trip of
 //! rstream's latency test timed by an rsocket client of the bench against an `rstream` server
 //! (`stream/rsocket.rs`).
+//!
+//! Two control rows measure the noise floor of the ratios in the same run: `ib_send_lat` and
+//! rstream's 64 B latency test each run a second time right after the first in every round,
+//! and the second runs are compared with the first as ours are with them (no goal).
 
 #[path = "transport/baseline.rs"]
 mod baseline;
@@ -44,6 +48,8 @@ const RPC_N: u64 = 1000;
 const LARGE: usize = 4 << 20;
 const LARGE_N: u64 = 12;
 const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
+// The 64 B rows (and their control) are the first of each list.
+const _: () = assert!(SIZES[0] == 64);
 /// Longer than an endpoint's linger after its last handle, so its threads are gone.
 const SETTLE: Duration = Duration::from_millis(2500);
 /// Rounds of the goal rows (ours, then the baseline, in each).
@@ -89,6 +95,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     let mut mode = modes[0];
     let (mut rates, mut rtts, mut larges) = (Vec::new(), Vec::new(), Vec::new());
     let (mut base_rates, mut base_rtts, mut base_larges) = (Vec::new(), Vec::new(), Vec::new());
+    let mut control_rtts = Vec::new();
     for round in 1..=ROUNDS {
         let mut per_mode = Vec::new();
         for m in modes {
@@ -120,7 +127,14 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         // thread would take CPU from them.
         thread::sleep(SETTLE);
         base_rates.extend(baseline("ib_send_bw", hosts.send_bw_rate(RATE_N as u32)));
-        base_rtts.extend(baseline("ib_send_lat", hosts.send_lat_rtt(RPC_N as u32)));
+        base_rtts.extend(baseline(
+            "ib_send_lat",
+            hosts.send_lat_rtt(RPC_N as u32, 18516),
+        ));
+        control_rtts.extend(baseline(
+            "ib_send_lat",
+            hosts.send_lat_rtt(RPC_N as u32, 18519),
+        ));
         base_larges.extend(baseline("ib_read_bw", hosts.read_bw(48)));
         println!(
             "round {round}: rate {:.0} vs {:?}, RPC {:.1} vs {:?} us, 4 MiB {:.1} vs {:?} MB/s",
@@ -137,7 +151,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     // row taking the better, as the rate row does: under busy polling small one-way messages
     // travel in batches, under adaptive polling they do not), then rstream's.
     let mut sized: Vec<[Vec<f64>; 4]> = SIZES.iter().map(|_| Default::default()).collect();
-    let mut rsocket_64 = Vec::new();
+    let (mut rsocket_64, mut control_rstream_64) = (Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         let mut best: Vec<(f64, f64)> = SIZES.iter().map(|_| (0.0, f64::INFINITY)).collect();
         for m in modes {
@@ -169,6 +183,10 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
                 hosts.rstream_rtt(size, m as u32, port + 1),
             ));
             if size == 64 {
+                control_rstream_64.extend(baseline(
+                    "rstream",
+                    hosts.rstream_rtt(size, m as u32, port + 200),
+                ));
                 let timed = hosts.against_rstream_server(size, m as u32, port + 100, |server| {
                     rsocket::round_trips(cip, server, size, m, Duration::from_secs(60))
                 });
@@ -186,6 +204,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     }
 
     let rounds = format!("median of {ROUNDS} rounds, each beside ours");
+    let (first_send_lat, first_rstream_64) = (base_rtts.clone(), sized[0][3].clone());
     rows.push(Row {
         case: "64 B message rate, one direction".into(),
         metric: "message rate",
@@ -264,6 +283,31 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         goal: Some(1.0),
         polling: None,
     });
+
+    // The controls: the same program's second runs against its first ones.
+    let control = |case: &str, again: Vec<f64>, first: Vec<f64>, name: &str| Row {
+        case: format!("control: {case}, a second run"),
+        metric: "round trip median",
+        unit: "us",
+        ours: median_of(again).unwrap_or(f64::NAN),
+        baseline: median_of(first),
+        baseline_name: format!("{name}, its run just before, {rounds}"),
+        higher: false,
+        goal: None,
+        polling: None,
+    };
+    rows.push(control(
+        "ib_send_lat -s 64",
+        control_rtts,
+        first_send_lat,
+        "ib_send_lat -s 64 (2 x t_typical)",
+    ));
+    rows.push(control(
+        "rstream -S 64 round trip",
+        control_rstream_64,
+        first_rstream_64,
+        "rstream -S 64 -I 1000 (2 x usec/xfer, mean)",
+    ));
 
     crossover(sip, cip, mode)?;
     Ok(device)

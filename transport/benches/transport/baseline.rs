@@ -198,13 +198,13 @@ impl Hosts {
         Ok(column(&row, 4)? * 1e6)
     }
 
-    /// `ib_send_lat -s 64`: round trip in microseconds (2 x t_typical).
-    pub fn send_lat_rtt(&self, iters: u32) -> Result<f64, String> {
+    /// `ib_send_lat -s 64` on `port`: round trip in microseconds (2 x t_typical).
+    pub fn send_lat_rtt(&self, iters: u32, port: u16) -> Result<f64, String> {
         let n = iters.to_string();
         let row = self.perftest(
             "ib_send_lat",
             &["-s", "64", "-n", &n],
-            18516,
+            port,
             Duration::from_secs(90),
         )?;
         Ok(2.0 * column(&row, 4)?)
