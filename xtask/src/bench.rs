@@ -268,7 +268,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                         c.extra["baseline_min"].as_f64().unwrap_or(f64::NAN),
                     );
                 }
-                let want = pingpong_bench::SIZES.len() * pingpong_bench::PAIRS * 2;
+                let want = pingpong_bench::SIZES.len() * pingpong_bench::PAIRS * 3;
                 let got: usize = samples.values().map(Vec::len).sum();
                 if got < want {
                     eprintln!(

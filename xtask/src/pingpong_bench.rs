@@ -5,6 +5,8 @@
 //! server on the peer, client here) and each side's median is
 //! compared; the median of the per-pair ratios, each side's fastest run, and the medians of
 //! the runs within 2x of the fastest (those the host did not hold up) are kept beside it.
+//! `ibv_rc_pingpong` also runs a second time beside its first in every pair (the control
+//! rows, no goal): what two runs of the same program differ by on this host in this run.
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -22,8 +24,9 @@ pub const PAIRS: usize = 16;
 pub const ITERS: u64 = 1000;
 
 /// The shell script: for each size, `pairs` pairs of runs, ours first in odd pairs and theirs
-/// first in even ones, each client's result line marked `@@pp <ours|theirs> <size> <pair>
-/// <line>`.
+/// first in even ones, each client's result line marked `@@pp <ours|theirs|control> <size>
+/// <pair> <line>`; the control (theirs again) runs right beside theirs: last in odd pairs,
+/// first in even ones.
 pub fn script(ours: &Path, sizes: &[u64], pairs: usize, iters: u64) -> String {
     let mut s = String::from(
         r#"PD=${RDMA_TEST_PEER_DEVICE:-$RDMA_TEST_DEVICE}
@@ -53,20 +56,30 @@ pp_run() {
         for pair in 1..=pairs {
             let mine = format!("pp_run ours {ours} {size} {pair}\n");
             let theirs = format!("pp_run theirs ibv_rc_pingpong {size} {pair}\n");
-            if pair % 2 == 1 {
-                s.push_str(&mine);
-                s.push_str(&theirs);
-            } else {
-                s.push_str(&theirs);
-                s.push_str(&mine);
+            let control = format!("pp_run control ibv_rc_pingpong {size} {pair}\n");
+            let mut runs = [mine, theirs, control];
+            if pair % 2 == 0 {
+                runs.reverse();
             }
+            s.extend(runs);
         }
     }
     s
 }
 
-/// Each side's samples: (size, ours?) -> usec/iter of every run, in run order (pair number).
-pub type Samples = BTreeMap<(u64, bool), Vec<(usize, f64)>>;
+/// Which program a run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Run {
+    /// Our `rc-pingpong`.
+    Ours,
+    /// `ibv_rc_pingpong`.
+    Theirs,
+    /// `ibv_rc_pingpong` again, beside its first run of the pair.
+    Control,
+}
+
+/// Each run's samples: (size, run) -> usec/iter of every run, in run order (pair number).
+pub type Samples = BTreeMap<(u64, Run), Vec<(usize, f64)>>;
 
 /// Parses the script's `@@pp` lines (`... N iters in S seconds = U usec/iter`).
 pub fn parse(lines: &[String]) -> Samples {
@@ -84,10 +97,14 @@ pub fn parse(lines: &[String]) -> Samples {
             .position(|w| *w == "usec/iter")
             .and_then(|i| f.get(i - 1))
             .and_then(|w| w.parse::<f64>().ok());
+        let run = match *who {
+            "ours" => Run::Ours,
+            "theirs" => Run::Theirs,
+            "control" => Run::Control,
+            _ => continue,
+        };
         if let (Ok(size), Ok(pair), Some(usec)) = (size.parse(), pair.parse(), usec) {
-            out.entry((size, *who == "ours"))
-                .or_default()
-                .push((pair, usec));
+            out.entry((size, run)).or_default().push((pair, usec));
         }
     }
     out
@@ -98,68 +115,100 @@ pub fn parse(lines: &[String]) -> Samples {
 pub const QUIET_FACTOR: f64 = 2.0;
 
 /// One comparison per size: median usec/iter, ours against `ibv_rc_pingpong` (lower is
-/// better, goal 1.00x), with every sample and the median per-pair ratio.
+/// better, goal 1.00x), with every sample and the median per-pair ratio; then per size the
+/// control row, `ibv_rc_pingpong`'s second runs against its first ones (no goal).
 pub fn report(device: &str, samples: &Samples, iters: u64) -> Report {
     let mut comparisons = Vec::new();
+    let mut controls = Vec::new();
     let sizes: std::collections::BTreeSet<u64> = samples.keys().map(|(s, _)| *s).collect();
     for size in sizes {
-        let (Some(o), Some(b)) = (samples.get(&(size, true)), samples.get(&(size, false))) else {
+        let Some(b) = samples.get(&(size, Run::Theirs)) else {
             continue;
         };
-        let values = |v: &[(usize, f64)]| v.iter().map(|(_, u)| *u).collect::<Vec<_>>();
-        let pair_ratios: Vec<f64> = o
-            .iter()
-            .filter_map(|(p, u)| b.iter().find(|(q, _)| q == p).map(|(_, t)| u / t))
-            .collect();
-        let mut extra = Map::new();
-        extra.insert("size".into(), json!(size));
-        extra.insert("iterations".into(), json!(iters));
-        extra.insert("runs".into(), json!(o.len().min(b.len())));
-        extra.insert("ours_samples".into(), json!(values(o)));
-        extra.insert("baseline_samples".into(), json!(values(b)));
-        let min = |v: &[(usize, f64)]| v.iter().map(|(_, u)| *u).fold(f64::INFINITY, f64::min);
-        extra.insert("ours_min".into(), json!(min(o)));
-        extra.insert("baseline_min".into(), json!(min(b)));
-        // Medians of the runs the host did not hold up (within QUIET_FACTOR of the fastest
-        // run of this size, of either side).
-        let fastest = min(o).min(min(b));
-        let quiet = |v: &[(usize, f64)]| {
-            v.iter()
-                .map(|(_, u)| *u)
-                .filter(|u| *u <= fastest * QUIET_FACTOR)
-                .collect::<Vec<_>>()
-        };
-        let (qo, qb) = (quiet(o), quiet(b));
-        extra.insert("quiet_runs".into(), json!([qo.len(), qb.len()]));
-        extra.insert(
-            "quiet_median_ratio".into(),
-            finite_or_null(median(qo) / median(qb)),
-        );
-        extra.insert(
-            "pair_ratio_median".into(),
-            finite_or_null(median(pair_ratios)),
-        );
-        comparisons.push(Comparison {
-            case: format!("rc_pingpong {size}B"),
-            metric: "usec/iter".into(),
-            unit: "usec".into(),
-            ours: median(values(o)),
-            baseline: median(values(b)),
-            baseline_name: "ibv_rc_pingpong".into(),
-            better: Better::Lower,
-            goal: 1.0,
-            extra,
-        });
+        if let Some(o) = samples.get(&(size, Run::Ours)) {
+            comparisons.push(compare(
+                o,
+                b,
+                size,
+                iters,
+                format!("rc_pingpong {size}B"),
+                1.0,
+            ));
+        }
+        if let Some(again) = samples.get(&(size, Run::Control)) {
+            let case = format!("control: ibv_rc_pingpong {size}B, a second run");
+            controls.push(compare(again, b, size, iters, case, f64::NAN));
+        }
     }
+    comparisons.extend(controls);
     let mut extra = Map::new();
     extra.insert(
         "note".into(),
-        json!("ours and ibv_rc_pingpong alternate in one run; medians of each side's runs"),
+        json!(
+            "ours and ibv_rc_pingpong alternate in one run; medians of each side's runs; \
+             control rows: ibv_rc_pingpong's second runs against its first"
+        ),
     );
     Report {
         bench: "pingpong".into(),
         device: device.into(),
         comparisons,
+        extra,
+    }
+}
+
+/// The runs `o` against `ibv_rc_pingpong`'s runs `b` of one size: medians, every sample,
+/// the median per-pair ratio, each side's fastest run and the quiet runs' medians.
+fn compare(
+    o: &[(usize, f64)],
+    b: &[(usize, f64)],
+    size: u64,
+    iters: u64,
+    case: String,
+    goal: f64,
+) -> Comparison {
+    let values = |v: &[(usize, f64)]| v.iter().map(|(_, u)| *u).collect::<Vec<_>>();
+    let pair_ratios: Vec<f64> = o
+        .iter()
+        .filter_map(|(p, u)| b.iter().find(|(q, _)| q == p).map(|(_, t)| u / t))
+        .collect();
+    let mut extra = Map::new();
+    extra.insert("size".into(), json!(size));
+    extra.insert("iterations".into(), json!(iters));
+    extra.insert("runs".into(), json!(o.len().min(b.len())));
+    extra.insert("ours_samples".into(), json!(values(o)));
+    extra.insert("baseline_samples".into(), json!(values(b)));
+    let min = |v: &[(usize, f64)]| v.iter().map(|(_, u)| *u).fold(f64::INFINITY, f64::min);
+    extra.insert("ours_min".into(), json!(min(o)));
+    extra.insert("baseline_min".into(), json!(min(b)));
+    // Medians of the runs the host did not hold up (within QUIET_FACTOR of the fastest run of
+    // this size, of either side).
+    let fastest = min(o).min(min(b));
+    let quiet = |v: &[(usize, f64)]| {
+        v.iter()
+            .map(|(_, u)| *u)
+            .filter(|u| *u <= fastest * QUIET_FACTOR)
+            .collect::<Vec<_>>()
+    };
+    let (qo, qb) = (quiet(o), quiet(b));
+    extra.insert("quiet_runs".into(), json!([qo.len(), qb.len()]));
+    extra.insert(
+        "quiet_median_ratio".into(),
+        finite_or_null(median(qo) / median(qb)),
+    );
+    extra.insert(
+        "pair_ratio_median".into(),
+        finite_or_null(median(pair_ratios)),
+    );
+    Comparison {
+        case,
+        metric: "usec/iter".into(),
+        unit: "usec".into(),
+        ours: median(values(o)),
+        baseline: median(values(b)),
+        baseline_name: "ibv_rc_pingpong".into(),
+        better: Better::Lower,
+        goal,
         extra,
     }
 }
@@ -177,6 +226,8 @@ mod tests {
             [
                 "pp_run ours /x/rc-pingpong 64 1",
                 "pp_run theirs ibv_rc_pingpong 64 1",
+                "pp_run control ibv_rc_pingpong 64 1",
+                "pp_run control ibv_rc_pingpong 64 2",
                 "pp_run theirs ibv_rc_pingpong 64 2",
                 "pp_run ours /x/rc-pingpong 64 2",
             ]
@@ -196,15 +247,24 @@ mod tests {
             "@@pp ours 4096 1 ",
             "@@pp-failed ours 4096 1 rc=1",
             "@@pp theirs 4096 1 3000 iters in 0.60 seconds = 300.00 usec/iter",
+            "@@pp control 4096 1 3000 iters in 0.60 seconds = 330.00 usec/iter",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         let s = parse(&lines);
-        assert_eq!(s[&(64, true)].len(), 3);
-        assert!(!s.contains_key(&(4096, true)));
+        assert_eq!(s[&(64, Run::Ours)].len(), 3);
+        assert!(!s.contains_key(&(4096, Run::Ours)));
         let r = report("rxe0", &s, 3000);
-        assert_eq!(r.comparisons.len(), 1, "4096 has no run of ours");
+        assert_eq!(
+            r.comparisons.len(),
+            2,
+            "4096 has no run of ours, only a control"
+        );
+        let control = &r.comparisons[1];
+        assert_eq!(control.case, "control: ibv_rc_pingpong 4096B, a second run");
+        assert!((control.ratio() - 1.1).abs() < 1e-12);
+        assert!(control.goal.is_nan() && control.met());
         let c = &r.comparisons[0];
         assert_eq!((c.ours, c.baseline), (110.0, 100.0));
         assert!((c.ratio() - 1.1).abs() < 1e-12);
