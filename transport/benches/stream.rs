@@ -339,29 +339,29 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     };
     let tcp = rt.block_on(tcp_echo(sip, cip))?;
     let controls = [
-        (
-            format!("control: rstream -S {control_size} throughput, a second run"),
+        Row::control(
+            &format!("rstream -S {control_size} throughput"),
             "throughput",
             "MB/s",
+            true,
             control_bw,
             base_bw[control_at].clone(),
             format!(
                 "rstream -S {control_size} -C {}, its run just before, {ROUNDS_NOTE}",
                 count(control_size)
             ),
-            true,
         ),
-        (
-            format!("control: rstream -S {ECHO_SIZE} round trip, a second run"),
+        Row::control(
+            &format!("rstream -S {ECHO_SIZE} round trip"),
             "round trip median",
             "us",
+            false,
             control_rtt,
             base_rtt.clone(),
             format!(
                 "rstream -S {ECHO_SIZE} -I {ECHO_N} (2 x usec/xfer, mean), its run just before, \
                  {ROUNDS_NOTE}"
             ),
-            false,
         ),
     ];
     for (i, size) in SIZES.into_iter().enumerate() {
@@ -473,19 +473,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         });
     }
     // The controls: rstream's second runs against its first ones.
-    for (case, metric, unit, again, first, baseline_name, higher) in controls {
-        rows.push(Row {
-            case,
-            metric,
-            unit,
-            ours: median_of(again).unwrap_or(f64::NAN),
-            polling: None,
-            baseline: median_of(first),
-            baseline_name,
-            higher,
-            goal: None,
-        });
-    }
+    rows.extend(controls);
     Ok(device)
 }
 

@@ -285,28 +285,26 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     });
 
     // The controls: the same program's second runs against its first ones.
-    let control = |case: &str, again: Vec<f64>, first: Vec<f64>, name: &str| Row {
-        case: format!("control: {case}, a second run"),
-        metric: "round trip median",
-        unit: "us",
-        ours: median_of(again).unwrap_or(f64::NAN),
-        baseline: median_of(first),
-        baseline_name: format!("{name}, its run just before, {rounds}"),
-        higher: false,
-        goal: None,
-        polling: None,
-    };
-    rows.push(control(
+    rows.push(Row::control(
         "ib_send_lat -s 64",
+        "round trip median",
+        "us",
+        false,
         control_rtts,
         first_send_lat,
-        "ib_send_lat -s 64 (2 x t_typical)",
+        format!("ib_send_lat -s 64 (2 x t_typical), its run just before, {rounds}"),
     ));
-    rows.push(control(
+    rows.push(Row::control(
         "rstream -S 64 round trip",
+        "round trip median",
+        "us",
+        false,
         control_rstream_64,
         first_rstream_64,
-        "rstream -S 64 -I 1000 (2 x usec/xfer, mean)",
+        format!(
+            "rstream -S 64 -I {} (2 x usec/xfer, mean), its run just before, {rounds}",
+            echo_count(64)
+        ),
     ));
 
     crossover(sip, cip, mode)?;

@@ -23,6 +23,31 @@ pub struct Row {
 }
 
 impl Row {
+    /// A control row: a baseline's second runs (`again`) against its first ones (`first`),
+    /// the medians of each, with no goal: what two runs of the same program differ by here.
+    /// `what` names the program's test, `baseline_name` its first runs.
+    pub fn control(
+        what: &str,
+        metric: &'static str,
+        unit: &'static str,
+        higher: bool,
+        again: Vec<f64>,
+        first: Vec<f64>,
+        baseline_name: String,
+    ) -> Row {
+        Row {
+            case: format!("control: {what}, a second run"),
+            metric,
+            unit,
+            ours: median_of(again).unwrap_or(f64::NAN),
+            baseline: median_of(first),
+            baseline_name,
+            higher,
+            goal: None,
+            polling: None,
+        }
+    }
+
     pub fn ratio(&self) -> Option<f64> {
         self.baseline.map(|b| self.ours / b)
     }
