@@ -269,30 +269,27 @@ pub fn report(device: &str, rows: &Rows) -> Report {
             extra.insert("tx_depth".into(), json!(t));
         }
         let base = format!("ib_{}", c.test);
+        // The column compared, from a result line of its test's width. At 2 B the bandwidth
+        // rounds to 0.01 MB/s: the message rate says it.
+        let (metric, unit, col, better, width) = if c.is_lat() {
+            ("t_typical", "usec", 4, Better::Lower, 9)
+        } else if c.size == 2 {
+            ("msg_rate", "Mpps", 4, Better::Higher, 5)
+        } else {
+            ("bw_avg", "MB/sec", 3, Better::Higher, 5)
+        };
         let compare = |o: &Row, case: String, baseline_name: String, goal: f64| {
-            let make = |metric: &str, unit: &str, ours: f64, baseline: f64, better| Comparison {
-                case: case.clone(),
+            (o.len() == width && b.len() == width).then(|| Comparison {
+                case,
                 metric: metric.into(),
                 unit: unit.into(),
-                ours,
-                baseline,
-                baseline_name: baseline_name.clone(),
+                ours: o[col],
+                baseline: b[col],
+                baseline_name,
                 better,
                 goal,
                 extra: extra.clone(),
-            };
-            if c.is_lat() && o.len() == 9 && b.len() == 9 {
-                Some(make("t_typical", "usec", o[4], b[4], Better::Lower))
-            } else if !c.is_lat() && o.len() == 5 && b.len() == 5 {
-                // At 2 B the bandwidth rounds to 0.01 MB/s: the message rate says it.
-                Some(if c.size == 2 {
-                    make("msg_rate", "Mpps", o[4], b[4], Better::Higher)
-                } else {
-                    make("bw_avg", "MB/sec", o[3], b[3], Better::Higher)
-                })
-            } else {
-                None
-            }
+            })
         };
         if let Some(o) = rows.get(&key(Side::Ours)) {
             comparisons.extend(compare(o, c.label(), base.clone(), 1.0));
