@@ -7,10 +7,16 @@
 //! a free slot and puts the slot's number in the `wr_id`; the completion takes it back out by
 //! that number. Nothing is searched, nothing is type-erased, nothing allocates.
 //!
+//! A `wr_id` names one posting, never two: its low bits are the slot, and the rest come from
+//! a process-wide count of postings that never wraps (a ring takes its numbers a block at a
+//! time, one number per slot in each block, and a slot posted again takes the next block's).
+//! [`RecvRing::reclaim`] hands a buffer back only for the exact `wr_id` of its posting, so a
+//! completion kept and passed again, after its slot was posted anew, gets nothing.
+//!
 //! The slots belong to the SRQ as much as to the ring: they are dropped after the SRQ is
 //! destroyed (or leaked with it), so a buffer the device may still write is never freed, even
 //! if the ring is dropped first.
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -22,16 +28,42 @@ use crate::qp::post::{self, PostError, OWNED_WR_ID, RECV_WR_ID, RING_WR_ID};
 use crate::srq::Srq;
 use crate::{Error, Result};
 
-/// Bits of a ring receive's `wr_id` that hold its ring's number (above the slot's 32).
-const RING_NO_MASK: u64 = (1 << 29) - 1;
+/// The bits every ring receive's `wr_id` has set.
+const RING_BITS: u64 = OWNED_WR_ID | RECV_WR_ID | RING_WR_ID;
 
-/// The numbers rings take, so a completion of one ring's receive never matches another's.
-static NEXT_RING: AtomicU32 = AtomicU32::new(1);
+/// The bits of a ring receive's `wr_id` below [`RING_BITS`]: its posting number.
+const NUMBER_MASK: u64 = RING_WR_ID - 1;
 
-/// The slots of one ring: a buffer per posted receive, and the free slots' numbers.
+/// The next posting number no ring has taken. Starts at 1, so no posting has number 0 (a
+/// slot never posted records 0). Never wraps: a ring that finds it used up refuses to post.
+static NEXT_NUMBER: AtomicU64 = AtomicU64::new(1);
+
+/// Takes from `next` the next block of `1 << bits` posting numbers, aligned to its size (so a
+/// slot's number in it is the block's base plus the slot); `None` once the numbers are used
+/// up.
+fn take_block(next: &AtomicU64, bits: u32) -> Option<u64> {
+    let size = 1u64 << bits;
+    let end_of = |n: u64| {
+        let start = n.checked_next_multiple_of(size)?;
+        start
+            .checked_add(size)
+            .filter(|&end| end - 1 <= NUMBER_MASK)
+    };
+    let before = next
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, end_of)
+        .ok()?;
+    before.checked_next_multiple_of(size)
+}
+
+/// The slots of one ring: a buffer per posted receive, the free slots' numbers, and the
+/// `wr_id` each slot was last posted with.
 struct Slots<B> {
     bufs: Vec<Option<B>>,
     free: Vec<u32>,
+    /// The `wr_id` of each slot's latest posting (0: never posted).
+    ids: Vec<u64>,
+    /// The base of the block of posting numbers the ring posts from now (0: none yet).
+    block: u64,
 }
 
 /// Whole-buffer receives of type `B` posted on a shared receive queue
@@ -59,9 +91,8 @@ struct Slots<B> {
 /// ```
 pub struct RecvRing<B> {
     srq: Srq,
-    /// The ring's number, shifted into place in a `wr_id`, with the owned, receive and ring
-    /// bits.
-    id_base: u64,
+    /// How many low bits of a posting number name the slot.
+    slot_bits: u32,
     slots: Arc<Mutex<Slots<B>>>,
     capacity: u32,
 }
@@ -100,12 +131,13 @@ impl Srq {
         let slots = Arc::new(Mutex::new(Slots::<B> {
             bufs: (0..capacity).map(|_| None).collect(),
             free: (0..capacity).rev().collect(),
+            ids: vec![0; capacity as usize],
+            block: 0,
         }));
         self.inner.ring_slots.lock().push(slots.clone());
-        let ring_no = u64::from(NEXT_RING.fetch_add(1, Ordering::Relaxed)) & RING_NO_MASK;
         Ok(RecvRing {
             srq: self.clone(),
-            id_base: OWNED_WR_ID | RECV_WR_ID | RING_WR_ID | ring_no << 32,
+            slot_bits: capacity.max(1).next_power_of_two().trailing_zeros(),
             slots,
             capacity,
         })
@@ -113,11 +145,13 @@ impl Srq {
 }
 
 impl<B: RegisteredBufMut> RecvRing<B> {
-    /// Posts a receive into the whole of `buf`; returns its `wr_id`. A full ring fails with
-    /// [`Error::QueueFull`], a refusal of the device with [`Error::PostRecv`]; either hands
-    /// `buf` back in the error (`unposted`), unless the device may have queued it anyway: then
-    /// the ring keeps it until its completion or the SRQ's destruction, `unposted` is `None`
-    /// and `posted` names its `wr_id`.
+    /// Posts a receive into the whole of `buf`; returns its `wr_id`, which no other posting
+    /// of the process has. A full ring fails with [`Error::QueueFull`], a refusal of the
+    /// device with [`Error::PostRecv`], a process that has used up its 2^61 posting numbers
+    /// with [`Error::InvalidWorkRequest`]; each hands `buf` back in the error (`unposted`),
+    /// unless the device may have queued it anyway: then the ring keeps it until its
+    /// completion or the SRQ's destruction, `unposted` is `None` and `posted` names its
+    /// `wr_id`.
     #[doc(alias = "ibv_post_srq_recv")]
     // The error hands the buffer back; it is rare, so its size is fine.
     #[allow(clippy::result_large_err)]
@@ -134,10 +168,19 @@ impl<B: RegisteredBufMut> RecvRing<B> {
             lkey: local.lkey,
         };
         let mut slots = self.slots.lock();
-        let Some(slot) = slots.free.pop() else {
+        let Some(&slot) = slots.free.last() else {
             return Err(fail(self.full(), buf));
         };
-        let wr_id = self.id_base | u64::from(slot);
+        // A slot posts each block's number once: posted from this block already, it moves on.
+        if slots.block == 0 || slots.ids[slot as usize] & NUMBER_MASK >= slots.block {
+            match take_block(&NEXT_NUMBER, self.slot_bits) {
+                Some(block) => slots.block = block,
+                None => return Err(fail(numbers_used_up(), buf)),
+            }
+        }
+        slots.free.pop();
+        let wr_id = RING_BITS | slots.block | u64::from(slot);
+        slots.ids[slot as usize] = wr_id;
         let mut wr = [sys::ibv_recv_wr {
             wr_id,
             next: std::ptr::null_mut(),
@@ -181,17 +224,22 @@ impl<B: RegisteredBufMut> RecvRing<B> {
 impl<B> RecvRing<B> {
     /// The buffer of this ring's receive that `wc` (from any QP using the SRQ) completes, free
     /// to read (the first `wc.byte_len()` bytes hold the message) or post again; `None` when
-    /// `wc` completes no receive of this ring. A completion with an error status hands the
-    /// buffer back too: the device is done with it.
+    /// `wc` completes no receive of this ring, or one whose buffer was handed back already
+    /// (each posting's `wr_id` is its own, so a completion passed twice gets nothing the
+    /// second time, even after its slot was posted again). A completion with an error status
+    /// hands the buffer back too: the device is done with it.
     pub fn reclaim<W: PolledWc + ?Sized>(&self, wc: &W) -> Option<B> {
         let id = wc.polled_wr_id();
-        if id & !u64::from(u32::MAX) != self.id_base {
+        if id & RING_BITS != RING_BITS {
             return None;
         }
-        let slot = id as u32;
+        let slot = (id & ((1 << self.slot_bits) - 1)) as usize;
         let mut slots = self.slots.lock();
-        let buf = slots.bufs.get_mut(slot as usize)?.take()?;
-        slots.free.push(slot);
+        if slots.ids.get(slot) != Some(&id) {
+            return None;
+        }
+        let buf = slots.bufs[slot].take()?;
+        slots.free.push(slot as u32);
         Some(buf)
     }
 
@@ -217,5 +265,40 @@ impl<B> RecvRing<B> {
             queue: "receive ring",
             depth: self.capacity,
         }
+    }
+}
+
+/// The error of a post that finds the process's posting numbers used up.
+fn numbers_used_up() -> Error {
+    Error::InvalidWorkRequest {
+        qp_num: 0,
+        reason: "this process has posted 2^61 ring receives, every wr_id a receive ring can \
+                 give: post through Srq::post_recv instead"
+            .into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_aligned_disjoint_and_never_wrap() {
+        let next = AtomicU64::new(1);
+        let a = take_block(&next, 3).unwrap();
+        let b = take_block(&next, 0).unwrap();
+        let c = take_block(&next, 4).unwrap();
+        assert_eq!(
+            (a, b, c),
+            (8, 16, 32),
+            "aligned to their sizes, one after another"
+        );
+        // Near the end: the last block that fits is handed out, then none.
+        let next = AtomicU64::new(NUMBER_MASK - 7);
+        assert_eq!(take_block(&next, 3), Some(NUMBER_MASK - 7));
+        assert_eq!(take_block(&next, 3), None);
+        assert_eq!(take_block(&next, 0), None, "used up for every size");
+        let next = AtomicU64::new(u64::MAX - 2);
+        assert_eq!(take_block(&next, 2), None, "no overflow");
     }
 }

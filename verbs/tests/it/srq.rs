@@ -215,3 +215,67 @@ fn a_dropped_recv_ring_keeps_its_posted_buffers_until_the_srq_is_gone() {
         "freed once the SRQ is destroyed"
     );
 }
+
+/// The sequence that handed a buffer back twice: a completion kept (`Cq::wait_one` returns an
+/// owned one) and passed to `reclaim` again after its slot was posted anew. The second
+/// reclaim must give nothing, and the new buffer must stay with the device until its own
+/// completion, which then finds it holding the next message intact.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_kept_completion_reclaims_its_buffer_once_even_after_the_slot_is_posted_again() {
+    let ctx = open();
+    let pd = ctx.alloc_pd().unwrap();
+    let scq = ctx.create_cq(16, None).unwrap();
+    let rcq = ctx.create_cq(16, None).unwrap();
+    let srq = pd.create_srq(4, 1).unwrap();
+    let s = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &scq))
+        .unwrap();
+    let r = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &scq, &rcq).srq(&srq))
+        .unwrap();
+    connect(&ctx, &s, &r);
+    // One slot: every post takes the slot the last reclaim freed.
+    let ring = srq.recv_ring::<MemoryRegion>(1).unwrap();
+    let send = |byte: u8| {
+        let mut mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+        mr.as_mut_slice().fill(byte);
+        s.post_send(SendRequest::send(mr, 0..64).unwrap()).unwrap();
+        let (c, _) = one(&scq, &s);
+        assert_eq!(c.status, Ok(()));
+    };
+
+    let first_id = ring
+        .post(pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap())
+        .unwrap();
+    send(0xa1);
+    let kept = rcq.wait_one(crate::support::TIMEOUT).unwrap();
+    assert_eq!(kept.wr_id(), first_id);
+    let first = ring.reclaim(&kept).expect("the first buffer");
+    assert!(first.as_slice().iter().all(|&b| b == 0xa1));
+    assert!(ring.reclaim(&kept).is_none(), "handed back twice");
+
+    // The same slot, posted again: the kept completion must not reach the new buffer.
+    let second_id = ring
+        .post(pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap())
+        .unwrap();
+    assert_ne!(second_id, first_id, "a wr_id names one posting");
+    assert!(
+        ring.reclaim(&kept).is_none(),
+        "an old completion handed back a buffer the device still holds"
+    );
+    assert_eq!(ring.posted(), 1, "the new receive is still the device's");
+    drop(first);
+
+    send(0xb2);
+    let wc = rcq.wait_one(crate::support::TIMEOUT).unwrap();
+    assert_eq!(wc.wr_id(), second_id);
+    let second = ring
+        .reclaim(&wc)
+        .expect("the second buffer, by its own completion");
+    assert!(
+        second.as_slice().iter().all(|&b| b == 0xb2),
+        "the second message landed in the second buffer"
+    );
+    assert_eq!(ring.posted(), 0);
+}
