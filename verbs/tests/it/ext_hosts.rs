@@ -1,8 +1,10 @@
 //! Extended CQs and the `ibv_wr_*` API of extended QPs between the two hosts: a QP on this
 //! host's device posts SEND with immediate, RDMA WRITE and READ in one session and inline
 //! sends from `IoSlice`s to a QP on the peer's device; both sides poll extended CQs in
-//! batches, and every byte is verified where it lands.
+//! batches, and every byte is verified where it lands. And the two devices in one process:
+//! a completion of one device's QP never finishes requests of the other's.
 use std::io::IoSlice;
+use std::time::Duration;
 
 use verbs::{
     AccessFlags, Context, CqExAttr, Gid, MemoryRegion, Mtu, Qp, QpCap, QpEndpoint, QpInitAttr,
@@ -136,4 +138,98 @@ fn wr_api_and_extended_cqs_between_the_hosts() {
     assert_eq!(b.in_flight(), (0, 0));
     assert!(cq_a.start_poll().unwrap().is_none());
     assert!(cq_b.start_poll().unwrap().is_none());
+}
+
+/// QP numbers are unique per device, not per process, and owned requests take their ids from
+/// one process-wide count: a completion of another device's QP with the same number carries
+/// an id newer than this QP's requests. Passed to this QP's `reclaim`, it must finish nothing
+/// (it used to empty the send table, handing back the sink of a READ still in flight).
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_completion_of_another_devices_qp_with_the_same_number_finishes_nothing() {
+    const TEST: &str =
+        "ext_hosts::a_completion_of_another_devices_qp_with_the_same_number_finishes_nothing";
+    let (dev_a, dev_b) = (testkit::device(), testkit::peer().device);
+    if dev_a.name == dev_b.name {
+        testkit::skip(
+            TEST,
+            "needs two RDMA devices in one host (the two-hosts guest has them)",
+        );
+        return;
+    }
+    let (ctx_a, sgid_a, gid_a) = open_dev(&dev_a);
+    let (ctx_b, sgid_b, gid_b) = open_dev(&dev_b);
+    let (pd_a, pd_b) = (ctx_a.alloc_pd().unwrap(), ctx_b.alloc_pd().unwrap());
+    let (cq_a, cq_b) = (
+        ctx_a.create_cq(16, None).unwrap(),
+        ctx_b.create_cq(16, None).unwrap(),
+    );
+    let rc = |pd: &verbs::Pd, cq: &verbs::Cq| {
+        pd.create_qp(&QpInitAttr::new(QpType::Rc, cq, cq)).unwrap()
+    };
+    // Each device numbers its QPs upwards: create on the one behind until the numbers meet.
+    let (mut a1, mut b1) = (rc(&pd_a, &cq_a), rc(&pd_b, &cq_b));
+    for _ in 0..200_000 {
+        match a1.qp_num().cmp(&b1.qp_num()) {
+            std::cmp::Ordering::Less => a1 = rc(&pd_a, &cq_a),
+            std::cmp::Ordering::Greater => b1 = rc(&pd_b, &cq_b),
+            std::cmp::Ordering::Equal => break,
+        }
+    }
+    assert_eq!(
+        a1.qp_num(),
+        b1.qp_num(),
+        "could not get two QPs of one number"
+    );
+    let (a2, b2) = (rc(&pd_a, &cq_a), rc(&pd_b, &cq_b));
+    let end = |qp: &Qp, psn, gid| QpEndpoint {
+        qp_num: qp.qp_num(),
+        psn,
+        lid: 0,
+        gid,
+    };
+    to_rts(&a1, sgid_a, 0x10, &end(&a2, 0x20, gid_a));
+    to_rts(&a2, sgid_a, 0x20, &end(&a1, 0x10, gid_a));
+    to_rts(&b1, sgid_b, 0x30, &end(&b2, 0x40, gid_b));
+    to_rts(&b2, sgid_b, 0x40, &end(&b1, 0x30, gid_b));
+
+    // This device: a READ whose sink the device writes, its completion not polled yet.
+    let mut source = pd_a
+        .reg_mr(4096, ALL_REMOTE | AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    source.as_mut_slice().fill(0x5a);
+    let sink = pd_a.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
+    let read = SendRequest::rdma_read(sink, .., source.remote(..).unwrap()).unwrap();
+    let read_id = a1.post_send(read).unwrap();
+    // The other device: a SEND of the QP with the same number, posted later (a newer id).
+    b2.post_recv(RecvRequest::new(pd_b.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap(), ..).unwrap())
+        .unwrap();
+    let send = SendRequest::send(pd_b.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap(), ..).unwrap();
+    let send_id = b1.post_send(send).unwrap();
+    assert!(send_id > read_id, "the other queue's ids are newer");
+    let foreign = loop {
+        let wc = cq_b.wait_one(Duration::from_secs(10)).unwrap();
+        if wc.qp_num() == b1.qp_num() {
+            break wc;
+        }
+    };
+    assert_eq!(foreign.wr_id(), send_id);
+    assert_eq!(foreign.qp_num(), a1.qp_num());
+
+    assert!(
+        a1.reclaim(&foreign).is_empty(),
+        "another device's completion handed back this QP's READ sink"
+    );
+    assert_eq!(a1.in_flight().0, 1, "the READ is still the device's");
+
+    let own = cq_a.wait_one(Duration::from_secs(10)).unwrap();
+    assert_eq!((own.wr_id(), own.status()), (read_id, Ok(())));
+    let mut back = a1.reclaim(&own);
+    assert_eq!(back.len(), 1);
+    let sink = back[0].take::<MemoryRegion>().unwrap();
+    assert!(
+        sink.as_slice().iter().all(|&b| b == 0x5a),
+        "the READ landed"
+    );
+    assert_eq!(a1.in_flight().0, 0);
 }

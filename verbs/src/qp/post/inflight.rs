@@ -95,10 +95,11 @@ impl InFlight {
     }
     /// Removes `id` and, for an in-order queue, everything posted before it; appends them to
     /// `out` in post order and returns how many. On an out-of-order queue an unknown id
-    /// removes nothing. On an in-order queue an id without an entry (a request that held
-    /// nothing and was not entered, see `Qp::post_inline_send`) still finishes every request
-    /// posted before it; a stale one (of an earlier QP, or from before a reset) is older than
-    /// every entry and removes nothing.
+    /// removes nothing. On an in-order queue an id without an entry that this queue issued (a
+    /// request that held nothing and was not entered, see `Qp::post_inline_send`) still
+    /// finishes every request posted before it; one it did not issue (another queue's with
+    /// the same QP number, on another device) finishes nothing, and a stale one (of an
+    /// earlier QP, or from before a reset) is older than every entry and removes nothing.
     pub(crate) fn complete_into(
         &mut self,
         id: u64,
@@ -111,8 +112,12 @@ impl InFlight {
             return 1;
         }
         if in_order {
+            if !self.ids.issued(id) {
+                return 0;
+            }
             let n = self.ring.partition_point(|e| e.id <= id);
             out.extend(self.ring.drain(..n).map(Entry::reclaimed));
+            self.ids.forget_before(self.ring.front().map(|e| e.id));
             return n;
         }
         let Ok(i) = self.ring.binary_search_by_key(&id, |e| e.id) else {
@@ -200,8 +205,16 @@ mod tests {
         }
     }
 
+    /// A table holding `ids`, whose queue issued every id below 1000 (one block from 0).
     fn table(ids: &[u64]) -> InFlight {
-        let mut t = InFlight::default();
+        let mut t = InFlight {
+            ids: IdBlock {
+                next: 1000,
+                end: super::super::ID_BLOCK,
+                taken: [0].into(),
+            },
+            ..InFlight::default()
+        };
         for &id in ids {
             let mut bufs = Small::default();
             bufs.push(Owner::new(id));
@@ -258,6 +271,46 @@ mod tests {
         // On an out-of-order queue it finishes nothing.
         assert!(t.complete(7, false).is_empty());
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn an_in_order_id_the_queue_did_not_issue_finishes_nothing() {
+        // Two queues with the same QP number on two devices: ids of the same process-wide
+        // count, interleaved by blocks.
+        let (mut ours, mut theirs) = (InFlight::default(), InFlight::default());
+        let mut out = Vec::new();
+        let first = ours.next_id(false);
+        ours.insert(first, 1, Small::default(), None);
+        let foreign = theirs.next_id(false);
+        assert!(foreign > first, "the other queue's block came later");
+        assert_eq!(ours.complete_into(foreign, true, &mut out), 0);
+        assert_eq!(ours.len(), 1, "another queue's completion finished ours");
+        // Ours finishes ours, and a later id of ours (an untracked inline send) everything.
+        let second = ours.next_id(false);
+        ours.insert(second, 2, Small::default(), None);
+        let untracked = ours.next_id(false);
+        assert_eq!(ours.complete_into(untracked, true, &mut out), 2);
+        assert_eq!(ids(&out), [first, second]);
+    }
+
+    #[test]
+    fn a_queue_remembers_only_blocks_that_may_hold_requests_in_flight() {
+        let mut t = InFlight::default();
+        let mut out = Vec::new();
+        let old = t.next_id(false);
+        t.insert(old, 0, Small::default(), None);
+        // Past the first block: the table takes a second.
+        let mut last = old;
+        for _ in 0..super::super::ID_BLOCK {
+            last = t.next_id(false);
+        }
+        assert_eq!(t.ids.taken.len(), 2);
+        assert!(t.ids.issued(old) && t.ids.issued(last));
+        // The old request completes (by a later untracked id): its block is forgotten.
+        assert_eq!(t.complete_into(last, true, &mut out), 1);
+        assert_eq!(t.ids.taken.len(), 1);
+        assert!(!t.ids.issued(old) && t.ids.issued(last));
+        assert!(!t.ids.issued(last + 1), "not handed out yet");
     }
 
     #[test]

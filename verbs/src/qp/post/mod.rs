@@ -124,12 +124,21 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 const ID_BLOCK: u64 = 4096;
 
 /// The ids a queue's table hands out: a block of [`NEXT_ID`], taken under the table's lock, so
-/// a table's ids increase in post order and no two requests of the process share one.
+/// a table's ids increase in post order and no two requests of the process share one. It
+/// remembers the blocks it took that may still have requests in flight, so a completion can be
+/// told to be of this queue's posting ([`issued`](Self::issued)) and not another queue's with
+/// the same QP number (on another device, whose ids come from the same process-wide count).
 #[derive(Debug, Default)]
 pub(crate) struct IdBlock {
     next: u64,
     end: u64,
+    /// The first number of each block taken, oldest first, back to the oldest that may still
+    /// hold a request in flight ([`forget_before`](Self::forget_before)).
+    taken: std::collections::VecDeque<u64>,
 }
+
+/// The bits of an owned request's id that say what it is, above its number.
+const KIND_BITS: u64 = OWNED_WR_ID | RECV_WR_ID | RING_WR_ID;
 
 impl IdBlock {
     /// The next id, with the owned bit and, for a receive, the receive bit.
@@ -137,10 +146,32 @@ impl IdBlock {
         if self.next == self.end {
             self.next = NEXT_ID.fetch_add(ID_BLOCK, Ordering::Relaxed);
             self.end = self.next + ID_BLOCK;
+            self.taken.push_back(self.next & !KIND_BITS);
         }
-        let n = self.next & !(OWNED_WR_ID | RECV_WR_ID | RING_WR_ID);
+        let n = self.next & !KIND_BITS;
         self.next += 1;
         OWNED_WR_ID | if recv { RECV_WR_ID } else { 0 } | n
+    }
+
+    /// Whether `id` is one this queue handed out (in a block it still remembers).
+    pub(crate) fn issued(&self, id: u64) -> bool {
+        let n = id & !KIND_BITS;
+        n < self.next & !KIND_BITS
+            && self
+                .taken
+                .iter()
+                .rev()
+                .any(|&start| n >= start && n - start < ID_BLOCK)
+    }
+
+    /// Forgets the blocks wholly older than `oldest`, the queue's oldest request still in
+    /// flight (`None`: none, so only the current block stays): no completion of theirs can
+    /// finish anything any more.
+    pub(crate) fn forget_before(&mut self, oldest: Option<u64>) {
+        let floor = oldest.map_or(self.next, |id| id) & !KIND_BITS;
+        while self.taken.len() > 1 && self.taken[1] <= floor {
+            self.taken.pop_front();
+        }
     }
 }
 
