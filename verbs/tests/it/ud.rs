@@ -8,32 +8,67 @@ use crate::support::{gid, one, open, PORT};
 
 const QKEY: u32 = 0x1111_2222;
 
+/// Two UD QPs of the test device, in RTS, each with its own CQ.
+struct UdPair {
+    pd: verbs::Pd,
+    cq_a: verbs::Cq,
+    cq_b: verbs::Cq,
+    a: verbs::Qp,
+    b: verbs::Qp,
+    /// The GID index and GID both send from.
+    sgid: u8,
+    gid: verbs::Gid,
+}
+
+impl UdPair {
+    fn new() -> UdPair {
+        let ctx = open();
+        let (sgid, gid) = gid(&ctx);
+        let pd = ctx.alloc_pd().unwrap();
+        let cq_a = ctx.create_cq(16, None).unwrap();
+        let cq_b = ctx.create_cq(16, None).unwrap();
+        let a = pd
+            .create_qp(&QpInitAttr::new(QpType::Ud, &cq_a, &cq_a))
+            .unwrap();
+        let b = pd
+            .create_qp(&QpInitAttr::new(QpType::Ud, &cq_b, &cq_b))
+            .unwrap();
+        let any = QpEndpoint {
+            qp_num: 0,
+            psn: 0,
+            lid: 0,
+            gid,
+        };
+        for qp in [&a, &b] {
+            qp.to_init_ud(PORT, QKEY).unwrap();
+            qp.to_rtr(&any, PORT, Some(sgid), verbs::Mtu::Mtu1024)
+                .unwrap();
+            qp.to_rts(0x42).unwrap();
+        }
+        UdPair {
+            pd,
+            cq_a,
+            cq_b,
+            a,
+            b,
+            sgid,
+            gid,
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn ud_send_recv_through_an_address_handle() {
-    let ctx = open();
-    let (sgid, my_gid) = gid(&ctx);
-    let pd = ctx.alloc_pd().unwrap();
-    let cq_a = ctx.create_cq(16, None).unwrap();
-    let cq_b = ctx.create_cq(16, None).unwrap();
-    let a = pd
-        .create_qp(&QpInitAttr::new(QpType::Ud, &cq_a, &cq_a))
-        .unwrap();
-    let b = pd
-        .create_qp(&QpInitAttr::new(QpType::Ud, &cq_b, &cq_b))
-        .unwrap();
-    let any = QpEndpoint {
-        qp_num: 0,
-        psn: 0,
-        lid: 0,
+    let UdPair {
+        pd,
+        cq_a,
+        cq_b,
+        a,
+        b,
+        sgid,
         gid: my_gid,
-    };
-    for qp in [&a, &b] {
-        qp.to_init_ud(PORT, QKEY).unwrap();
-        qp.to_rtr(&any, PORT, Some(sgid), verbs::Mtu::Mtu1024)
-            .unwrap();
-        qp.to_rts(0x42).unwrap();
-    }
+    } = UdPair::new();
     // The receive buffer starts with room for the 40-byte GRH.
     let rx = pd.reg_mr(40 + 512, AccessFlags::LOCAL_WRITE).unwrap();
     b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
@@ -65,6 +100,60 @@ fn ud_send_recv_through_an_address_handle() {
 
 /// Objects of one device context are refused by another's QP: its kernel handles name other
 /// objects there, and its provider would read them as its own structs.
+/// A UD request posted through fixed buffers needs its address handle until its completion,
+/// past any borrow of the post: the buffers refuse an address handle they do not keep, and one
+/// they keep outlives the program's own handle, so the datagram still goes out and arrives.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn fixed_buffers_keep_the_address_handles_of_their_ud_requests() {
+    let p = UdPair::new();
+    let mut tx = p.pd.reg_mr(512, AccessFlags::LOCAL_WRITE).unwrap();
+    tx.as_mut_slice()[..9].copy_from_slice(b"fixed, ud");
+    let tx = std::sync::Arc::new(tx);
+    let sge = [tx.local(0..9).unwrap()];
+    let mut fixed = verbs::FixedBuffers::new();
+    fixed.add_source(tx);
+    let rx = p.pd.reg_mr(40 + 512, AccessFlags::LOCAL_WRITE).unwrap();
+    p.b.post_recv(RecvRequest::new(rx, ..).unwrap()).unwrap();
+
+    let ah = p.pd.create_ah(&AhAttr::roce(PORT, p.gid, p.sgid)).unwrap();
+    let wr = verbs::SendWr {
+        wr_id: 7,
+        op: verbs::WrOp::Send,
+        sges: &sge,
+        flags: verbs::SendFlags::SIGNALED,
+        ud: Some(verbs::UdDest {
+            ah: &ah,
+            remote_qpn: p.b.qp_num(),
+            remote_qkey: QKEY,
+        }),
+    };
+    for e in [
+        fixed.post_send(&p.a, &[wr]).unwrap_err(),
+        fixed.prepare_send(&p.a, &wr).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, verbs::Error::InvalidWorkRequest { reason, .. } if reason.contains("add_ah")),
+            "{e}"
+        );
+    }
+
+    fixed.add_ah(&ah);
+    {
+        let mut prepared = fixed.prepare_send(&p.a, &wr).unwrap();
+        prepared.post().unwrap();
+    }
+    // The program's handle goes while the request may still be in flight: the buffers keep
+    // theirs.
+    drop(ah);
+    let (c, _) = one(&p.cq_a, &p.a);
+    assert_eq!((c.wr_id, c.status), (7, Ok(())));
+    let (r, mut back) = one(&p.cq_b, &p.b);
+    assert_eq!(r.status, Ok(()));
+    let rx: MemoryRegion = back[0].take().unwrap();
+    assert_eq!(&rx.as_slice()[40..49], b"fixed, ud");
+}
+
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn objects_of_another_context_are_refused() {

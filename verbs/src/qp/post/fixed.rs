@@ -9,18 +9,28 @@
 //! request still posted when the buffers are dropped is harmless: a region is deregistered
 //! before its memory is freed (or leaked if the device refuses), and the device checks every
 //! access against the registration.
+//!
+//! A UD request needs its address handle until its completion, longer than a borrow of the
+//! post lasts: the buffers keep the address handles UD requests may name ([`add_ah`]), and a
+//! request naming another is refused. They are destroyed when the buffers are dropped, after
+//! the queue pairs that used them (owners drop their QPs first, as for the regions).
+//!
+//! [`add_ah`]: FixedBuffers::add_ah
 use std::sync::Arc;
 
 use super::{invalid, RecvWr, SendWr};
+use crate::ah::Ah;
 use crate::mr::{LocalSlice, MemoryRegion};
 use crate::qp::Qp;
 use crate::Result;
 
-/// Regions kept for borrowed requests: sources the NIC reads, sinks it writes.
+/// Regions kept for borrowed requests: sources the NIC reads, sinks it writes; and the
+/// address handles their UD requests name.
 #[derive(Debug, Default)]
 pub struct FixedBuffers {
     sources: Vec<Arc<MemoryRegion>>,
     sinks: Vec<MemoryRegion>,
+    ahs: Vec<Ah>,
 }
 
 impl FixedBuffers {
@@ -48,9 +58,20 @@ impl FixedBuffers {
         Ok(slice)
     }
 
+    /// Keeps (a clone of) `ah` for UD requests to name: a UD request posted through these
+    /// buffers may use only an address handle they keep, since it needs the handle until its
+    /// completion.
+    pub fn add_ah(&mut self, ah: &Ah) {
+        if !self.keeps_ah(ah) {
+            self.ahs.push(ah.clone());
+        }
+    }
+
     /// Posts `wrs` on `qp` as one chain (see [`Qp::post_send_unchecked`]). Each entry must
     /// lie in a sink, or, for requests that only read local memory (SEND, RDMA WRITE), in a
-    /// source or a sink; otherwise nothing is posted and the error names the request.
+    /// source or a sink, and a UD request's address handle must be one the buffers keep
+    /// ([`add_ah`](Self::add_ah)); otherwise nothing is posted and the error names the
+    /// request.
     pub fn post_send(&self, qp: &Qp, wrs: &[SendWr<'_>]) -> Result<()> {
         for (i, w) in wrs.iter().enumerate() {
             self.check_request(qp, i, w)?;
@@ -59,6 +80,7 @@ impl FixedBuffers {
         // only sinks, which the program can no longer reach; it reads sources, which the
         // program can only read (shared handles). Regions dropped while requests are posted
         // are deregistered before their memory is freed, so the device cannot reach it then.
+        // A UD request's address handle is one the buffers keep alive.
         unsafe { qp.post_send_unchecked(wrs) }
     }
 
@@ -74,13 +96,30 @@ impl FixedBuffers {
     }
 
     /// Checks that every entry of request `i`, `w`, lies in a sink, or, for requests that
-    /// only read local memory (SEND, RDMA WRITE), in a source or a sink.
+    /// only read local memory (SEND, RDMA WRITE), in a source or a sink; and that its address
+    /// handle, if it has one, is kept here.
     pub(super) fn check_request(&self, qp: &Qp, i: usize, w: &SendWr<'_>) -> Result<()> {
+        if let Some(ud) = &w.ud {
+            if !self.keeps_ah(ud.ah) {
+                return Err(invalid(
+                    qp.qp_num(),
+                    format!(
+                        "request {i}: its address handle is not one of these fixed buffers', \
+                         and a UD request needs it until its completion: add it first \
+                         (FixedBuffers::add_ah)"
+                    ),
+                ));
+            }
+        }
         let sink_only = w.op.writes_local();
         match w.sges.iter().find(|s| !self.holds(s, sink_only)) {
             Some(s) => Err(self.outside(qp, i, s, sink_only)),
             None => Ok(()),
         }
+    }
+
+    fn keeps_ah(&self, ah: &Ah) -> bool {
+        self.ahs.iter().any(|kept| kept.as_raw() == ah.as_raw())
     }
 
     /// Whether `s` lies in a sink (or, unless `sink_only`, in a source).

@@ -2,9 +2,10 @@
 //! benchmark's or a ping-pong's loop posts the same request every iteration.
 //!
 //! Sound for the reasons [`FixedBuffers::post_send`] is: every scatter/gather entry lies in a
-//! region of the fixed buffers (a sink for requests that write local memory), and the
-//! prepared request borrows the buffers, its SGE list and its address handle for as long as it
-//! exists, so none of them can be dropped or changed between two posts.
+//! region of the fixed buffers (a sink for requests that write local memory), a UD request's
+//! address handle is one the buffers keep (until they are dropped, past the last completion),
+//! and the prepared request borrows the buffers and its SGE list for as long as it exists, so
+//! none of them can be dropped or changed between two posts.
 use std::marker::PhantomData;
 
 use verbs_sys as sys;
