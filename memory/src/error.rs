@@ -58,7 +58,7 @@ pub enum Error {
     },
 
     /// Mapping memory for a new chunk failed (`mmap`).
-    #[error("cannot map {len} bytes for a pool chunk: {source}")]
+    #[error("cannot map {len} bytes for a pool chunk")]
     Allocate {
         /// Length of the chunk.
         len: usize,
@@ -79,7 +79,7 @@ pub enum Error {
     },
 
     /// Registering a chunk with the device failed (`ibv_reg_mr`).
-    #[error("cannot register {len} bytes of pool memory: {source}")]
+    #[error("cannot register {len} bytes of pool memory")]
     Register {
         /// Length of the chunk.
         len: usize,

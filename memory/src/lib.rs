@@ -17,7 +17,8 @@
 //!   remote key at all.
 //! - **Registration** goes through a [`Registrar`], the seam to the device: [`PdRegistrar`]
 //!   registers on a verbs protection domain ([`Pool::on_pd`]); `testing::HostRegistrar`
-//!   (feature `testing`) fakes keys so everything except the NIC is tested on the host.
+//!   (feature `testing`) registers nothing (its keys name no registration), so everything
+//!   except the NIC is tested on the host.
 //!
 //! # Quick start
 //! Open a device, make a pool on a protection domain, fill a buffer and post it; it comes back

@@ -136,7 +136,8 @@ unsafe impl Registration for PdRegistration {
 // 2. its lkey is the chunk's registration, which lives in the chunk; the buffer holds the chunk
 //    (`SlotMemory` keeps an `Arc`), and the chunk deregisters and unmaps only when dropped.
 //    (`Registrar` is an unsafe trait whose implementations promise keys covering exactly the
-//    chunk);
+//    chunk, or, for a chunk registered with no device, keys of no registration, through which
+//    the device reaches nothing and a post fails);
 // 3. the slot's bytes are reachable only through this buffer (one `SlotMemory` per slot, see
 //    the module docs), so once the buffer is moved into a work request no safe code can write
 //    them. `Buffer` is `Send + 'static`.

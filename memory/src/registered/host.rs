@@ -1,14 +1,16 @@
-//! Host-only registrar with fake keys, for tests and benchmarks without an RDMA device.
+//! Host-only registrar with keys of no registration, for tests and benchmarks without an RDMA
+//! device (re-exported as `memory::testing::HostRegistrar`).
 //!
-//! **Test use only.** [`HostRegistrar`] maps real memory but registers nothing: its keys mean
-//! nothing to a device, and posting its buffers to a queue pair would fail. Device tests use
-//! the verbs registrar instead.
+//! **Test use only.** [`HostRegistrar`] maps real memory but registers nothing: its keys name
+//! no registration (the [`Registration`] contract's second case), so no device can reach a
+//! chunk through them, and posting its buffers to a queue pair fails. Device tests use the
+//! verbs registrar instead.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::registered::{ChunkLimit, ChunkMemory, Registrar, Registration};
+use super::{ChunkLimit, ChunkMemory, Registrar, Registration};
 use crate::{Error, PoolAccess, Result};
 
 /// A [`Registrar`] that hands out fake keys and counts registrations. Clones share the counts.
@@ -82,11 +84,11 @@ impl HostRegistrar {
     }
 }
 
-#[allow(unsafe_code)] // an unsafe impl, no unsafe code: the contract is kept as said below
-                      // SAFETY: nothing is registered with any device, so no one but this program can write the
-                      // memory; the reported access is what was asked for plus what `grant_extra` added, which
-                      // covers everything "granted". Deregistration "fails" only when told to, and then the pool
-                      // keeps the memory mapped, which is always safe.
+// SAFETY: nothing is registered with any device, so no one but this program can write the
+// memory, and the keys name no registration (the contract's second case: made up, never given
+// by a device for this memory). The reported access is what was asked for plus what
+// `grant_extra` added, which covers everything "granted". Deregistration "fails" only when
+// told to, and then the pool keeps the memory mapped, which is always safe.
 unsafe impl Registrar for HostRegistrar {
     fn max_chunk(&self) -> Option<ChunkLimit> {
         match self.shared.max_chunk.load(Ordering::Relaxed) {
@@ -129,8 +131,7 @@ struct HostRegistration {
     shared: Arc<Shared>,
 }
 
-#[allow(unsafe_code)] // as above
-                      // SAFETY: see the `Registrar` implementation above.
+// SAFETY: see the `Registrar` implementation above.
 unsafe impl Registration for HostRegistration {
     fn access(&self) -> PoolAccess {
         self.access

@@ -39,6 +39,8 @@
 #![allow(unsafe_code)]
 
 mod device;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod host;
 mod memlock;
 mod mmap;
 
@@ -68,7 +70,11 @@ use crate::{Error, HugePages, PoolAccess, Result};
 ///   binding memory windows that grant them), it contains `REMOTE_WRITE` or `REMOTE_ATOMIC`;
 /// - [`lkey`](Self::lkey) and [`rkey`](Self::rkey) name a registration of exactly the chunk's
 ///   memory (`ChunkMemory::as_ptr()`, `len()` bytes) that stays in force until
-///   [`deregister`](Self::deregister) returns `Ok` (or the registration is dropped);
+///   [`deregister`](Self::deregister) returns `Ok` (or the registration is dropped); or, for a
+///   registration made with no device at all (a host test's), they name no registration: keys
+///   no device gave for this memory, so no device reaches the chunk through them (a device
+///   checks every access against a registration covering it, and none covers the chunk's own
+///   fresh mapping) and a post of its buffers fails;
 /// - `deregister` returns `Ok` only once the device can no longer access the memory through any
 ///   key of this registration. On `Err` the pool leaks the chunk's memory rather than unmap it.
 pub unsafe trait Registration: Send + Sync + fmt::Debug {

@@ -1,6 +1,7 @@
 //! Device tier: pool buffers registered on a real device and used in SEND, RDMA WRITE and READ
 //! with the data verified; a local-only pool refusing remote access; exhaustion and recovery
-//! under 8 threads; a class starved by the cap served from other classes' idle chunks.
+//! under 8 threads; a class starved by the cap served from other classes' idle chunks; buffers
+//! of the host registrar reaching nothing on a device.
 
 use std::thread;
 use std::time::Duration;
@@ -187,6 +188,63 @@ fn a_local_only_pool_refuses_remote_access() {
     drop(rx);
     let stats = local.stats();
     assert_eq!((stats.buffers_in_use(), stats.chunks), (0, 1), "{stats:?}");
+}
+
+/// The host registrar registers nothing: its buffers' keys name no registration, so a device
+/// given one reaches nothing. Posted as a receive on a real QP, a buffer of such a pool gets a
+/// failed completion and keeps its bytes; as a SEND's source, the SEND fails and the peer's
+/// receive is not written.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn buffers_of_the_host_registrar_reach_nothing_on_a_device() {
+    let pd = pd();
+    let host = Pool::new(
+        PoolConfig::new().class_sizes([4096]).cap_bytes(1 << 20),
+        memory::testing::HostRegistrar::new(),
+    )
+    .unwrap();
+    let device = pool(&pd, PoolAccess::LOCAL_WRITE);
+
+    // As a receive: the device must not write it.
+    let p = Pair::on(&pd);
+    let mut sink = host.try_alloc(4096).unwrap();
+    sink.fill(0xaa);
+    p.b.post_recv(RecvRequest::new(sink, ..).unwrap()).unwrap();
+    p.a.post_send(SendRequest::send(filled(&device, &[0x55; 4096]), ..).unwrap())
+        .unwrap();
+    let (c, sink): (_, Buffer) = one(&p.cq_b, &p.b);
+    c.status
+        .expect_err("a receive into memory no registration covers must fail");
+    assert!(
+        sink.iter().all(|&b| b == 0xaa),
+        "the device wrote the host pool's memory"
+    );
+    let (_, tx): (_, Buffer) = one(&p.cq_a, &p.a);
+    drop((sink, tx));
+
+    // As a source: nothing is read from it, so nothing arrives.
+    let p = Pair::on(&pd);
+    let mut sink = device.try_alloc(4096).unwrap();
+    sink.fill(0xaa);
+    p.b.post_recv(RecvRequest::new(sink, ..).unwrap()).unwrap();
+    p.a.post_send(SendRequest::send(filled(&host, &[0x55; 4096]), ..).unwrap())
+        .unwrap();
+    let (c, tx): (_, Buffer) = one(&p.cq_a, &p.a);
+    c.status
+        .expect_err("a SEND from memory no registration covers must fail");
+    drop(tx);
+    assert_eq!(
+        p.b.in_flight().1,
+        1,
+        "the peer's receive is still posted, unwritten"
+    );
+    assert_eq!(
+        (
+            host.stats().buffers_in_use(),
+            device.stats().buffers_in_use()
+        ),
+        (0, 1)
+    );
 }
 
 /// 8 threads exhaust a small pool registered on the device, time out waiting, then recover as

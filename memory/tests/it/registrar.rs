@@ -81,7 +81,11 @@ fn a_chunk_refused_for_a_missing_rkey_is_deregistered_not_dropped() {
         &registrar,
     );
     let e = pool.try_alloc(64).unwrap_err();
-    assert!(e.to_string().contains("no rkey"), "{e}");
+    let cause = std::error::Error::source(&e).map(ToString::to_string);
+    assert!(
+        cause.as_deref().is_some_and(|c| c.contains("no rkey")),
+        "{e}: {cause:?}"
+    );
     assert_eq!(
         registrar.live_registrations(),
         1,
