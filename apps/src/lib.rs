@@ -5,4 +5,5 @@ pub mod devinfo;
 pub mod echo;
 pub mod perftest;
 pub mod pingpong;
+pub mod report;
 pub mod rping;

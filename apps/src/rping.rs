@@ -77,7 +77,16 @@ impl fmt::Display for RpingError {
     }
 }
 
-impl std::error::Error for RpingError {}
+// The message is the inner error's own, so its source is the inner error's source.
+impl std::error::Error for RpingError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RpingError::Cm(e) => std::error::Error::source(e),
+            RpingError::Verbs(e) => std::error::Error::source(e),
+            RpingError::Completion(_) | RpingError::Protocol(_) => None,
+        }
+    }
+}
 
 impl From<cm::Error> for RpingError {
     fn from(e: cm::Error) -> Self {
@@ -456,7 +465,10 @@ pub fn run_server(cfg: &Config, out: &mut dyn Write) -> Result<u32> {
         std::thread::spawn(move || {
             let mut out = std::io::stdout();
             if let Err(e) = serve_request(req, &cfg, &mut out) {
-                eprintln!("rping server connection failed: {e}");
+                eprintln!(
+                    "rping server connection failed: {}",
+                    crate::report::error_chain(&e)
+                );
             }
         });
     }

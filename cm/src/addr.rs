@@ -27,6 +27,28 @@ pub(crate) fn diagnose_local(local: IpAddr, err: Error) -> Error {
     }
 }
 
+/// Refuses at once a destination that is an address of this host no RDMA device serves
+/// (127.0.0.1, or the address of a netdev without one): nothing there can answer the CM, and
+/// a connection would only wait out its timeout. Remote destinations pass (only the peer
+/// knows what it serves).
+pub(crate) fn check_destination(dst: SocketAddr) -> Result<(), Error> {
+    let ip = dst.ip();
+    // Binding succeeds exactly for the host's own addresses.
+    if ip.is_unspecified() || std::net::UdpSocket::bind((ip, 0)).is_err() {
+        return Ok(());
+    }
+    let Ok(served) = verbs::rdma_addresses() else {
+        return Ok(());
+    };
+    if served.iter().any(|a| a.addr == ip) {
+        return Ok(());
+    }
+    Err(Error::LocalNotRdma {
+        dst,
+        served: list(&served),
+    })
+}
+
 /// `err` (a failed resolution of `dst` without a source address) as [`Error::NoRdmaRoute`]
 /// when it is ENODEV: the route leaves through a netdev no RDMA device serves.
 pub(crate) fn diagnose_route(dst: SocketAddr, err: Error) -> Error {

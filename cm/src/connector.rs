@@ -118,13 +118,15 @@ impl Connector {
 /// Resolves address and route to `dst` (from `src`, which also binds) on a fresh id of port
 /// space `ps` per attempt of [`RESOLVE_ATTEMPT`], retrying attempts that time out until
 /// `deadline`. A failure says what is wrong with the addresses where it can: a source address
-/// no RDMA device serves, a route that leaves through a netdev without one.
+/// no RDMA device serves, a route that leaves through a netdev without one, a destination of
+/// this host that no RDMA device serves (refused before anything is sent).
 pub(crate) fn resolve_in_attempts(
     ps: PortSpace,
     src: Option<SocketAddr>,
     dst: SocketAddr,
     deadline: Instant,
 ) -> Result<CmId> {
+    crate::addr::check_destination(dst)?;
     loop {
         match resolve_attempt(ps, src, dst, deadline) {
             Ok(id) => return Ok(id),

@@ -11,13 +11,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// `rdma_create_event_channel` failed (often: no RDMA CM in the kernel, `rdma_ucm` not
     /// loaded).
-    #[error("rdma_create_event_channel failed: {0} (is the rdma_ucm module loaded?)")]
+    #[error("rdma_create_event_channel failed (is the rdma_ucm module loaded?)")]
     CreateChannel(#[source] io::Error),
     /// `rdma_get_cm_event` (or the poll before it) failed.
-    #[error("rdma_get_cm_event failed: {0}")]
+    #[error("rdma_get_cm_event failed")]
     GetEvent(#[source] io::Error),
     /// `rdma_create_id` failed.
-    #[error("rdma_create_id ({port_space:?}) failed: {source}")]
+    #[error("rdma_create_id ({port_space:?}) failed")]
     CreateId {
         /// The port space asked for.
         port_space: crate::PortSpace,
@@ -26,7 +26,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `rdma_bind_addr` failed.
-    #[error("rdma_bind_addr to {addr} failed: {source}")]
+    #[error("rdma_bind_addr to {addr} failed")]
     Bind {
         /// The address.
         addr: std::net::SocketAddr,
@@ -35,7 +35,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `rdma_resolve_addr` failed to start, or finished with `RDMA_CM_EVENT_ADDR_ERROR`.
-    #[error("address resolution of {dst} failed: {source}")]
+    #[error("address resolution of {dst} failed")]
     ResolveAddr {
         /// The destination.
         dst: std::net::SocketAddr,
@@ -44,31 +44,31 @@ pub enum Error {
         source: io::Error,
     },
     /// `rdma_resolve_route` failed to start, or finished with `RDMA_CM_EVENT_ROUTE_ERROR`.
-    #[error("route resolution failed: {0}")]
+    #[error("route resolution failed")]
     ResolveRoute(#[source] io::Error),
     /// `rdma_listen` failed.
-    #[error("rdma_listen failed: {0}")]
+    #[error("rdma_listen failed")]
     Listen(#[source] io::Error),
     /// `rdma_connect` failed.
-    #[error("rdma_connect failed: {0}")]
+    #[error("rdma_connect failed")]
     Connect(#[source] io::Error),
     /// `rdma_accept` failed.
-    #[error("rdma_accept failed: {0}")]
+    #[error("rdma_accept failed")]
     Accept(#[source] io::Error),
     /// `rdma_reject` failed.
-    #[error("rdma_reject failed: {0}")]
+    #[error("rdma_reject failed")]
     Reject(#[source] io::Error),
     /// `rdma_establish` failed.
-    #[error("rdma_establish failed: {0}")]
+    #[error("rdma_establish failed")]
     Establish(#[source] io::Error),
     /// `rdma_disconnect` failed.
-    #[error("rdma_disconnect failed: {0}")]
+    #[error("rdma_disconnect failed")]
     Disconnect(#[source] io::Error),
     /// `rdma_migrate_id` failed.
-    #[error("rdma_migrate_id failed: {0}")]
+    #[error("rdma_migrate_id failed")]
     Migrate(#[source] io::Error),
     /// `rdma_init_qp_attr` failed.
-    #[error("rdma_init_qp_attr ({state:?}) failed: {source}")]
+    #[error("rdma_init_qp_attr ({state:?}) failed")]
     InitQpAttr {
         /// The target QP state.
         state: verbs::QpState,
@@ -82,7 +82,7 @@ pub enum Error {
     /// Address resolution without a source address failed because the route to `dst` leaves
     /// through a netdev without an RDMA device (`ENODEV`).
     #[error(
-        "no RDMA device on the route to {dst}{} ({source}): connect from an RDMA address with Connector::src; RDMA addresses on this host: {served}",
+        "no RDMA device on the route to {dst}{}: connect from an RDMA address with Connector::src; RDMA addresses on this host: {served}",
         .src.map(|a| format!(" (it leaves from {a})")).unwrap_or_default()
     )]
     NoRdmaRoute {
@@ -93,6 +93,18 @@ pub enum Error {
         /// What librdmacm reported.
         #[source]
         source: io::Error,
+        /// The addresses that are served, with device, port and GID index.
+        served: String,
+    },
+    /// The destination is an address of this host that no RDMA device serves (127.0.0.1, or
+    /// a netdev without an RDMA device): nothing there can answer, so the connection is
+    /// refused at once instead of waiting out its timeout.
+    #[error(
+        "{dst} is an address of this host that no RDMA device serves, so nothing there can accept an RDMA connection: connect to an RDMA address; RDMA addresses on this host: {served}"
+    )]
+    LocalNotRdma {
+        /// The destination.
+        dst: std::net::SocketAddr,
         /// The addresses that are served, with device, port and GID index.
         served: String,
     },
@@ -150,7 +162,7 @@ pub enum Error {
     },
     /// The local address given (to bind, or as the source of a connection) is not one an RDMA
     /// device serves: no device has a RoCE v2 GID for it, so the CM cannot bind to it.
-    #[error("{addr} is not an address of an RDMA device ({source}); RDMA addresses on this host: {served}")]
+    #[error("{addr} is not an address of an RDMA device; RDMA addresses on this host: {served}")]
     NotRdmaAddress {
         /// The address.
         addr: std::net::IpAddr,

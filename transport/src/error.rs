@@ -39,16 +39,16 @@ pub enum Error {
         limit: u64,
     },
     /// An RPC call failed.
-    #[error("call failed: {0}")]
+    #[error(transparent)]
     Call(#[from] proto::CallError),
     /// The peer speaks another protocol or version, or sent unusable connect data.
-    #[error("handshake failed: {0}")]
+    #[error(transparent)]
     Handshake(#[from] proto::HandshakeError),
     /// A configuration that cannot work.
     #[error("invalid configuration: {0}")]
     Config(String),
     /// No RDMA device serves the given local address.
-    #[error("no RDMA device has the address {addr}: give the IP of an RDMA netdev (see `rdma link`), or bring one up (`cargo xtask rxe up`)")]
+    #[error("no RDMA device has the address {addr}: give the IP of an RDMA netdev (`rdma link` lists them), or add one (`rdma link add rxe0 type rxe netdev ETH` for Soft-RoCE on the netdev with this address)")]
     NoDevice {
         /// The address.
         addr: std::net::IpAddr,
@@ -57,13 +57,13 @@ pub enum Error {
         source: cm::Error,
     },
     /// Connection management failed (resolve, connect, accept, reject).
-    #[error("connection management: {0}")]
+    #[error(transparent)]
     Cm(#[from] cm::Error),
     /// A verbs call failed.
-    #[error("verbs: {0}")]
+    #[error(transparent)]
     Verbs(#[from] verbs::Error),
     /// The memory pool failed (other than running out, which is backpressure).
-    #[error("memory pool: {0}")]
+    #[error(transparent)]
     Memory(#[from] memory::Error),
     /// A one-sided access outside the exposed region, refused before anything was sent.
     #[error("access of {len} bytes at offset {offset} is outside the {region_len}-byte region the token names")]

@@ -12,14 +12,14 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// `ibv_get_device_list` failed with ENOSYS/ENODEV: the kernel has no RDMA (uverbs) support.
-    #[error("this kernel has no RDMA support (ibv_get_device_list: {source}); run device tests with `cargo xtask test`")]
+    #[error("this kernel has no RDMA support (ibv_get_device_list failed): run on a kernel with RDMA, with a NIC's driver or Soft-RoCE loaded (`modprobe rdma_rxe`, then `rdma link add rxe0 type rxe netdev ETH`)")]
     NoRdmaSupport {
         /// The errno from `ibv_get_device_list`.
         #[source]
         source: io::Error,
     },
     /// `ibv_get_device_list` failed otherwise.
-    #[error("cannot list RDMA devices: {0}")]
+    #[error("cannot list RDMA devices")]
     ListDevices(#[source] io::Error),
     /// No device has this name.
     #[error("no RDMA device named {name:?} (found: {found})")]
@@ -30,7 +30,7 @@ pub enum Error {
         found: String,
     },
     /// `ibv_open_device` failed.
-    #[error("cannot open RDMA device {device}: {source}")]
+    #[error("cannot open RDMA device {device}")]
     OpenDevice {
         /// Device name.
         device: String,
@@ -39,7 +39,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_query_device` / `ibv_query_device_ex` failed.
-    #[error("ibv_query_device failed: {0}")]
+    #[error("ibv_query_device failed")]
     QueryDevice(#[source] io::Error),
     /// A port number the device does not have (ports are numbered from 1), found when
     /// `ibv_query_port` refused it.
@@ -53,7 +53,7 @@ pub enum Error {
         ports: u8,
     },
     /// `ibv_query_port` failed otherwise.
-    #[error("cannot query port {port}: {source}")]
+    #[error("cannot query port {port}")]
     QueryPort {
         /// Port number.
         port: u8,
@@ -63,7 +63,7 @@ pub enum Error {
     },
     /// `ibv_query_gid_ex` / `ibv_query_gid_table` failed (EINVAL for an index past the table,
     /// ENODATA for an empty entry).
-    #[error("cannot query GID index {index} of port {port}: {source}")]
+    #[error("cannot query GID index {index} of port {port}")]
     QueryGid {
         /// Port number.
         port: u8,
@@ -90,10 +90,10 @@ pub enum Error {
         served: String,
     },
     /// `ibv_get_async_event` failed.
-    #[error("ibv_get_async_event failed: {0}")]
+    #[error("ibv_get_async_event failed")]
     AsyncEvent(#[source] io::Error),
     /// `ibv_alloc_pd` failed.
-    #[error("ibv_alloc_pd failed: {0}")]
+    #[error("ibv_alloc_pd failed")]
     AllocPd(#[source] io::Error),
     /// Access flags `ibv_reg_mr` would refuse with a bare EINVAL, refused before calling it.
     #[error("cannot register memory with {access:?}: {problem}")]
@@ -104,7 +104,7 @@ pub enum Error {
         problem: &'static str,
     },
     /// `ibv_reg_mr` failed.
-    #[error("cannot register {len} bytes of memory: {source}")]
+    #[error("cannot register {len} bytes of memory")]
     RegMr {
         /// Length asked for.
         len: usize,
@@ -113,10 +113,10 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_dereg_mr` failed: the region is still registered.
-    #[error("cannot deregister a memory region: {0} (is a memory window still bound to it?)")]
+    #[error("cannot deregister a memory region (is a memory window still bound to it?)")]
     DeregMr(#[source] io::Error),
     /// `ibv_alloc_mw` failed.
-    #[error("cannot allocate a {mw_type:?} memory window: {source}")]
+    #[error("cannot allocate a {mw_type:?} memory window")]
     AllocMw {
         /// The window type asked for.
         mw_type: crate::MwType,
@@ -150,10 +150,10 @@ pub enum Error {
         len: usize,
     },
     /// `ibv_create_comp_channel` failed.
-    #[error("ibv_create_comp_channel failed: {0}")]
+    #[error("ibv_create_comp_channel failed")]
     CreateCompChannel(#[source] io::Error),
     /// `ibv_create_cq` failed.
-    #[error("cannot create a CQ of {cqe} entries: {source}")]
+    #[error("cannot create a CQ of {cqe} entries")]
     CreateCq {
         /// Entries asked for.
         cqe: u32,
@@ -162,17 +162,17 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_poll_cq` failed.
-    #[error("ibv_poll_cq failed: {0}")]
+    #[error("ibv_poll_cq failed")]
     PollCq(#[source] io::Error),
     /// `ibv_req_notify_cq` failed.
-    #[error("ibv_req_notify_cq failed: {0}")]
+    #[error("ibv_req_notify_cq failed")]
     ReqNotifyCq(#[source] io::Error),
     /// Waiting for or reading a completion event (`poll(2)`, `ibv_get_cq_event`) failed, or the
     /// CQ has no completion channel.
-    #[error("cannot get a completion event: {0}")]
+    #[error("cannot get a completion event")]
     GetCqEvent(#[source] io::Error),
     /// `ibv_create_qp` failed.
-    #[error("cannot create a {qp_type:?} QP: {source}")]
+    #[error("cannot create a {qp_type:?} QP")]
     CreateQp {
         /// Type asked for.
         qp_type: crate::qp::QpType,
@@ -207,7 +207,7 @@ pub enum Error {
         problem: String,
     },
     /// `ibv_modify_qp` failed.
-    #[error("QP {qp_num}: ibv_modify_qp to {to:?} failed: {source}")]
+    #[error("QP {qp_num}: ibv_modify_qp to {to:?} failed")]
     ModifyQp {
         /// QP number.
         qp_num: u32,
@@ -218,7 +218,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_query_qp` failed.
-    #[error("QP {qp_num}: ibv_query_qp failed: {source}")]
+    #[error("QP {qp_num}: ibv_query_qp failed")]
     QueryQp {
         /// QP number.
         qp_num: u32,
@@ -247,7 +247,7 @@ pub enum Error {
         reason: String,
     },
     /// `ibv_post_send` failed.
-    #[error("QP {qp_num}: ibv_post_send failed: {source}")]
+    #[error("QP {qp_num}: ibv_post_send failed")]
     PostSend {
         /// QP number.
         qp_num: u32,
@@ -256,7 +256,7 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_post_recv` / `ibv_post_srq_recv` failed.
-    #[error("QP/SRQ {qp_num}: ibv_post_recv failed: {source}")]
+    #[error("QP/SRQ {qp_num}: ibv_post_recv failed")]
     PostRecv {
         /// QP or SRQ number.
         qp_num: u32,
@@ -265,13 +265,13 @@ pub enum Error {
         source: io::Error,
     },
     /// `ibv_create_srq` failed.
-    #[error("ibv_create_srq failed: {0}")]
+    #[error("ibv_create_srq failed")]
     CreateSrq(#[source] io::Error),
     /// `ibv_modify_srq` failed.
-    #[error("ibv_modify_srq failed: {0}")]
+    #[error("ibv_modify_srq failed")]
     ModifySrq(#[source] io::Error),
     /// `ibv_create_ah` failed.
-    #[error("ibv_create_ah failed: {0}")]
+    #[error("ibv_create_ah failed")]
     CreateAh(#[source] io::Error),
     /// A work request completed with an error status (from [`WorkCompletion::status`]).
     ///
@@ -342,7 +342,7 @@ pub enum Error {
         capacity: usize,
     },
     /// The device does not support this operation (EOPNOTSUPP).
-    #[error("{what}: not supported by this device ({source})")]
+    #[error("{what}: not supported by this device")]
     Unsupported {
         /// The operation.
         what: &'static str,

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use apps::echo::{endpoint, first_mismatch, parse_polling, payload, Summary};
+use apps::report::error_chain;
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use transport::stream::Stream;
@@ -99,7 +100,7 @@ async fn main() -> ExitCode {
     let ep = match endpoint(src, args.polling, Duration::from_micros(args.busy_read)) {
         Ok(ep) => ep,
         Err(e) => {
-            eprintln!("echo-client: {e}");
+            eprintln!("echo-client: {}", error_chain(&e));
             return ExitCode::FAILURE;
         }
     };
@@ -113,7 +114,7 @@ async fn main() -> ExitCode {
         match t.await {
             Ok(Ok(t)) => times.extend(t),
             Ok(Err(e)) => {
-                eprintln!("echo-client: {e}");
+                eprintln!("echo-client: {}", error_chain(e.as_ref()));
                 failed = true;
             }
             Err(e) => {

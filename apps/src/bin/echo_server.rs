@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use apps::echo::{endpoint, parse_polling};
+use apps::report::error_chain;
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use transport::stream::StreamListener;
@@ -41,7 +42,11 @@ async fn main() -> ExitCode {
     {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("echo-server: cannot listen on {}: {e}", args.addr);
+            eprintln!(
+                "echo-server: cannot listen on {}: {}",
+                args.addr,
+                error_chain(&e)
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -53,7 +58,7 @@ async fn main() -> ExitCode {
         let (mut stream, peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("echo-server: accept: {e}");
+                eprintln!("echo-server: accept: {}", error_chain(&e));
                 continue;
             }
         };
@@ -67,12 +72,12 @@ async fn main() -> ExitCode {
                     }
                     Ok(n) => {
                         if let Err(e) = stream.write_all(&buf[..n]).await {
-                            eprintln!("echo-server: {peer}: write: {e}");
+                            eprintln!("echo-server: {peer}: write: {}", error_chain(&e));
                             return;
                         }
                     }
                     Err(e) => {
-                        eprintln!("echo-server: {peer}: read: {e}");
+                        eprintln!("echo-server: {peer}: read: {}", error_chain(&e));
                         return;
                     }
                 }

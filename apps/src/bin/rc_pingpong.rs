@@ -66,12 +66,7 @@ fn main() -> ExitCode {
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rc-pingpong: {e}");
-            let mut src = e.source();
-            while let Some(s) = src {
-                eprintln!("  caused by: {s}");
-                src = s.source();
-            }
+            eprintln!("rc-pingpong: {}", apps::report::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

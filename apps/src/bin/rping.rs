@@ -126,8 +126,9 @@ fn main() -> ExitCode {
         }
         Err(e) => {
             eprintln!(
-                "rping {} failed: {e}",
-                if cfg.server { "server" } else { "client" }
+                "rping {} failed: {}",
+                if cfg.server { "server" } else { "client" },
+                apps::report::error_chain(&e)
             );
             ExitCode::FAILURE
         }

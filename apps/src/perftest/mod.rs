@@ -119,13 +119,13 @@ pub enum Error {
     #[error("{0}")]
     Peer(String),
     /// A verbs call failed.
-    #[error("cannot {0}: {1}")]
+    #[error("cannot {0}")]
     Verbs(&'static str, #[source] verbs::Error),
     /// A work request failed.
     #[error("{0} ({1})")]
     Completion(&'static str, String),
     /// Local I/O.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
@@ -147,13 +147,7 @@ pub fn main(test: Test) -> ExitCode {
     match Params::resolve(test, args).and_then(|p| run(&p)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let mut line = format!("{}: error: {e}", test.name());
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                line.push_str(&format!(": {s}"));
-                src = s.source();
-            }
-            eprintln!("{line}");
+            eprintln!("{}: error: {}", test.name(), crate::report::error_chain(&e));
             ExitCode::FAILURE
         }
     }

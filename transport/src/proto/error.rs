@@ -202,7 +202,7 @@ pub enum ProtocolError {
 pub enum ConnError {
     /// The peer broke the protocol.
     #[error("protocol error from peer, connection closed: {0}; check that both ends run the same transport version")]
-    Protocol(#[from] ProtocolError),
+    Protocol(ProtocolError),
     /// Nothing was received within the keepalive timeout.
     #[error("peer dead: nothing received for {silent_for:?} (keepalive timeout); check the peer process and the link, then reconnect")]
     PeerDead {
@@ -299,5 +299,18 @@ pub enum CallError {
     Closed,
     /// The connection failed.
     #[error("connection failed: {0}")]
-    Failed(#[from] ConnError),
+    Failed(ConnError),
+}
+
+// By hand, not `#[from]`: the message shows the inner error, so it is no `source()` as well.
+impl From<ProtocolError> for ConnError {
+    fn from(e: ProtocolError) -> Self {
+        ConnError::Protocol(e)
+    }
+}
+
+impl From<ConnError> for CallError {
+    fn from(e: ConnError) -> Self {
+        CallError::Failed(e)
+    }
 }

@@ -21,14 +21,82 @@ pub(crate) fn to_io(e: Error) -> io::Error {
         Error::TimedOut { .. } => K::TimedOut,
         Error::WouldBlock => K::WouldBlock,
         Error::TooLarge { .. } => K::InvalidInput,
-        Error::NoDevice { .. } => K::AddrNotAvailable,
-        Error::Cm(c) => match c {
-            cm::Error::Rejected { .. } | cm::Error::Unreachable { .. } => K::ConnectionRefused,
-            cm::Error::Timeout { .. } => K::TimedOut,
-            cm::Error::NotRdmaAddress { .. } | cm::Error::Bind { .. } => K::AddrNotAvailable,
-            _ => K::Other,
-        },
+        Error::NoDevice { source, .. } => cm_kind(source),
+        Error::Cm(c) => cm_kind(c),
         _ => K::Other,
     };
     io::Error::new(kind, e)
+}
+
+/// The kind of a connection-management error: what the CM said, in the kinds socket calls
+/// give (a port in use is `AddrInUse`, a resolution that timed out `TimedOut`).
+fn cm_kind(c: &cm::Error) -> io::ErrorKind {
+    use io::ErrorKind as K;
+    match c {
+        // Nothing serving RDMA at a destination of this host is a port nobody listens on.
+        cm::Error::Rejected { .. }
+        | cm::Error::Unreachable { .. }
+        | cm::Error::LocalNotRdma { .. } => K::ConnectionRefused,
+        cm::Error::Timeout { .. } => K::TimedOut,
+        cm::Error::NotRdmaAddress { .. } | cm::Error::NoRdmaRoute { .. } => K::AddrNotAvailable,
+        _ => match os_kind(c) {
+            Some(kind) => kind,
+            None if matches!(c, cm::Error::Bind { .. }) => K::AddrNotAvailable,
+            None => K::Other,
+        },
+    }
+}
+
+/// The kind of the OS error `c` carries, when it is one a socket user would recognise.
+fn os_kind(c: &cm::Error) -> Option<io::ErrorKind> {
+    use io::ErrorKind as K;
+    let kind = std::error::Error::source(c)?
+        .downcast_ref::<io::Error>()?
+        .kind();
+    matches!(
+        kind,
+        K::AddrInUse
+            | K::AddrNotAvailable
+            | K::TimedOut
+            | K::ConnectionRefused
+            | K::ConnectionReset
+            | K::PermissionDenied
+    )
+    .then_some(kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::ErrorKind as K;
+
+    use super::*;
+
+    fn kind(e: cm::Error) -> K {
+        to_io(Error::Cm(e)).kind()
+    }
+
+    #[test]
+    fn cm_failures_get_the_kinds_socket_calls_give() {
+        let addr = "10.0.0.1:7471".parse().unwrap();
+        let os = |errno| io::Error::from_raw_os_error(errno);
+        let bind = |errno| cm::Error::Bind {
+            addr,
+            source: os(errno),
+        };
+        assert_eq!(kind(bind(libc::EADDRINUSE)), K::AddrInUse);
+        assert_eq!(kind(bind(libc::EADDRNOTAVAIL)), K::AddrNotAvailable);
+        assert_eq!(kind(bind(libc::ENODEV)), K::AddrNotAvailable);
+        assert_eq!(kind(cm::Error::Listen(os(libc::EADDRINUSE))), K::AddrInUse);
+        let resolve = cm::Error::ResolveAddr {
+            dst: addr,
+            source: os(libc::ETIMEDOUT),
+        };
+        assert_eq!(kind(resolve), K::TimedOut);
+        let local = cm::Error::LocalNotRdma {
+            dst: addr,
+            served: String::new(),
+        };
+        assert_eq!(kind(local), K::ConnectionRefused);
+        assert_eq!(kind(cm::Error::Disconnected), K::Other);
+    }
 }

@@ -416,9 +416,10 @@ impl<T> fmt::Display for PostError<T> {
     }
 }
 
+// The message is the error's own, so the source is the error's source, not the error again.
 impl<T> std::error::Error for PostError<T> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
+        std::error::Error::source(&self.error)
     }
 }
 
