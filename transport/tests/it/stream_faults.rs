@@ -1,6 +1,7 @@
-//! The byte stream under faults and cancellation: nobody listening, a zero-byte write, a
-//! write after shutdown, half close, the peer killed mid-stream, and thousands of reads and
-//! writes cancelled by `select!` with the byte stream verified after.
+//! The byte stream under faults and cancellation: nobody listening, a port in use, an address
+//! of this host without RDMA, a zero-byte write, a write after shutdown, half close, the peer
+//! killed mid-stream, and thousands of reads and writes cancelled by `select!` with the byte
+//! stream verified after.
 use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -25,6 +26,51 @@ fn connecting_where_nobody_listens_is_connection_refused() {
     let e = r.expect_err("connected to nobody");
     assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
     assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// Binding a port another listener holds fails as a socket's bind does (`AddrInUse`), with
+/// the OS error as its source and the address in its message; the first listener keeps
+/// working.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn binding_a_port_in_use_is_addr_in_use() {
+    let rt = runtime();
+    let (listener, client) = stream_endpoints();
+    let port = listener.local_addr().unwrap().port();
+    let server = transport::Endpoint::with_config(peer_ip(), config()).unwrap();
+    let e = transport::stream::StreamListener::bind_on(&server, port).expect_err("port in use");
+    assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}");
+    assert!(e.to_string().contains(&port.to_string()), "{e}");
+    rt.block_on(async {
+        let (mut c, mut s) = connect_pair(&listener, &client).await;
+        c.write_all(b"still").await.unwrap();
+        let mut b = [0u8; 5];
+        s.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"still");
+    });
+}
+
+/// 127.0.0.1 is an address of this host no RDMA device serves: a connection from an RDMA
+/// address is refused at once, saying so, instead of waiting out the connect timeout.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn connecting_to_an_address_of_this_host_without_rdma_is_refused_at_once() {
+    let rt = runtime();
+    let client = transport::Endpoint::with_config(local_ip(), config()).unwrap();
+    let started = Instant::now();
+    let r = rt.block_on(Stream::connect_on(
+        &client,
+        SocketAddr::from(([127, 0, 0, 1], 7999)),
+    ));
+    let e = r.expect_err("connected to loopback");
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.to_string().contains("no RDMA device serves"), "{e}");
+    // Refused before anything was sent: far inside the 10 s connect timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
