@@ -163,10 +163,9 @@ fn pair(
                     "{who}: {row:?}"
                 );
             } else if who == "client" {
-                assert!(
-                    row[3] > 0.0 && row[4] > 0.0,
-                    "{who}: no bandwidth in {row:?}"
-                );
+                // The message rate, not the MB/s: at a few bytes a message a slow host's
+                // bandwidth rounds to 0.00.
+                assert!(row[4] > 0.0, "{who}: no messages in {row:?}");
             }
         }
         r
@@ -306,7 +305,7 @@ fn bidirectional_bandwidth_against_perftest_in_both_roles() {
             let (sr, cr) = (rows(&s), rows(&c));
             assert_eq!(sr.len(), 1, "server rows:\n{s}");
             assert_eq!(sr, cr, "the sides printed different sums");
-            assert!(cr[0][3] > 0.0, "no bandwidth: {cr:?}");
+            assert!(cr[0][4] > 0.0, "no messages: {cr:?}");
         }
     }
 }
@@ -441,7 +440,7 @@ fn several_qps_with_iterations_not_a_multiple_of_the_signal_interval() {
         assert_eq!(r.len(), 1, "{c}");
         // Like perftest, the table counts every QP's iterations.
         assert_eq!(r[0][1], 300.0, "{c}");
-        assert!(r[0][3] > 0.0, "no bandwidth: {c}");
+        assert!(r[0][4] > 0.0, "no messages: {c}");
     }
 }
 
@@ -465,7 +464,8 @@ fn the_peak_is_left_out_where_perftest_leaves_it_out() {
         let r = rows(out);
         assert_eq!(r.len(), 1, "{who}: {out}");
         assert_eq!(r[0][2], 0.0, "{who}: a peak was measured: {out}");
-        assert!(r[0][3] > 0.0 && r[0][4] > 0.0, "{who}: no average: {out}");
+        // 2-byte messages: the average MB/s of a slow host prints 0.00, the rate does not.
+        assert!(r[0][4] > 0.0, "{who}: no message rate: {out}");
     }
     println!("25,000 sends and both reports in {:?}", started.elapsed());
     // Asked for with -N: no peak, no warning; perftest's server takes the same option.
@@ -475,7 +475,7 @@ fn the_peak_is_left_out_where_perftest_leaves_it_out() {
         let r = rows(&c);
         assert_eq!(r.len(), 1, "{c}");
         assert_eq!(r[0][2], 0.0, "-N measured a peak: {c}");
-        assert!(r[0][3] > 0.0, "no bandwidth: {c}");
+        assert!(r[0][4] > 0.0, "no messages: {c}");
     }
     // Below the limit the client still measures it.
     let (_, c) = pair(TOOLS[5].0, TOOLS[5].0, 18_835, &["-n", "200"], false);
