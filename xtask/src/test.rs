@@ -89,7 +89,7 @@ impl Args {
         let mut out = Args {
             filter: None,
             packages: Vec::new(),
-            timeout: Duration::from_secs(2400),
+            timeout: Duration::from_secs(3600),
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -509,7 +509,7 @@ mod tests {
         assert_eq!(a.filter, None);
         assert_eq!(a.cargo_selection(), ["--workspace"]);
         assert_eq!(a.cargo_features(), ["--features", "transport/grpc"]);
-        assert_eq!(a.timeout, Duration::from_secs(2400));
+        assert_eq!(a.timeout, Duration::from_secs(3600));
         assert!(parse(&["-p", "memory"])
             .unwrap()
             .cargo_features()
