@@ -199,7 +199,7 @@ fn a_local_only_pool_refuses_remote_access() {
 fn buffers_of_the_host_registrar_reach_nothing_on_a_device() {
     let pd = pd();
     let host = Pool::new(
-        PoolConfig::new().class_sizes([4096]).cap_bytes(1 << 20),
+        PoolConfig::new().class_sizes([4096]).cap_bytes(64 << 20),
         memory::testing::HostRegistrar::new(),
     )
     .unwrap();

@@ -197,7 +197,7 @@ fn a_completion_of_another_devices_qp_with_the_same_number_finishes_nothing() {
     let mut source = pd_a
         .reg_mr(4096, ALL_REMOTE | AccessFlags::LOCAL_WRITE)
         .unwrap();
-    source.as_mut_slice().fill(0x5a);
+    source.write(0, &[0x5a; 4096]).unwrap();
     let sink = pd_a.reg_mr(4096, AccessFlags::LOCAL_WRITE).unwrap();
     let read = SendRequest::rdma_read(sink, .., source.remote(..).unwrap()).unwrap();
     let read_id = a1.post_send(read).unwrap();
