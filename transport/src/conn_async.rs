@@ -34,24 +34,34 @@ use crate::proto::{CallId, Class, Received, SendError, SendErrorKind, HEADER_LEN
 use crate::task::{register, register_recv, register_tick};
 use crate::{Conn, Error, Polling, Result};
 
+/// How an async receive reports a connection's end: the peer's close as the end of the
+/// messages (`Ok(None)`), anything else as the error it is.
+fn end_or_error<T>(end: Error) -> Result<Option<T>> {
+    match end {
+        Error::Closed { cause: None } => Ok(None),
+        e => Err(e),
+    }
+}
+
 /// Why the protocol is there after [`Conn::open_state`]: it checked, under the same lock.
 const OPEN: &str = "open_state found the protocol set up, under this lock";
 
 impl Conn {
-    /// Polls for the next message: `Ready(Ok)` takes it from the connection; after the peer
-    /// closed and every message was taken, `Ready(Err(`[`Error::Closed`]` { cause: None }))`.
+    /// Polls for the next message: `Ready(Ok(Some))` takes it from the connection; once the
+    /// peer closed and every message was taken, `Ready(Ok(None))`, the end (as a channel's
+    /// receiver ends); a failed connection (or one closed by this side) is `Ready(Err)`.
     /// `Pending` takes nothing and wakes the task when something changes. With
     /// [`busy_read`](crate::EndpointConfig::busy_read), it first polls the completion queue
     /// for up to that long.
-    pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Message>> {
+    pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Option<Message>>> {
         self.inner.shared.progress();
         self.poll_busy(
             cx,
             |st| {
                 if let Some(d) = st.inbox.pop_front() {
-                    return Some(Ok(Message::new(self.inner.clone(), d)));
+                    return Some(Ok(Some(Message::new(self.inner.clone(), d))));
                 }
-                st.ended().map(Err)
+                st.ended().map(end_or_error)
             },
             |st, cx| register_recv(&self.inner.shared, st, cx),
         )
@@ -141,15 +151,17 @@ impl Conn {
         }
     }
 
-    /// Receives the next message. Cancel safe: dropping the future loses no message. Bound it
-    /// with your executor's timeout; a dead peer ends it with [`Error::Closed`] within the
-    /// keepalive timeout.
-    pub async fn recv_async(&self) -> Result<Message> {
+    /// Receives the next message: `Ok(None)` once the peer closed and every message was
+    /// taken (`while let Some(m) = conn.recv_async().await? { ... }`). Cancel safe: dropping
+    /// the future loses no message. Bound it with your executor's timeout; a dead peer ends it
+    /// with [`Error::Closed`] within the keepalive timeout.
+    pub async fn recv_async(&self) -> Result<Option<Message>> {
         poll_fn(|cx| self.poll_recv(cx)).await
     }
 
-    /// Receives the next RPC request (cancel safe, like [`recv_async`](Self::recv_async)).
-    pub async fn recv_request_async(&self) -> Result<Request> {
+    /// Receives the next RPC request: `Ok(None)` once the peer closed and every request was
+    /// taken (cancel safe, like [`recv_async`](Self::recv_async)).
+    pub async fn recv_request_async(&self) -> Result<Option<Request>> {
         poll_fn(|cx| {
             self.poll_busy(
                 cx,
@@ -158,13 +170,13 @@ impl Conn {
                         let Received::Request { call } = d.class else {
                             unreachable!("only requests are queued here")
                         };
-                        return Some(Ok(Request {
+                        return Some(Ok(Some(Request {
                             message: Some(Message::new(self.inner.clone(), d)),
                             call,
                             conn: self.clone(),
-                        }));
+                        })));
                     }
-                    st.ended().map(Err)
+                    st.ended().map(end_or_error)
                 },
                 |st, cx| register(&self.inner.shared, st, cx),
             )

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::blocking::block_on;
 use super::error::to_io;
-use crate::{Conn, Error, Message};
+use crate::{Conn, Message};
 
 /// The reading half of a [`Stream`](super::Stream) (from
 /// [`into_split`](super::Stream::into_split)). Dropping both halves closes the connection.
@@ -60,12 +60,12 @@ impl OwnedReadHalf {
             match self.conn.poll_recv(cx) {
                 Poll::Pending => return Poll::Pending,
                 // An empty message is the peer's shutdown (a write never sends one).
-                Poll::Ready(Ok(m)) if m.is_empty() => {
+                Poll::Ready(Ok(Some(m))) if m.is_empty() => {
                     self.eof = true;
                     return Poll::Ready(Ok(0));
                 }
-                Poll::Ready(Ok(m)) => self.cur = Some((m, 0)),
-                Poll::Ready(Err(Error::Closed { cause: None })) => {
+                Poll::Ready(Ok(Some(m))) => self.cur = Some((m, 0)),
+                Poll::Ready(Ok(None)) => {
                     self.eof = true;
                     return Poll::Ready(Ok(0));
                 }

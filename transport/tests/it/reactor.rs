@@ -227,7 +227,7 @@ fn a_busy_reading_task_gets_a_message_sent_while_it_spins() {
         s.send(&sent).unwrap();
         s
     });
-    let msg = polled_by_caller(&c, "message", || block_on(c.recv_async()).unwrap());
+    let msg = polled_by_caller(&c, "message", || block_on(c.recv_async()).unwrap().unwrap());
     assert_eq!(msg.bytes(), data);
     drop(msg);
     let _s = sender.join().unwrap();
