@@ -7,6 +7,15 @@
 //! `connected`, then sends messages of `--size` bytes (default 1 MiB) until killed. Message `n`
 //! starts with `n` (8 bytes, little-endian) and goes on with byte `i` equal to `n + i` (mod
 //! 256), so the receiver can check each one and its order.
+//! `transport-test-peer stream-writer --src IP --addr IP:PORT --size BYTES [--shutdown]`:
+//! connects a byte stream on the process's shared endpoint, writes `--size` bytes (byte `i`
+//! is [`stream_byte`]`(i)`), shuts the stream down (awaiting it) or drops it, prints `done` and
+//! exits at once.
+//! `transport-test-peer message-writer --src IP --addr IP:PORT --count N --size BYTES
+//! [--close]`: connects, sends `--count` numbered messages of `--size` bytes, closes the
+//! connection (awaiting it) or drops it, prints `done` and exits at once, its endpoint never
+//! dropped.
+use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -31,6 +40,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .cloned()
             .ok_or(format!("{flag} needs a value"))
     };
+    let flag = |flag: &str| args.iter().any(|a| a == flag);
     let addr: SocketAddr = value("--addr")?.parse()?;
     match args.first().map(String::as_str) {
         Some("server") => {
@@ -62,7 +72,43 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             }
             Ok(())
         }
-        _ => Err("usage: transport-test-peer server|client --addr IP:PORT [--src IP]".into()),
+        Some("stream-writer") => {
+            let src = value("--src")?.parse()?;
+            let size: usize = value("--size")?.parse()?;
+            let ep = transport::stream::shared_endpoint(src)?;
+            let mut stream = transport::stream::Stream::connect_blocking(&ep, addr)?;
+            let bytes: Vec<u8> = (0..size).map(stream_byte).collect();
+            stream.write_all(&bytes)?;
+            if flag("--shutdown") {
+                stream.shutdown_blocking()?;
+            } else {
+                drop(stream);
+            }
+            println!("done");
+            std::process::exit(0);
+        }
+        Some("message-writer") => {
+            let src = value("--src")?.parse()?;
+            let count: u64 = value("--count")?.parse()?;
+            let size: usize = value("--size")?.parse()?;
+            let ep = Endpoint::with_config(src, config())?;
+            let conn = ep.connect(addr)?;
+            for n in 0..count {
+                conn.send(&numbered(n, size))?;
+            }
+            if flag("--close") {
+                conn.close(Duration::from_secs(60))?;
+            } else {
+                drop(conn);
+            }
+            println!("done");
+            // The endpoint is not dropped: it does not linger for the connection.
+            std::process::exit(0);
+        }
+        _ => Err(
+            "usage: transport-test-peer server|client|stream-writer|message-writer --addr IP:PORT [--src IP]"
+                .into(),
+        ),
     }
 }
 
@@ -73,6 +119,12 @@ fn numbered(n: u64, len: usize) -> Vec<u8> {
         .collect();
     v[..8].copy_from_slice(&n.to_le_bytes());
     v
+}
+
+/// Byte `i` of what `stream-writer` writes: it changes within every 256 bytes and from one
+/// 256-byte block and one 64 KiB block to the next, so a byte out of place shows.
+fn stream_byte(i: usize) -> u8 {
+    (i as u8) ^ ((i >> 8) as u8).wrapping_mul(3) ^ ((i >> 16) as u8).wrapping_mul(7)
 }
 
 fn main() {

@@ -5,7 +5,7 @@
 //!
 //! Device tier (`#[ignore]`, run by `cargo xtask test`), between the two hosts: a server
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
-//! `calls`, `one_sided`, `failures`, `many`, the fault suite (`fault_suite`: netem, bad keys,
+//! `calls`, `one_sided`, `failures`, `close_exit` (writer processes that exit right after closing), `many`, the fault suite (`fault_suite`: netem, bad keys,
 //! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the async core (`async_conn`), progress from a reactor (`reactor`), and the byte stream:
 //! `stream`, `stream_executor`, `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
 
@@ -21,6 +21,7 @@ mod sim;
 mod admission;
 mod async_conn;
 mod calls;
+mod close_exit;
 mod failures;
 mod fault_suite;
 #[cfg(feature = "grpc")]

@@ -1,0 +1,231 @@
+//! A writer process that exits right after its last write: the reader gets everything it
+//! wrote and then the end, or an error, never a short clean end. A writer that awaited the
+//! stream's `shutdown` or the connection's `close` before exiting lost nothing at all. The
+//! writer is `transport-test-peer` on the peer's host (`stream-writer`, `message-writer`),
+//! which exits as soon as its last call returned, without dropping its endpoint.
+use std::io::{ErrorKind, Read};
+
+use transport::stream::Stream;
+use transport::{Endpoint, Error, Listener};
+
+use crate::failures::peer_program;
+use crate::support::*;
+
+/// Byte `i` of what `stream-writer` writes (as `transport-test-peer` makes it).
+fn stream_byte(i: usize) -> u8 {
+    (i as u8) ^ ((i >> 8) as u8).wrapping_mul(3) ^ ((i >> 16) as u8).wrapping_mul(7)
+}
+
+/// Message `n` of `message-writer`: `n` (8 bytes, little-endian), then byte `i` is `n + i`.
+fn numbered(n: u64, len: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..len.max(8))
+        .map(|i| (n as u8).wrapping_add(i as u8))
+        .collect();
+    v[..8].copy_from_slice(&n.to_le_bytes());
+    v
+}
+
+/// How a reader's run ended: the bytes or messages it got intact, and then the end of
+/// stream (`None`) or the error's kind.
+#[derive(Debug)]
+struct Ending {
+    got: usize,
+    error: Option<String>,
+}
+
+fn listener() -> (Endpoint, Listener) {
+    let ep = Endpoint::with_config(local_ip(), config()).expect("reader endpoint");
+    let listener = ep.listen(0).expect("listen");
+    (ep, listener)
+}
+
+/// One run of `stream-writer` writing `size` bytes: what the reader got, checked byte by
+/// byte, and whether the writer exited successfully.
+fn stream_run(listener: &Listener, size: usize, shutdown: bool) -> (Ending, bool) {
+    let addr = listener.local_addr().unwrap().to_string();
+    let size_arg = size.to_string();
+    let src = peer_ip().to_string();
+    let mut args = vec![
+        "stream-writer",
+        "--src",
+        &src,
+        "--addr",
+        &addr,
+        "--size",
+        &size_arg,
+    ];
+    if shutdown {
+        args.push("--shutdown");
+    }
+    let (writer, _lines) = peer_program(&args);
+    let conn = listener.accept(TIMEOUT).expect("accept the writer");
+    let mut stream = Stream::from_conn(conn);
+    stream.set_read_timeout(Some(TIMEOUT));
+    let mut buf = vec![0u8; 256 << 10];
+    let mut got = 0usize;
+    let error = loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break None,
+            Ok(n) => {
+                for (k, &b) in buf[..n].iter().enumerate() {
+                    assert_eq!(b, stream_byte(got + k), "byte {} of {size}", got + k);
+                }
+                got += n;
+                assert!(got <= size, "{got} bytes of {size}");
+            }
+            Err(e) => {
+                assert_ne!(e.kind(), ErrorKind::TimedOut, "the read waited {TIMEOUT:?}");
+                break Some(format!("{:?}: {e}", e.kind()));
+            }
+        }
+    };
+    let out = writer.wait_output(TIMEOUT);
+    if !out.status.success() {
+        eprintln!(
+            "writer: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (Ending { got, error }, out.status.success())
+}
+
+/// One run of `message-writer` sending `count` messages of `size` bytes: what the reader
+/// got, checked, and whether the writer exited successfully.
+fn message_run(listener: &Listener, count: u64, size: usize, close: bool) -> (Ending, bool) {
+    let addr = listener.local_addr().unwrap().to_string();
+    let (count_arg, size_arg) = (count.to_string(), size.to_string());
+    let src = peer_ip().to_string();
+    let mut args = vec![
+        "message-writer",
+        "--src",
+        &src,
+        "--addr",
+        &addr,
+        "--count",
+        &count_arg,
+        "--size",
+        &size_arg,
+    ];
+    if close {
+        args.push("--close");
+    }
+    let (writer, _lines) = peer_program(&args);
+    let conn = listener.accept(TIMEOUT).expect("accept the writer");
+    let mut got = 0usize;
+    let error = loop {
+        match conn.recv(TIMEOUT) {
+            Ok(m) => {
+                assert!(
+                    m.bytes() == numbered(got as u64, size),
+                    "message {got} of {count} intact"
+                );
+                got += 1;
+            }
+            Err(Error::Closed { cause: None }) => break None,
+            Err(e) => {
+                assert!(
+                    !matches!(e, Error::TimedOut { .. }),
+                    "the receive waited {TIMEOUT:?}"
+                );
+                break Some(e.to_string());
+            }
+        }
+    };
+    let out = writer.wait_output(TIMEOUT);
+    if !out.status.success() {
+        eprintln!(
+            "writer: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    (Ending { got, error }, out.status.success())
+}
+
+/// The runs that ended early without an error: a short clean end.
+fn short_ends(endings: &[(usize, Ending)], whole: impl Fn(usize) -> usize) -> Vec<String> {
+    endings
+        .iter()
+        .filter(|(n, e)| e.error.is_none() && e.got != whole(*n))
+        .map(|(n, e)| format!("{} of {}", e.got, whole(*n)))
+        .collect()
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_stream_writer_that_awaited_shutdown_and_exited_lost_nothing() {
+    let (_ep, listener) = listener();
+    let mut endings = Vec::new();
+    for (size, runs) in [
+        (1, 3),
+        (4 << 10, 3),
+        ((64 << 10) + 1, 4),
+        (1 << 20, 4),
+        (16 << 20, 2),
+    ] {
+        for _ in 0..runs {
+            let (ending, writer_ok) = stream_run(&listener, size, true);
+            eprintln!("{size} bytes: {ending:?}, writer succeeded: {writer_ok}");
+            assert!(writer_ok, "the writer's shutdown failed");
+            endings.push((size, ending));
+        }
+    }
+    let short = short_ends(&endings, |n| n);
+    assert!(short.is_empty(), "short clean ends: {short:?}");
+    let failed: Vec<_> = endings.iter().filter(|(_, e)| e.error.is_some()).collect();
+    assert!(
+        failed.is_empty(),
+        "a writer whose shutdown returned lost data: {failed:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_stream_writer_that_exited_without_shutdown_gives_everything_or_an_error() {
+    let (_ep, listener) = listener();
+    let mut endings = Vec::new();
+    for (size, runs) in [((64 << 10) + 1, 3), (1 << 20, 4)] {
+        for _ in 0..runs {
+            let (ending, _) = stream_run(&listener, size, false);
+            eprintln!("{size} bytes: {ending:?}");
+            endings.push((size, ending));
+        }
+    }
+    let short = short_ends(&endings, |n| n);
+    assert!(short.is_empty(), "short clean ends: {short:?}");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_sender_that_awaited_close_and_exited_lost_no_message() {
+    let (_ep, listener) = listener();
+    let mut endings = Vec::new();
+    for _ in 0..4 {
+        let (ending, writer_ok) = message_run(&listener, 16, 64 << 10, true);
+        eprintln!("16 messages: {ending:?}, writer succeeded: {writer_ok}");
+        assert!(writer_ok, "the writer's close failed");
+        endings.push((16, ending));
+    }
+    let short = short_ends(&endings, |n| n);
+    assert!(short.is_empty(), "short clean ends: {short:?}");
+    let failed: Vec<_> = endings.iter().filter(|(_, e)| e.error.is_some()).collect();
+    assert!(
+        failed.is_empty(),
+        "a sender whose close returned lost messages: {failed:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_sender_that_dropped_its_connection_and_exited_gives_every_message_or_an_error() {
+    let (_ep, listener) = listener();
+    let mut endings = Vec::new();
+    for _ in 0..4 {
+        let (ending, _) = message_run(&listener, 16, 64 << 10, false);
+        eprintln!("16 messages: {ending:?}");
+        endings.push((16, ending));
+    }
+    let short = short_ends(&endings, |n| n);
+    assert!(short.is_empty(), "short clean ends: {short:?}");
+}
