@@ -7,14 +7,15 @@
 //! `connected`, then sends messages of `--size` bytes (default 1 MiB) until killed. Message `n`
 //! starts with `n` (8 bytes, little-endian) and goes on with byte `i` equal to `n + i` (mod
 //! 256), so the receiver can check each one and its order.
-//! `transport-test-peer stream-writer --src IP --addr IP:PORT --size BYTES [--shutdown]`:
-//! connects a byte stream on the process's shared endpoint, writes `--size` bytes (byte `i`
-//! is [`stream_byte`]`(i)`), shuts the stream down (awaiting it) or drops it, prints `done` and
-//! exits at once.
+//! `transport-test-peer stream-writer --src IP --addr IP:PORT --size BYTES [--shutdown]
+//! [--max-write BYTES] [--pause-ms MS]`: connects a byte stream on the process's shared
+//! endpoint (writes of at most `--max-write` bytes), writes `--size` bytes (byte `i`
+//! is [`stream_byte`]`(i)`), shuts the stream down (awaiting it) or drops it and waits
+//! `--pause-ms` (default 0), prints `done` and exits at once.
 //! `transport-test-peer message-writer --src IP --addr IP:PORT --count N --size BYTES
-//! [--close]`: connects, sends `--count` numbered messages of `--size` bytes, closes the
-//! connection (awaiting it) or drops it, prints `done` and exits at once, its endpoint never
-//! dropped.
+//! [--close] [--pause-ms MS]`: connects, sends `--count` numbered messages of `--size` bytes,
+//! closes the connection (awaiting it) or drops it and waits `--pause-ms`, prints `done` and
+//! exits at once, its endpoint never dropped.
 use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -41,6 +42,13 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             .ok_or(format!("{flag} needs a value"))
     };
     let flag = |flag: &str| args.iter().any(|a| a == flag);
+    // What a program does between dropping its connection and its end.
+    let pause = || -> Result<(), Box<dyn std::error::Error>> {
+        if let Ok(ms) = value("--pause-ms") {
+            std::thread::sleep(Duration::from_millis(ms.parse()?));
+        }
+        Ok(())
+    };
     let addr: SocketAddr = value("--addr")?.parse()?;
     match args.first().map(String::as_str) {
         Some("server") => {
@@ -77,12 +85,16 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let size: usize = value("--size")?.parse()?;
             let ep = transport::stream::shared_endpoint(src)?;
             let mut stream = transport::stream::Stream::connect_blocking(&ep, addr)?;
+            if let Ok(n) = value("--max-write") {
+                stream.set_max_write(n.parse()?);
+            }
             let bytes: Vec<u8> = (0..size).map(stream_byte).collect();
             stream.write_all(&bytes)?;
             if flag("--shutdown") {
                 stream.shutdown_blocking()?;
             } else {
                 drop(stream);
+                pause()?;
             }
             println!("done");
             std::process::exit(0);
@@ -100,6 +112,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 conn.close(Duration::from_secs(60))?;
             } else {
                 drop(conn);
+                pause()?;
             }
             println!("done");
             // The endpoint is not dropped: it does not linger for the connection.

@@ -2,7 +2,8 @@
 //! wrote and then the end, or an error, never a short clean end. A writer that awaited the
 //! stream's `shutdown` or the connection's `close` before exiting lost nothing at all. The
 //! writer is `transport-test-peer` on the peer's host (`stream-writer`, `message-writer`),
-//! which exits as soon as its last call returned, without dropping its endpoint.
+//! which exits as soon as its last call returned (after a connection dropped, a moment
+//! later, as a program that has a little more to do), without dropping its endpoint.
 use std::io::{ErrorKind, Read};
 
 use transport::stream::Stream;
@@ -25,6 +26,10 @@ fn numbered(n: u64, len: usize) -> Vec<u8> {
     v
 }
 
+/// How long a writer that dropped its connection goes on before it exits: long enough for
+/// its CLOSE to go out, not for the reader to have read everything.
+const PAUSE_MS: &str = "100";
+
 /// How a reader's run ended: the bytes or messages it got intact, and then the end of
 /// stream (`None`) or the error's kind.
 #[derive(Debug)]
@@ -39,11 +44,16 @@ fn listener() -> (Endpoint, Listener) {
     (ep, listener)
 }
 
-/// One run of `stream-writer` writing `size` bytes: what the reader got, checked byte by
+/// One run of `stream-writer` writing `size` bytes in writes of at most `max_write`: what the reader got, checked byte by
 /// byte, and whether the writer exited successfully.
-fn stream_run(listener: &Listener, size: usize, shutdown: bool) -> (Ending, bool) {
+fn stream_run(
+    listener: &Listener,
+    size: usize,
+    max_write: usize,
+    shutdown: bool,
+) -> (Ending, bool) {
     let addr = listener.local_addr().unwrap().to_string();
-    let size_arg = size.to_string();
+    let (size_arg, max_write_arg) = (size.to_string(), max_write.to_string());
     let src = peer_ip().to_string();
     let mut args = vec![
         "stream-writer",
@@ -53,9 +63,13 @@ fn stream_run(listener: &Listener, size: usize, shutdown: bool) -> (Ending, bool
         &addr,
         "--size",
         &size_arg,
+        "--max-write",
+        &max_write_arg,
     ];
     if shutdown {
         args.push("--shutdown");
+    } else {
+        args.extend(["--pause-ms", PAUSE_MS]);
     }
     let (writer, _lines) = peer_program(&args);
     let conn = listener.accept(TIMEOUT).expect("accept the writer");
@@ -109,6 +123,8 @@ fn message_run(listener: &Listener, count: u64, size: usize, close: bool) -> (En
     ];
     if close {
         args.push("--close");
+    } else {
+        args.extend(["--pause-ms", PAUSE_MS]);
     }
     let (writer, _lines) = peer_program(&args);
     let conn = listener.accept(TIMEOUT).expect("accept the writer");
@@ -165,7 +181,7 @@ fn a_stream_writer_that_awaited_shutdown_and_exited_lost_nothing() {
         (16 << 20, 2),
     ] {
         for _ in 0..runs {
-            let (ending, writer_ok) = stream_run(&listener, size, true);
+            let (ending, writer_ok) = stream_run(&listener, size, 64 << 10, true);
             eprintln!("{size} bytes: {ending:?}, writer succeeded: {writer_ok}");
             assert!(writer_ok, "the writer's shutdown failed");
             endings.push((size, ending));
@@ -185,9 +201,10 @@ fn a_stream_writer_that_awaited_shutdown_and_exited_lost_nothing() {
 fn a_stream_writer_that_exited_without_shutdown_gives_everything_or_an_error() {
     let (_ep, listener) = listener();
     let mut endings = Vec::new();
-    for (size, runs) in [((64 << 10) + 1, 3), (1 << 20, 4)] {
+    // Writes of 1 MiB: many bytes still to read when the writer's CLOSE has gone.
+    for (size, runs) in [((64 << 10) + 1, 3), (1 << 20, 3), (16 << 20, 3)] {
         for _ in 0..runs {
-            let (ending, _) = stream_run(&listener, size, false);
+            let (ending, _) = stream_run(&listener, size, 1 << 20, false);
             eprintln!("{size} bytes: {ending:?}");
             endings.push((size, ending));
         }
@@ -221,10 +238,12 @@ fn a_sender_that_awaited_close_and_exited_lost_no_message() {
 fn a_sender_that_dropped_its_connection_and_exited_gives_every_message_or_an_error() {
     let (_ep, listener) = listener();
     let mut endings = Vec::new();
-    for _ in 0..4 {
-        let (ending, _) = message_run(&listener, 16, 64 << 10, false);
-        eprintln!("16 messages: {ending:?}");
-        endings.push((16, ending));
+    for (count, size, runs) in [(16, 64 << 10, 3), (16, 1 << 20, 3)] {
+        for _ in 0..runs {
+            let (ending, _) = message_run(&listener, count, size, false);
+            eprintln!("{count} messages of {size} bytes: {ending:?}");
+            endings.push((count as usize, ending));
+        }
     }
     let short = short_ends(&endings, |n| n);
     assert!(short.is_empty(), "short clean ends: {short:?}");
