@@ -122,6 +122,14 @@ pub struct EndpointConfig {
     /// within it is taken by the reading task itself, with no wakeup, but the thread's other
     /// tasks wait meanwhile. For a latency-critical connection on a runtime of its own.
     pub busy_read: Duration,
+    /// How long [`Conn::close_async`](crate::Conn::close_async) and a byte stream's
+    /// [`shutdown`](crate::stream::Stream::shutdown) wait for the peer to have everything
+    /// sent (every message received, every rendezvous chunk read by the peer and
+    /// acknowledged) before they fail with a timeout ([`Error::TimedOut`](crate::Error::TimedOut),
+    /// `io::ErrorKind::TimedOut`); the close goes on meanwhile. 10 s by default, as long as
+    /// the keepalive timeout: a peer that is alive but reads nothing holds a close that
+    /// long. ([`Conn::close`](crate::Conn::close) takes its bound as an argument.)
+    pub linger: Duration,
 }
 
 impl Default for EndpointConfig {
@@ -142,6 +150,7 @@ impl Default for EndpointConfig {
             max_one_sided: 8,
             admit: None,
             busy_read: Duration::ZERO,
+            linger: Duration::from_secs(10),
         }
     }
 }

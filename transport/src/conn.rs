@@ -852,8 +852,14 @@ impl Conn {
         result
     }
 
-    /// Closes gracefully: everything sent so far is delivered, the peer reads end of stream,
-    /// and this returns once the peer closed too (or `timeout` passed).
+    /// Closes gracefully and waits until the peer has everything: every message sent so far
+    /// received (a rendezvous message read by the peer and acknowledged), then the peer
+    /// closed too, and reads end of stream. Once this returns `Ok` the process may exit
+    /// without losing anything. Past `timeout`: [`Error::TimedOut`] (the close goes on, and
+    /// the connection lingers while the endpoint lives); if the peer went away first or the
+    /// connection failed: [`Error::Closed`] with the cause. See
+    /// [`EndpointConfig::linger`](crate::EndpointConfig::linger) for the bound
+    /// [`close_async`](Self::close_async) uses.
     pub fn close(&self, timeout: Duration) -> Result<()> {
         {
             let mut st = self.inner.state.lock();
@@ -862,13 +868,7 @@ impl Conn {
             }
             self.inner.drive(&mut st);
         }
-        self.wait("close", timeout, |_, st| match &st.end {
-            Some(None) => Some(Ok(())),
-            Some(Some(cause)) => Some(Err(Error::Closed {
-                cause: Some(cause.clone()),
-            })),
-            None => None,
-        })
+        self.wait("close", timeout, |_, st| st.delivery(true))
     }
 
     /// Whether the connection ended (closed by either side, or failed).

@@ -583,8 +583,34 @@ impl Conn {
         .await
     }
 
-    /// Closes gracefully (see [`close`](Self::close)) and waits until the peer closed too.
-    /// The close is queued at the first poll; dropping the future only stops the wait.
+    /// Waits, up to `deadline`, until everything sent so far has reached the peer (see
+    /// [`close`](Self::close); the connection stays open): a byte stream's shutdown.
+    /// Past it: [`Error::TimedOut`] with `op` and `linger`.
+    pub(crate) fn poll_delivered(
+        &self,
+        cx: &mut Context<'_>,
+        op: &'static str,
+        deadline: Instant,
+        linger: Duration,
+    ) -> Poll<Result<()>> {
+        let mut st = self.inner.state.lock();
+        if let Some(r) = st.delivery(false) {
+            return Poll::Ready(r);
+        }
+        if Instant::now() >= deadline {
+            return Poll::Ready(Err(Error::TimedOut { op, after: linger }));
+        }
+        self.inner.request_acknowledgement(&mut st);
+        register(&self.inner.shared, &mut st, cx);
+        // Woken at the deadline at the latest: each tick wakes it.
+        register_tick(&self.inner.shared, cx);
+        Poll::Pending
+    }
+
+    /// Closes gracefully (see [`close`](Self::close)) and waits until the peer has
+    /// everything and closed too, up to the endpoint's
+    /// [`linger`](crate::EndpointConfig::linger) (then [`Error::TimedOut`]; the close goes
+    /// on). The close is queued at the first poll; dropping the future only stops the wait.
     pub async fn close_async(&self) -> Result<()> {
         {
             let mut st = self.inner.state.lock();
@@ -593,18 +619,23 @@ impl Conn {
             }
             self.inner.drive(&mut st);
         }
+        let linger = self.inner.shared.cfg.linger;
+        let deadline = Instant::now() + linger;
         poll_fn(|cx| {
             let mut st = self.inner.state.lock();
-            match &st.end {
-                Some(None) => Poll::Ready(Ok(())),
-                Some(Some(cause)) => Poll::Ready(Err(Error::Closed {
-                    cause: Some(cause.clone()),
-                })),
-                None => {
-                    register(&self.inner.shared, &mut st, cx);
-                    Poll::Pending
-                }
+            if let Some(r) = st.delivery(true) {
+                return Poll::Ready(r);
             }
+            if Instant::now() >= deadline {
+                return Poll::Ready(Err(Error::TimedOut {
+                    op: "close",
+                    after: linger,
+                }));
+            }
+            register(&self.inner.shared, &mut st, cx);
+            // Woken at the deadline at the latest: each tick wakes it.
+            register_tick(&self.inner.shared, cx);
+            Poll::Pending
         })
         .await
     }

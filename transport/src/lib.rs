@@ -57,6 +57,19 @@
 //!   endpoint keeps serving its other connections. With `TRANSPORT_DEBUG` set in the
 //!   environment, a connection that fails prints its protocol state to stderr.
 //!
+//! - Closing: a reader gets every message (every byte of a [`stream`]) the writer sent and
+//!   then the end ([`Error::Closed`] without a cause, or a stream's `Ok(0)`), or an error,
+//!   never a short clean end: a peer that goes away (its process ends, its queue pair fails)
+//!   before everything it announced was received and read is an error
+//!   ([`proto::ConnError::PeerGone`]), even after its CLOSE. [`Conn::close`],
+//!   [`Conn::close_async`] and the stream's `shutdown` return `Ok` only once the peer has
+//!   everything (received, or pulled by RDMA READ and acknowledged), so a writer may exit
+//!   right after them; they give up with [`Error::TimedOut`] past their bound
+//!   ([`EndpointConfig::linger`], 10 s by default, or `close`'s timeout). A connection
+//!   dropped without them still delivers what was sent while the process lives (the
+//!   endpoint's last handle lingers for it); if the process ends first, the peer gets an
+//!   error.
+//!
 //! - Async: every operation has an async form, most also a `poll_*` function
 //!   ([`Conn::recv_async`], [`Conn::send_async`], [`Conn::call_async`], [`Conn::close_async`],
 //!   [`Endpoint::connect_async`], [`Listener::accept_async`], ...) woken by the progress

@@ -223,6 +223,36 @@ impl ConnState {
                     .is_some_and(|t| now.duration_since(t) >= FLUSH_GRACE))
     }
 
+    /// How a wait for everything sent to reach the peer ends, if it has ended: `Ok` once the
+    /// protocol says everything was [delivered](proto::Connection::delivered), and for a
+    /// close (`closing`) the connection ended gracefully too; an error once the connection
+    /// failed, or ended and was torn down with something not delivered (the peer went away
+    /// first).
+    pub(crate) fn delivery(&self, closing: bool) -> Option<crate::Result<()>> {
+        let delivered = self.proto.as_ref().is_some_and(|p| p.delivered());
+        match &self.end {
+            Some(Some(cause)) => Some(Err(crate::Error::Closed {
+                cause: Some(cause.clone()),
+            })),
+            Some(None) if delivered => Some(Ok(())),
+            None if delivered && !closing => Some(Ok(())),
+            Some(None) if self.teardown.is_some() => Some(Err(crate::Error::Closed {
+                cause: Some(ConnError::PeerGone(PeerGone::Disconnected)),
+            })),
+            _ => None,
+        }
+    }
+
+    /// Whether the connection is done with: it failed, or it ended gracefully and what it
+    /// sent reached the peer (or it was torn down without: nothing more will come of it).
+    pub(crate) fn settled(&self) -> bool {
+        match &self.end {
+            None => false,
+            Some(Some(_)) => true,
+            Some(None) => self.teardown.is_some() || self.delivery(true).is_some(),
+        }
+    }
+
     /// The error every operation gets once the connection ended, if it has.
     pub(crate) fn ended(&self) -> Option<crate::Error> {
         self.end.as_ref().map(|cause| crate::Error::Closed {
@@ -475,6 +505,21 @@ impl ConnShared {
             }
         };
         self.post_signaled(st, request, SqOp::Frame, signaled);
+    }
+
+    /// Has the device report whether the peer's device acknowledged every frame posted, for
+    /// a waiter that needs everything sent to have arrived: frames posted unsignaled since
+    /// the last signaled request complete only with a later signaled one, so once every
+    /// message went out a probe goes behind them (its completion finishes them too), unless
+    /// one is in flight.
+    pub(crate) fn request_acknowledgement(&self, st: &mut ConnState) {
+        let waits_for_device = st
+            .proto
+            .as_ref()
+            .is_some_and(|p| p.all_sent() && !p.delivered());
+        if waits_for_device && st.unsignaled > 0 && st.end.is_none() {
+            self.post_probe(st);
+        }
     }
 
     /// Posts a keepalive probe, a zero-length RDMA WRITE (no key is checked for zero bytes,

@@ -688,10 +688,8 @@ impl Shared {
             self.progress_all();
             let mut st = conn.state.lock();
             match st.proto.as_mut() {
-                // The peer closed gracefully and then disconnected: end of stream.
-                Some(p) if p.peer_closed() => {
-                    st.end.get_or_insert(None);
-                }
+                // The end of stream if the peer closed and nothing it announced is missing,
+                // else a failure (the protocol decides).
                 Some(p) => p.on_peer_gone(crate::proto::PeerGone::Disconnected),
                 None => {
                     st.end.get_or_insert(Some(crate::proto::ConnError::PeerGone(
@@ -809,7 +807,8 @@ pub const LINGER: Duration = Duration::from_secs(2);
 impl Drop for Engine {
     fn drop(&mut self) {
         // Let connections that are closing (their handles dropped, CLOSE queued behind the
-        // last messages) finish, so nothing sent is lost, within a bound.
+        // last messages) finish, and what they sent reach the peer, so nothing sent is lost,
+        // within a bound.
         let deadline = Instant::now() + LINGER;
         while Instant::now() < deadline {
             let open = self
@@ -817,7 +816,7 @@ impl Drop for Engine {
                 .conns
                 .read()
                 .values()
-                .any(|c| c.state.lock().end.is_none());
+                .any(|c| !c.state.lock().settled());
             if !open {
                 break;
             }

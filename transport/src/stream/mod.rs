@@ -34,6 +34,16 @@
 //! # }
 //! ```
 //!
+//! # Closing: nothing lost
+//! A reader gets every byte written and then end of stream (`Ok(0)`), or an error, never a
+//! short clean end: a writer that goes away (its process ends) before the reader got all it
+//! wrote is `ConnectionReset`. [`Stream::shutdown`] (and `poll_shutdown`, `poll_close`,
+//! tokio's `shutdown`) returns `Ok` only once the peer has every byte written (received, or
+//! read by RDMA READ and acknowledged), so a writer may exit right after it; it gives up with
+//! `TimedOut` past the endpoint's [`linger`](crate::EndpointConfig::linger). A stream dropped
+//! without a shutdown still delivers what was written while the process lives; if the process
+//! ends first, the reader gets `ConnectionReset`.
+//!
 //! # Endpoints
 //! A stream is a connection of an [`Endpoint`] (device context, completion queue, shared
 //! receive queue, pool, progress thread). [`Stream::connect`], [`Stream::connect_from`] and
@@ -183,7 +193,10 @@ impl Stream {
     /// Shuts the writing side down (like `TcpStream::shutdown(Shutdown::Write)`): what was
     /// written is delivered, then the peer reads end of stream; later writes fail with
     /// `BrokenPipe`. Reading goes on until the peer shuts down too. Waits for credit like a
-    /// write (cancel safe: it either sent the end of stream or nothing).
+    /// write, then until the peer has every byte written (see
+    /// [`OwnedWriteHalf::poll_shutdown`]): after `Ok` the process may exit without losing
+    /// anything. Past the endpoint's [`linger`](crate::EndpointConfig::linger): `TimedOut`.
+    /// Cancel safe: dropped, it sent the end of stream or nothing.
     pub async fn shutdown(&mut self) -> io::Result<()> {
         std::future::poll_fn(|cx| self.write.poll_shutdown(cx)).await
     }

@@ -27,9 +27,10 @@ static SHARED: OnceLock<Mutex<HashMap<IpAddr, Endpoint>>> = OnceLock::new();
 /// A failure (no RDMA device has `local_ip`) is not remembered: the next call tries again.
 ///
 /// The shared endpoints are never dropped, so nothing lingers for streams still closing when
-/// the process exits (an endpoint of your own lingers up to 2 s for them when its
-/// last handle goes): to be sure the peer got everything, [`shutdown`](super::Stream::shutdown)
-/// and read until the peer's end of stream before exiting.
+/// the process exits (an endpoint of your own lingers up to 2 s for them when its last
+/// handle goes): await [`shutdown`](super::Stream::shutdown), which returns once the peer
+/// has everything, before exiting. A stream whose process ends before its peer had
+/// everything is an error for the peer (`ConnectionReset`), never a short end of stream.
 pub fn shared_endpoint(local_ip: IpAddr) -> io::Result<Endpoint> {
     shared(local_ip).map_err(to_io)
 }

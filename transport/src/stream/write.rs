@@ -4,8 +4,8 @@
 //! [`OwnedWriteHalf::set_nodelay`]).
 
 use std::io;
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use super::blocking::block_on;
 use super::error::to_io;
@@ -28,6 +28,11 @@ pub struct OwnedWriteHalf {
     max_write: usize,
     eager: usize,
     shut: bool,
+    /// The end of stream went out (the shutdown then waits for the peer to have
+    /// everything), and until when that wait may take.
+    shutdown_deadline: Option<Instant>,
+    /// The shutdown is complete: the peer has everything.
+    shut_down: bool,
     pub(crate) timeout: Option<Duration>,
 }
 
@@ -40,6 +45,8 @@ impl OwnedWriteHalf {
             max_write,
             eager,
             shut: false,
+            shutdown_deadline: None,
+            shut_down: false,
             timeout: None,
         }
     }
@@ -114,22 +121,55 @@ impl OwnedWriteHalf {
 
     /// Shuts the writing side down: everything written is still delivered, then the peer
     /// reads end of stream; the connection stays open for the peer's writes (half close).
-    /// The end of stream is an empty message, so it waits for credit like a write.
-    /// Idempotent.
+    /// The end of stream is an empty message, so it waits for credit like a write; then
+    /// this waits until the peer has everything written (received, or read by RDMA READ
+    /// and acknowledged), so a writer may exit as soon as it returns `Ok` without losing
+    /// anything. Both waits together are bounded by the endpoint's
+    /// [`linger`](crate::EndpointConfig::linger): past it, `TimedOut` (polling again waits
+    /// on, within a new bound). The peer gone or the connection failed before the peer had
+    /// everything: `ConnectionReset` or the error's kind. Later writes fail with
+    /// `BrokenPipe`. Idempotent.
     pub fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.shut {
+        if self.shut_down {
             return Poll::Ready(Ok(()));
         }
-        match self.conn.poll_send(cx, &[]) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(r) => {
-                self.shut = true;
-                Poll::Ready(match r {
-                    Ok(()) => Ok(()),
-                    // The connection ended already: the peer has its end of stream.
-                    Err(Error::Closed { cause: None } | Error::ClosedLocally) => Ok(()),
-                    Err(e) => Err(to_io(e)),
-                })
+        let linger = self.conn.inner.shared.cfg.linger;
+        let deadline = *self
+            .shutdown_deadline
+            .get_or_insert_with(|| Instant::now() + linger);
+        if !self.shut {
+            match self.conn.poll_send(cx, &[]) {
+                Poll::Pending if Instant::now() >= deadline => {
+                    self.shutdown_deadline = None;
+                    return Poll::Ready(Err(to_io(Error::TimedOut {
+                        op: "shutdown",
+                        after: linger,
+                    })));
+                }
+                Poll::Pending => {
+                    // Woken at the deadline at the latest: each tick wakes it.
+                    crate::task::register_tick(&self.conn.inner.shared, cx);
+                    return Poll::Pending;
+                }
+                // Ended or closed already: what was sent may still be on its way.
+                Poll::Ready(Ok(()) | Err(Error::Closed { cause: None } | Error::ClosedLocally)) => {
+                    self.shut = true
+                }
+                Poll::Ready(Err(e)) => {
+                    self.shut = true;
+                    return Poll::Ready(Err(to_io(e)));
+                }
+            }
+        }
+        match ready!(self.conn.poll_delivered(cx, "shutdown", deadline, linger)) {
+            Ok(()) => {
+                self.shut_down = true;
+                Poll::Ready(Ok(()))
+            }
+            Err(e) => {
+                // A new poll waits on, within a new bound.
+                self.shutdown_deadline = None;
+                Poll::Ready(Err(to_io(e)))
             }
         }
     }

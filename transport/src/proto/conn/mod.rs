@@ -162,6 +162,11 @@ pub struct Connection<B: Payload> {
     close_queued: bool,
     close_sent: bool,
     close_received: bool,
+    /// Frames the peer's device acknowledged ([`on_send_complete`](Self::on_send_complete)).
+    frames_done: u64,
+    /// The count of frames sent when the last one carrying a message (DATA, RNDV_START,
+    /// RNDV_CHUNK) went: everything sent has arrived once `frames_done` reaches it.
+    last_data_frame: u64,
     last_recv: Instant,
     /// When a large message last moved, and how far apart its steps come (see
     /// [`last_transfer_step`](Self::last_transfer_step)).
@@ -224,6 +229,8 @@ impl<B: Payload> Connection<B> {
             close_queued: false,
             close_sent: false,
             close_received: false,
+            frames_done: 0,
+            last_data_frame: 0,
             last_recv: now,
             last_transfer: None,
             transfer_gap: Duration::ZERO,
@@ -281,6 +288,7 @@ impl<B: Payload> Connection<B> {
         // READs in flight keep their slots until on_read_complete
         let cap = self.sq_depth - self.reads.len() as u32;
         self.sq_free = self.sq_free.saturating_add(count).min(cap);
+        self.frames_done += u64::from(count);
         self.merging.on_frames_done(count);
     }
 
@@ -386,17 +394,48 @@ impl<B: Payload> Connection<B> {
         base + self.keepalive_interval
     }
 
-    /// The driver saw the peer go (CM disconnect, queue pair error): the connection fails.
+    /// The driver saw the peer go (CM disconnect, queue pair error). That is the graceful end
+    /// only if nothing is lost by it: the peer's CLOSE arrived, every message the peer sent
+    /// before it was received whole (rendezvous chunks read) and delivered, and everything of
+    /// ours reached the peer ([`delivered`](Self::delivered)). Otherwise the connection fails
+    /// with `reason`: a peer that sent CLOSE and then went away before its announced chunks
+    /// were read (its process ended, say) lost them, and its reader must not take that for
+    /// the end of stream.
     pub fn on_peer_gone(&mut self, reason: PeerGone) {
-        if self.state == State::Open {
+        if self.state != State::Open {
+            return;
+        }
+        if self.close_received && self.received_all() && self.delivered() {
+            self.finish();
+        } else {
             self.fail(ConnError::PeerGone(reason));
         }
     }
 
-    /// Whether the peer's CLOSE arrived: everything it sent before has been received, so a
-    /// disconnect from now on ends the connection gracefully rather than losing anything.
-    pub fn peer_closed(&self) -> bool {
-        self.close_received
+    /// Whether every message the peer announced was received whole and delivered: nothing
+    /// waits for delivery in order, no chunk waits to be read or is being read.
+    fn received_all(&self) -> bool {
+        self.inq.is_empty() && self.read_wait.is_empty() && self.reads.is_empty()
+    }
+
+    /// Whether every message handed to the connection went out as frames (none waits for
+    /// credit or a send-queue slot; rendezvous chunks may still wait to be read).
+    pub fn all_sent(&self) -> bool {
+        self.outq.is_empty()
+    }
+
+    /// Whether everything handed to the connection to send has reached the peer: no message
+    /// waits to go, the peer acknowledged reading every rendezvous chunk (RNDV_ACK), and the
+    /// peer's device acknowledged every frame that carried a message (as reported to
+    /// [`on_send_complete`](Self::on_send_complete); a driver that signals few sends must
+    /// have a later request complete to learn it). False once the connection failed. A
+    /// graceful close (or a byte stream's shutdown) is complete when this holds: the writer
+    /// may go away then without losing anything.
+    pub fn delivered(&self) -> bool {
+        self.state != State::Failed
+            && self.outq.is_empty()
+            && self.large_out.is_empty()
+            && self.frames_done >= self.last_data_frame
     }
 
     /// Whether our CLOSE went out (was handed to the driver as a frame): a driver that

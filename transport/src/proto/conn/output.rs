@@ -39,6 +39,9 @@ impl<B: Payload> Connection<B> {
         let credit_limit = self.credits.on_send();
         self.sq_free -= 1;
         self.stats.frames_sent += 1;
+        if kind.is_data() {
+            self.last_data_frame = self.stats.frames_sent;
+        }
         self.merging.on_frame_sent();
         Header {
             kind,
@@ -200,15 +203,21 @@ impl<B: Payload> Connection<B> {
             && self.reads.is_empty()
             && self.acks.is_empty();
         if done {
-            self.state = State::Closed;
-            while let Some(id) = self.calls.pop_any() {
-                self.actions.push_back(Action::CallDone {
-                    id,
-                    result: Err(CallError::Closed),
-                });
-            }
-            self.actions.push_back(Action::Closed { error: None });
+            self.finish();
         }
+    }
+
+    /// Ends the connection gracefully: pending calls fail with `Closed`, then `Closed`
+    /// without an error (end of stream).
+    pub(super) fn finish(&mut self) {
+        self.state = State::Closed;
+        while let Some(id) = self.calls.pop_any() {
+            self.actions.push_back(Action::CallDone {
+                id,
+                result: Err(CallError::Closed),
+            });
+        }
+        self.actions.push_back(Action::Closed { error: None });
     }
 
     /// Fails the connection: pending calls fail, `Closed` with the error, then every buffer

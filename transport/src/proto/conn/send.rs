@@ -227,7 +227,9 @@ impl<B: Payload> Connection<B> {
 
     /// Graceful close: CLOSE goes out after everything already queued; the connection ends
     /// (`Action::Closed { error: None }`) once the peer's CLOSE arrived and every message in
-    /// both directions is delivered and acknowledged. Sends are refused from now on.
+    /// both directions is delivered and acknowledged. Sends are refused from now on. The
+    /// close is complete for the closer (it may go away) when the connection ended so and
+    /// [`delivered`](Self::delivered) holds.
     pub fn close(&mut self) {
         if self.state == State::Open {
             self.close_queued = true;
