@@ -128,7 +128,9 @@ impl OwnedWriteHalf {
     /// [`linger`](crate::EndpointConfig::linger): past it, `TimedOut` (polling again waits
     /// on, within a new bound). The peer gone or the connection failed before the peer had
     /// everything: `ConnectionReset` or the error's kind. Later writes fail with
-    /// `BrokenPipe`. Idempotent.
+    /// `BrokenPipe`. Idempotent. A peer that answers what it reads may need this side to
+    /// read its answers before it takes the rest: then read on another task (split the
+    /// stream) while this waits.
     pub fn poll_shutdown(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if self.shut_down {
             return Poll::Ready(Ok(()));
