@@ -3,7 +3,9 @@
 //! stream's `shutdown` or the connection's `close` before exiting lost nothing at all. The
 //! writer is `transport-test-peer` on the peer's host (`stream-writer`, `message-writer`),
 //! which exits as soon as its last call returned (after a connection dropped, a moment
-//! later, as a program that has a little more to do), without dropping its endpoint.
+//! later, as a program that has a little more to do), without dropping its endpoint. A close
+//! or shutdown the peer cannot complete (it reads nothing) fails with a timeout within the
+//! endpoint's linger, and completes once the peer reads.
 use std::io::{ErrorKind, Read};
 
 use transport::stream::Stream;
@@ -247,4 +249,94 @@ fn a_sender_that_dropped_its_connection_and_exited_gives_every_message_or_an_err
     }
     let short = short_ends(&endings, |n| n);
     assert!(short.is_empty(), "short clean ends: {short:?}");
+}
+
+/// Endpoints whose closes give up after a second.
+fn lingering_a_second() -> transport::EndpointConfig {
+    transport::EndpointConfig {
+        linger: std::time::Duration::from_secs(1),
+        ..config()
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_close_the_peer_cannot_complete_fails_with_a_timeout_within_the_linger() {
+    let (server, client) = pair_with(lingering_a_second(), lingering_a_second());
+    // The server reads nothing: the client's messages beyond its window never go.
+    let mut sent = 0;
+    while client.try_send(&[7u8; 1024]).is_ok() {
+        sent += 1;
+        assert!(sent < 10_000, "the sends never met backpressure");
+    }
+    let started = std::time::Instant::now();
+    let r = futures::executor::block_on(client.close_async());
+    assert!(
+        matches!(r, Err(Error::TimedOut { op: "close", .. })),
+        "{r:?}"
+    );
+    assert!(
+        started.elapsed() < TIMEOUT,
+        "the close waited past its bound"
+    );
+    // Once the server reads, everything arrives and then the end.
+    for k in 0..sent {
+        let m = server
+            .recv(TIMEOUT)
+            .unwrap_or_else(|e| panic!("message {k}: {e}"));
+        assert!(m.bytes().iter().all(|&b| b == 7));
+    }
+    assert!(matches!(
+        server.recv(TIMEOUT),
+        Err(Error::Closed { cause: None })
+    ));
+    client.close(TIMEOUT).unwrap();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_stream_shutdown_the_peer_cannot_complete_fails_with_a_timeout_within_the_linger() {
+    let (server, client) = pair_with(lingering_a_second(), lingering_a_second());
+    let (mut server, mut client) = (Stream::from_conn(server), Stream::from_conn(client));
+    // The server reads nothing: fill what the connection holds.
+    client.set_write_timeout(Some(std::time::Duration::from_millis(200)));
+    let mut written = Vec::new();
+    loop {
+        let chunk = pattern(written.len() as u64, 4096);
+        match std::io::Write::write(&mut client, &chunk) {
+            Ok(n) => written.extend_from_slice(&chunk[..n]),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+                break;
+            }
+        }
+        assert!(
+            written.len() < 64 << 20,
+            "the writes never met backpressure"
+        );
+    }
+    client.set_write_timeout(None);
+    let started = std::time::Instant::now();
+    let e = client
+        .shutdown_blocking()
+        .expect_err("the peer reads nothing");
+    assert_eq!(e.kind(), ErrorKind::TimedOut, "{e}");
+    assert!(
+        started.elapsed() < TIMEOUT,
+        "the shutdown waited past its bound"
+    );
+    // Once the server reads, the shutdown completes and the server gets every byte.
+    let reader = std::thread::spawn(move || {
+        server.set_read_timeout(Some(TIMEOUT));
+        let mut all = Vec::new();
+        server.read_to_end(&mut all).map(|_| all)
+    });
+    client.shutdown_blocking().unwrap();
+    let all = reader.join().unwrap().unwrap();
+    assert!(
+        all == written,
+        "{} bytes read of {}",
+        all.len(),
+        written.len()
+    );
 }
