@@ -3,6 +3,8 @@
 //! 1 MiB against rdma-core's `rstream` (rsocket), each row the median of three rounds (ours
 //! and the baseline in turn within each), plus the eager/rendezvous crossover. The small
 //! cases and the rstream rows take the better of busy and adaptive polling in each round.
+//! Its rows are reports without goals (`goal: null`): timing under emulation varies more than
+//! the differences it would decide; decisions about speed go through `cargo xtask bench cost`.
 //!
 //! Run on two devices (`cargo xtask bench transport`, or by hand in the two-hosts guest:
 //! `cargo bench -p transport --bench transport --no-run`, then `EXE --bench` with
@@ -52,7 +54,7 @@ const SIZES: [usize; 4] = [64, 4 << 10, 64 << 10, 1 << 20];
 const _: () = assert!(SIZES[0] == 64);
 /// Longer than an endpoint's linger after its last handle, so its threads are gone.
 const SETTLE: Duration = Duration::from_millis(2500);
-/// Rounds of the goal rows (ours, then the baseline, in each).
+/// Rounds of the compared rows (ours, then the baseline, in each).
 const ROUNDS: usize = 3;
 const CROSSOVER: [usize; 6] = [2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10];
 
@@ -82,7 +84,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         ours::SQ_DEPTH
     );
 
-    // The goal rows in ROUNDS rounds, ours and the baseline in turn within each, so both
+    // The compared rows in ROUNDS rounds, ours and the baseline in turn within each, so both
     // see the same phases of a noisy host; each row reports the medians. Both polling modes
     // on the small cases; the faster one (by RPC round trip in the first round) runs the
     // large case.
@@ -213,7 +215,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         baseline: median_of(base_rates),
         baseline_name: format!("ib_send_bw -s 64 (MsgRate), {rounds}"),
         higher: true,
-        goal: Some(0.90),
+        goal: None,
         polling: None,
     });
     rows.push(Row {
@@ -224,7 +226,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         baseline: median_of(base_rtts),
         baseline_name: format!("ib_send_lat -s 64 (2 x t_typical), {rounds}"),
         higher: false,
-        goal: Some(1.10),
+        goal: None,
         polling: None,
     });
     rows.push(Row {
@@ -235,7 +237,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         baseline: median_of(base_larges),
         baseline_name: format!("ib_read_bw -s 1048576 (BW average), {rounds}"),
         higher: true,
-        goal: Some(0.90),
+        goal: None,
         polling: None,
     });
     for (size, [bw, rtt, base_bw, base_rtt]) in SIZES.into_iter().zip(sized) {
@@ -250,7 +252,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
                 "rstream -S {size} -C {n}, {rounds}; ours the better of busy and adaptive polling"
             ),
             higher: true,
-            goal: Some(1.0),
+            goal: None,
             polling: None,
         });
         rows.push(Row {
@@ -264,7 +266,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
                  busy and adaptive polling"
             ),
             higher: false,
-            goal: Some(1.0),
+            goal: None,
             polling: None,
         });
     }
@@ -280,7 +282,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
         baseline: median_of(rsocket_64),
         baseline_name: rsocket::baseline_name(64, echo_count(64), &rounds),
         higher: false,
-        goal: Some(1.0),
+        goal: None,
         polling: None,
     });
 
