@@ -22,6 +22,11 @@ pub const BASE: &[&str] = &[
     "kmod",
 ];
 
+/// `bench cost`: callgrind (and callgrind_annotate) and strace, run in the guest from the
+/// host's `/usr`; objcopy, which copies our measured programs without their debug info
+/// (valgrind reads it at every start, slowly under emulation).
+pub const COST: &[&str] = &["valgrind", "strace", "binutils"];
+
 /// The qemu guest: emulator, busybox for its init, cpio/kmod/dpkg tools for the kernel.
 pub const GUEST: &[&str] = &["qemu-system-x86", "busybox-static", "kmod", "cpio"];
 

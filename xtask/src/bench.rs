@@ -3,6 +3,7 @@
 //! Each benchmark measures ours and a C baseline in the same run, prints the comparison table
 //! and writes `target/bench/<name>.json` in the shared comparison shape (see `compare`);
 //! `target/bench/report.md` covers every benchmark of the run, with their charts.
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::compare::{Better, Comparison, Report};
 use crate::test::{acquire, stream, Target};
 use crate::util::{self, Error, Result};
-use crate::{apt, guest, perftest_bench, pingpong_bench};
+use crate::{apt, cost_bench, guest, perftest_bench, pingpong_bench};
 
 /// How a benchmark runs.
 enum Kind {
@@ -28,6 +29,9 @@ enum Kind {
     Perftest,
     /// Our `rc-pingpong` alternating with `ibv_rc_pingpong` (release build).
     Pingpong,
+    /// Instructions per operation under callgrind, ours beside the C tools (release builds of
+    /// `apps` and the transport's `cost` program); not run unless named.
+    Cost,
 }
 
 struct Bench {
@@ -78,10 +82,17 @@ const BENCHES: &[Bench] = &[
         kind: Kind::Pingpong,
         about: "rc-pingpong vs ibv_rc_pingpong, usec/iter at 64 B and 4 KiB, runs alternating",
     },
+    Bench {
+        name: "cost",
+        kind: Kind::Cost,
+        about: "instructions per operation (callgrind) and system calls, ours vs the C tools; \
+                only when named",
+    },
 ];
 
 fn usage() -> String {
-    let mut s = String::from("usage: cargo xtask bench [NAME...]   (all when none is named)\n");
+    let mut s =
+        String::from("usage: cargo xtask bench [NAME...]   (all but cost when none is named)\n");
     for b in BENCHES {
         s.push_str(&format!("  {:<10} {}\n", b.name, b.about));
     }
@@ -102,12 +113,23 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         chosen.push(b);
     }
     if chosen.is_empty() {
-        chosen = BENCHES.iter().collect();
+        chosen = BENCHES
+            .iter()
+            .filter(|b| !matches!(b.kind, Kind::Cost))
+            .collect();
     }
     apt::ensure(apt::BASE)?;
+    let cost_chosen = chosen.iter().any(|b| matches!(b.kind, Kind::Cost));
+    // The cost bench's report again from the files of its last run, without running it.
+    let cost_from_raw = std::env::var_os("XTASK_COST_FROM_RAW").is_some_and(|v| !v.is_empty());
+    if cost_chosen {
+        apt::ensure(apt::COST)?;
+    }
     let out_dir = util::target_dir().join("bench");
     std::fs::create_dir_all(&out_dir)?;
     let raw = |b: &Bench| out_dir.join(format!("{}.raw.json", b.name));
+    let cost_raw = out_dir.join("cost").join("raw");
+    let mut cost_cases: Option<(Vec<cost_bench::Set>, Vec<cost_bench::Row>)> = None;
 
     // Build every chosen benchmark on the host first; the device runs only what was built.
     let mut script = String::from("fail=0\n");
@@ -162,6 +184,43 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                     pingpong_bench::ITERS,
                 ));
             }
+            Kind::Cost if cost_from_raw => {
+                let (sets, rows) = cost_bench::only(
+                    cost_bench::cases(Path::new("bin"), Path::new("bin/cost")),
+                    std::env::var("XTASK_COST_CASES").ok().as_deref(),
+                );
+                cost_cases = Some((sets, rows));
+            }
+            Kind::Cost => {
+                let mut cmd = util::cargo();
+                cmd.args(["build", "--release", "-p", "apps", "--bins"]);
+                util::status(cmd, "cargo build --release -p apps --bins")?;
+                let mut cmd = util::cargo();
+                cmd.args(["bench", "-p", "transport", "--bench", "cost", "--no-run"]);
+                let what = "cargo bench -p transport --bench cost --no-run";
+                let exe = util::built_executables(cmd, what, |msg| {
+                    msg["target"]["name"] == "cost"
+                        && msg["target"]["kind"]
+                            .as_array()
+                            .is_some_and(|k| k.iter().any(|k| k == "bench"))
+                })?
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::new(format!("`{what}` built no executable")))?;
+                let _ = std::fs::remove_dir_all(&cost_raw);
+                std::fs::create_dir_all(&cost_raw)?;
+                let bins = cost_bench::stripped_copies(
+                    &util::target_dir().join("release"),
+                    &exe.exe,
+                    &out_dir.join("cost").join("bin"),
+                )?;
+                let (sets, rows) = cost_bench::only(
+                    cost_bench::cases(&bins, &bins.join("cost")),
+                    std::env::var("XTASK_COST_CASES").ok().as_deref(),
+                );
+                script.push_str(&cost_bench::script(&sets, &rows, &cost_raw));
+                cost_cases = Some((sets, rows));
+            }
         }
     }
     script.push_str("echo '@@bench end'\nexit $fail\n");
@@ -186,6 +245,19 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 println!("  ({line})");
             }
             lines.push(line.to_string());
+        } else if section == "cost" {
+            if let Some(run) = line.strip_prefix("@@cost ") {
+                let f: Vec<&str> = run.split_whitespace().collect();
+                if let [key, step, n, rc, peer] = f.as_slice() {
+                    let status = match (*rc, *peer) {
+                        ("0", "0") => String::new(),
+                        _ => format!("  (status {rc}, peer {peer}: see cost/raw/{key}.{step}.log)"),
+                    };
+                    println!("  {key} step {step}, {n} ops{status}");
+                }
+            } else {
+                println!("{line}");
+            }
         } else if section == "pingpong" {
             if let Some(run) = line.strip_prefix("@@pp ") {
                 println!("  {run}");
@@ -198,6 +270,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         }
     };
     let (ok, device) = match acquire()? {
+        _ if cost_from_raw && chosen.len() == 1 => (true, "(the cost bench's last run)".into()),
         Target::Host(dev, origin) => {
             let mut cmd = Command::new("sh");
             cmd.arg("-c")
@@ -212,7 +285,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         Target::Guest => {
             let outcome = guest::run(&mut guest::Options {
                 two_hosts: true,
-                timeout: Duration::from_secs(3600),
+                timeout: Duration::from_secs(if cost_chosen { 7200 } else { 3600 }),
                 script,
                 on_line: &mut on_line,
             })?;
@@ -278,9 +351,38 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 }
                 r
             }
+            Kind::Cost => {
+                let (sets, rows) = cost_cases.as_ref().expect("built above");
+                let measured = cost_bench::measure(&cost_raw, sets, rows);
+                let missing: Vec<&str> = rows
+                    .iter()
+                    .zip(&measured)
+                    .filter(|(_, m)| m.ours_runs.is_empty() || m.baseline_runs.is_empty())
+                    .map(|(r, _)| r.case.as_str())
+                    .collect();
+                if !missing.is_empty() {
+                    eprintln!(
+                        "xtask: bench cost: no runs for {} (logs in {})",
+                        missing.join(", "),
+                        cost_raw.display()
+                    );
+                    all_ok = false;
+                }
+                if let Err(e) =
+                    cost_bench::write_functions(&cost_raw, &out_dir.join("cost"), sets, rows)
+                {
+                    eprintln!("xtask: bench cost: {e}");
+                    all_ok = false;
+                }
+                cost_bench::report(&device, sets, rows, &measured)
+            }
         };
         report.write(&path)?;
-        println!("\nbench {}:\n{}", b.name, report.table());
+        let table = match b.kind {
+            Kind::Cost => cost_bench::table(&report),
+            _ => report.table(),
+        };
+        println!("\nbench {}:\n{table}", b.name);
         println!("bench {}: JSON in {}", b.name, path.display());
         let charts: &[(&str, &str)] = match b.kind {
             Kind::Perftest => &[
@@ -288,7 +390,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 ("latency (99.9th percentile)", "perftest-latency-p99.svg"),
                 ("bandwidth", "perftest-bw.svg"),
             ],
-            Kind::Cargo { .. } | Kind::Pingpong => &[],
+            Kind::Cargo { .. } | Kind::Pingpong | Kind::Cost => &[],
         };
         md.push_str(&report.markdown(charts));
     }

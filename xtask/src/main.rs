@@ -6,6 +6,7 @@ mod apt;
 mod bench;
 mod chart;
 mod compare;
+mod cost_bench;
 mod demo;
 mod faults;
 mod guest;

@@ -1,0 +1,1027 @@
+//! `cargo xtask bench cost`: CPU instructions per operation, counted by callgrind, ours beside
+//! the C tools, in the two-hosts guest.
+//!
+//! The measured side runs under `valgrind --tool=callgrind` while its peer runs natively, at
+//! `N`, `2N` and `3N` operations; each side's two runs are the differences
+//! `(Ir(2N) - Ir(N)) / N` and `(Ir(3N) - Ir(2N)) / N`, so connection setup and teardown cancel
+//! out. The slowed side never waits for its peer (saturation): a native receiver keeps up with
+//! a slowed sender, and a slowed receiver always finds messages queued. Bandwidth tests run
+//! with `-N` (no peak: perftest finds it in time quadratic in the iterations, which would not
+//! cancel). The transport and stream cases run our `cost` program (`transport/benches/cost.rs`)
+//! under reactor polling (no thread spins on an empty queue) and count only its work loop and
+//! its reactor thread (`--toggle-collect`), leaving out the endpoint's progress thread, which
+//! then only runs timers. The same cases run again under strace with busy and adaptive polling
+//! (`N` and `2N`) for the system calls per operation apart from the provider's doorbell (on
+//! rxe a `write` of the post-send command to the uverbs file).
+//!
+//! `XTASK_COST_CASES=WORD,...` runs only the rows whose case contains one of the words;
+//! `XTASK_COST_FROM_RAW=1` makes the report again from the files of the last run, running
+//! nothing. The script runs the rows small messages first, each row's sets and system-call
+//! runs together, so that a run cut short still reports its first rows.
+//!
+//! Writes `target/bench/cost.json` (the comparison shape, plus each row's runs and system
+//! calls) and `target/bench/cost/CASE.txt`: where our instructions per operation go, by
+//! function (callgrind_annotate of the `N` and `2N` runs, subtracted).
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Map, Value};
+
+use crate::compare::{self, Better, Comparison, Report};
+use crate::util::{self, Result};
+
+/// Invocations of each measured program: `N`, `2N`, `3N` operations (two differences).
+pub const STEPS: u64 = 3;
+
+/// A row's runs may differ by this much (of their median) before the report flags them:
+/// ours are exact up to the scheduling of the progress work, C tools' polls vary more.
+pub const OURS_SPREAD: f64 = 0.01;
+pub const BASELINE_SPREAD: f64 = 0.05;
+
+/// How a program is started (both ends run the same program).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// perftest's command line (ours or `ib_*`): `-d DEV -x GID -p PORT ARGS -n N [server]`.
+    Perftest,
+    /// `ibv_rc_pingpong`'s (ours or rdma-core's): `-d DEV -g GID -p PORT ARGS -n N [server]`.
+    Pingpong,
+    /// rdma-core's `rstream`: `-b ADDR -p PORT ARGS -C N [-s server]`.
+    Rstream,
+    /// Our `cost` program: `ROLE SIZE N LOCAL PEER PORT POLLING`.
+    Transport {
+        server_role: &'static str,
+        client_role: &'static str,
+        size: u64,
+    },
+}
+
+/// One measured program: a side of an exchange, run `STEPS` times under callgrind.
+#[derive(Debug, Clone)]
+pub struct Set {
+    /// A file name: `CASE-ours` or `CASE-baseline` with the case's spaces as `_`.
+    pub key: String,
+    pub tool: Tool,
+    /// The program (a path for ours, a name on PATH for the C tools).
+    pub prog: String,
+    /// Arguments of both ends beside the ones the tool's shape adds.
+    pub args: String,
+    /// `N`.
+    pub n: u64,
+    /// Whether the measured side is the server (else the client).
+    pub server: bool,
+}
+
+impl Set {
+    /// The server's and the client's command lines, with `$N`, `$PORT` and the devices and
+    /// addresses left to the script; `polling` for our transport program's measured side.
+    fn commands(&self, polling: &str) -> (String, String) {
+        let (p, a) = (&self.prog, &self.args);
+        match self.tool {
+            Tool::Perftest => (
+                format!("{p} -d $PD -x $PG -p $PORT {a} -n $N"),
+                format!("{p} -d $D -x $G -p $PORT {a} -n $N $PA"),
+            ),
+            Tool::Pingpong => (
+                format!("{p} -d $PD -g $PG -p $PORT {a} -n $N"),
+                format!("{p} -d $D -g $G -p $PORT {a} -n $N $PA"),
+            ),
+            Tool::Rstream => (
+                format!("{p} -b $PA -p $PORT {a} -C $N"),
+                format!("{p} -s $PA -b $A -p $PORT {a} -C $N"),
+            ),
+            Tool::Transport {
+                server_role,
+                client_role,
+                size,
+            } => {
+                // The native peer polls busily, as perftest's does.
+                let (sp, cp) = if self.server {
+                    (polling, "busy")
+                } else {
+                    ("busy", polling)
+                };
+                (
+                    format!("{p} {server_role} {size} $N $PA $A $PORT {sp}"),
+                    format!("{p} {client_role} {size} $N $A $PA $PORT {cp}"),
+                )
+            }
+        }
+    }
+
+    fn is_ours_transport(&self) -> bool {
+        matches!(self.tool, Tool::Transport { .. })
+    }
+}
+
+/// One row of the report: our set against the sum of baseline sets (usually one).
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// `TOOL SIZE B SIDE`.
+    pub case: String,
+    pub ours: String,
+    pub baseline: Vec<String>,
+    pub baseline_name: String,
+    pub goal: f64,
+    /// Whether our side also runs under strace (busy and adaptive polling).
+    pub syscalls: bool,
+}
+
+/// The polling modes whose system calls are counted.
+pub const SYSCALL_POLLING: [&str; 2] = ["busy", "adaptive"];
+
+/// `N` of a set's strace runs: a quarter of its callgrind runs' (strace stops the program at
+/// every system call, and busy polling makes some).
+pub fn strace_n(n: u64) -> u64 {
+    (n / 4).max(4)
+}
+
+fn key(case: &str, who: &str) -> String {
+    format!("{}-{who}", case.replace(' ', "_"))
+}
+
+/// Every set to run and every row of the report. `bins`: our release binaries (apps);
+/// `cost`: the transport's cost program.
+pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
+    let mut sets: Vec<Set> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
+    let bin = |name: &str| bins.join(name).to_string_lossy().into_owned();
+    let cost = cost.to_string_lossy().into_owned();
+    let mut pair = |sets: &mut Vec<Set>,
+                    case: String,
+                    tool: Tool,
+                    (ours, theirs): (String, String),
+                    args: &str,
+                    n: u64,
+                    server: bool,
+                    goal: f64| {
+        for (who, prog) in [("ours", ours), ("baseline", theirs.clone())] {
+            sets.push(Set {
+                key: key(&case, who),
+                tool,
+                prog,
+                args: args.into(),
+                n,
+                server,
+            });
+        }
+        rows.push(Row {
+            ours: key(&case, "ours"),
+            baseline: vec![key(&case, "baseline")],
+            baseline_name: theirs,
+            case,
+            goal,
+            syscalls: false,
+        });
+    };
+    for test in ["send_bw", "write_bw", "read_bw"] {
+        for size in [64u64, 4096] {
+            let other = if test == "send_bw" {
+                "receiver"
+            } else {
+                "target"
+            };
+            for (side, server) in [("sender", false), (other, true)] {
+                pair(
+                    &mut sets,
+                    format!("{test} {size} B {side}"),
+                    Tool::Perftest,
+                    (bin(&test.replace('_', "-")), format!("ib_{test}")),
+                    &format!("-F -N -s {size}"),
+                    if size == 64 { 2000 } else { 1000 },
+                    server,
+                    1.0,
+                );
+            }
+        }
+    }
+    for (side, server) in [("client", false), ("server", true)] {
+        pair(
+            &mut sets,
+            format!("send_lat 64 B {side}"),
+            Tool::Perftest,
+            (bin("send-lat"), "ib_send_lat".into()),
+            "-F -s 64 -e",
+            1000,
+            server,
+            1.0,
+        );
+    }
+    for (side, server) in [("client", false), ("server", true)] {
+        pair(
+            &mut sets,
+            format!("rc_pingpong 64 B {side}"),
+            Tool::Pingpong,
+            (bin("rc-pingpong"), "ibv_rc_pingpong".into()),
+            "-s 64 -e",
+            1000,
+            server,
+            1.0,
+        );
+    }
+
+    // The transport's cases, against perftest's sets above or their own.
+    let ours = |sets: &mut Vec<Set>, case: &str, tool: Tool, n: u64, server: bool| {
+        sets.push(Set {
+            key: key(case, "ours"),
+            tool,
+            prog: cost.clone(),
+            args: String::new(),
+            n,
+            server,
+        });
+    };
+    let row = |case: &str, baseline: &[&str], baseline_name: &str, goal: f64| Row {
+        case: case.into(),
+        ours: key(case, "ours"),
+        baseline: baseline.iter().map(|c| key(c, "baseline")).collect(),
+        baseline_name: baseline_name.into(),
+        goal,
+        syscalls: true,
+    };
+    let messages = |size| Tool::Transport {
+        server_role: "recv",
+        client_role: "send",
+        size,
+    };
+    for size in [64u64, 4096] {
+        let n = if size == 64 { 2000 } else { 1000 };
+        let goal = if size == 64 { 1.0 } else { 1.25 };
+        for (side, perftest_side, server) in
+            [("sender", "sender", false), ("receiver", "receiver", true)]
+        {
+            let case = format!("transport {size} B {side}");
+            ours(&mut sets, &case, messages(size), n, server);
+            rows.push(row(
+                &case,
+                &[&format!("send_bw {size} B {perftest_side}")],
+                "ib_send_bw",
+                goal,
+            ));
+        }
+    }
+    // 1 MiB messages go by rendezvous: the receiver READs them. perftest's READ initiator is
+    // the baseline of both sides (its target does no work per message); with -e it sleeps
+    // on the completion channel rather than spinning through each 1 MiB transfer.
+    let big = 1u64 << 20;
+    let read_case = format!("read_bw {big} B reader");
+    sets.push(Set {
+        key: key(&read_case, "baseline"),
+        tool: Tool::Perftest,
+        prog: "ib_read_bw".into(),
+        args: format!("-F -N -s {big} -t 16 -e"),
+        n: 16,
+        server: false,
+    });
+    for (side, server) in [("sender", false), ("receiver", true)] {
+        let case = format!("transport {big} B {side}");
+        ours(&mut sets, &case, messages(big), 16, server);
+        rows.push(row(&case, &[&read_case], "ib_read_bw -e (reader)", 1.25));
+    }
+    // A call is a send and a receive on each side: ib_send_bw's sender plus its receiver.
+    let rpc = Tool::Transport {
+        server_role: "serve",
+        client_role: "call",
+        size: 64,
+    };
+    for (side, server) in [("client", false), ("server", true)] {
+        let case = format!("rpc 64 B {side}");
+        ours(&mut sets, &case, rpc, 2000, server);
+        rows.push(row(
+            &case,
+            &["send_bw 64 B sender", "send_bw 64 B receiver"],
+            "ib_send_bw sender + receiver",
+            1.5,
+        ));
+    }
+    // The stream as rstream -C N: the client writes N transfers, the server reads them, then
+    // the server writes N back; each side's operation is a write and a read of SIZE bytes.
+    for size in [64u64, 4096] {
+        let n = if size == 64 { 2000 } else { 500 };
+        for (side, server) in [("client", false), ("server", true)] {
+            let case = format!("stream {size} B {side}");
+            ours(
+                &mut sets,
+                &case,
+                Tool::Transport {
+                    server_role: "stream-server",
+                    client_role: "stream-client",
+                    size,
+                },
+                n,
+                server,
+            );
+            sets.push(Set {
+                key: key(&case, "baseline"),
+                tool: Tool::Rstream,
+                prog: "rstream".into(),
+                args: format!("-S {size} -I 1"),
+                n,
+                server,
+            });
+            rows.push(row(&case, &[&case], "rstream", 1.0));
+        }
+    }
+    (sets, rows)
+}
+
+/// Copies our measured programs (the apps in `release`, the `cost` program) into `dir` without
+/// their debug info, which valgrind would read at every start (the symbols stay: callgrind
+/// names functions and matches `--toggle-collect` by them). Returns `dir`.
+pub fn stripped_copies(release: &Path, cost: &Path, dir: &Path) -> Result<std::path::PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let apps = ["send-bw", "write-bw", "read-bw", "send-lat", "rc-pingpong"];
+    let sources = apps.iter().map(|a| (release.join(a), dir.join(a)));
+    for (from, to) in sources.chain([(cost.to_path_buf(), dir.join("cost"))]) {
+        let mut cmd = Command::new("objcopy");
+        cmd.arg("--strip-debug").arg(&from).arg(&to);
+        util::status(cmd, &format!("objcopy --strip-debug {}", from.display()))?;
+    }
+    Ok(dir.to_path_buf())
+}
+
+/// The rows whose case contains one of the comma-separated words of `filter` (all without
+/// one; `XTASK_COST_CASES` in the environment), and the sets they need.
+pub fn only((sets, rows): (Vec<Set>, Vec<Row>), filter: Option<&str>) -> (Vec<Set>, Vec<Row>) {
+    let Some(words) = filter.filter(|f| !f.trim().is_empty()) else {
+        return (sets, rows);
+    };
+    let rows: Vec<Row> = rows
+        .into_iter()
+        .filter(|r| words.split(',').any(|w| r.case.contains(w.trim())))
+        .collect();
+    let sets = sets
+        .into_iter()
+        .filter(|s| {
+            rows.iter()
+                .any(|r| r.ours == s.key || r.baseline.contains(&s.key))
+        })
+        .collect();
+    (sets, rows)
+}
+
+/// The shell script run in the guest: every set `STEPS` times under callgrind, then our
+/// transport sets under strace. Each run ends with `@@cost KEY STEP N RC PEER_RC`; its files
+/// go to `raw` (`KEY.STEP.cg`, `KEY.busy.STEP.st`, ...).
+pub fn script(sets: &[Set], rows: &[Row], raw: &Path) -> String {
+    // Small messages first, then the rest; within a size, the tools in this order.
+    let rank = |case: &str| {
+        let size: u64 = case
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(u64::MAX);
+        let tools = [
+            "send_bw",
+            "transport",
+            "rpc",
+            "stream",
+            "rc_pingpong",
+            "send_lat",
+            "write_bw",
+            "read_bw",
+        ];
+        let tool = tools
+            .iter()
+            .position(|t| case.starts_with(t))
+            .unwrap_or(tools.len());
+        (size, tool)
+    };
+    let mut ordered: Vec<&Row> = rows.iter().collect();
+    ordered.sort_by_key(|r| rank(&r.case));
+    let mut emitted: Vec<&str> = Vec::new();
+    let mut s = format!(
+        r#"RAW={raw}
+mkdir -p $RAW
+D=$RDMA_TEST_DEVICE; G=$RDMA_TEST_GID_INDEX; A=$RDMA_TEST_ADDR
+PD=${{RDMA_TEST_PEER_DEVICE:-$D}}; PG=${{RDMA_TEST_PEER_GID_INDEX:-$G}}; PA=${{RDMA_TEST_PEER_ADDR:-$A}}
+PORT=19600
+CG="valgrind --tool=callgrind"
+# Ours in the transport's cases: only its work loop and reactor thread.
+CGT="$CG --collect-atstart=no --toggle-collect=cost::measured_work --toggle-collect=cost::measured_reactor"
+listening() {{ # a TCP listener (perftest, pingpong) or an rdma_cm one (rsocket, ours) on port $1
+  hex=$(printf '%04X' $1)
+  grep -q ":$hex 00000000:0000 0A" /proc/net/tcp 2>/dev/null && return 0
+  rdma res show cm_id 2>/dev/null | grep LISTEN | grep -q ":$1 "
+}}
+ended() {{ # waits up to $2 s for pid $1, then ends it; its status
+  i=0
+  while kill -0 $1 2>/dev/null; do
+    i=$((i+1)); [ $i -gt $(($2*10)) ] && {{ kill $1; break; }}; sleep 0.1
+  done
+  wait $1
+}}
+# run KEY STEP N server|client WRAP OUT SERVER_CMD CLIENT_CMD: the measured end under WRAP
+run() {{
+  key=$1; step=$2; N=$3; side=$4; wrap=$5; out=$6; srv=$7; cli=$8
+  PORT=$((PORT+1)); log=$RAW/$key.$step.log
+  if [ $side = server ]; then
+    eval "timeout 900 $wrap $out $srv >$log 2>&1 &"; m=$!
+    i=0; while ! listening $PORT && kill -0 $m 2>/dev/null; do
+      i=$((i+1)); [ $i -gt 1800 ] && break; sleep 0.1; done
+    eval "timeout 900 $cli >$log.peer 2>&1"; prc=$?
+    ended $m 300; rc=$?
+  else
+    eval "timeout 900 $srv >$log.peer 2>&1 &"; p=$!
+    i=0; while ! listening $PORT && kill -0 $p 2>/dev/null; do
+      i=$((i+1)); [ $i -gt 1800 ] && break; sleep 0.1; done
+    eval "timeout 900 $wrap $out $cli >$log 2>&1"; rc=$?
+    ended $p 60; prc=$?
+  fi
+  echo "@@cost $key $step $N $rc $prc"
+}}
+"#,
+        raw = util::shell_quote(&raw.to_string_lossy())
+    );
+    for row in ordered {
+        let keys = std::iter::once(&row.ours).chain(&row.baseline);
+        for set in keys.filter_map(|k| sets.iter().find(|s| &s.key == k)) {
+            if emitted.contains(&set.key.as_str()) {
+                continue;
+            }
+            emitted.push(&set.key);
+            s.push_str(&callgrind_runs(set));
+        }
+        if row.syscalls {
+            if let Some(set) = sets.iter().find(|s| s.key == row.ours) {
+                s.push_str(&strace_runs(set));
+            }
+        }
+    }
+    s
+}
+
+/// The `STEPS` callgrind runs of `set`.
+fn callgrind_runs(set: &Set) -> String {
+    let (srv, cli) = set.commands("reactor");
+    let wrap = if set.is_ours_transport() {
+        "$CGT"
+    } else {
+        "$CG"
+    };
+    (1..=STEPS)
+        .map(|step| {
+            format!(
+                "run {key} {step} {n} {side} \"{wrap}\" --callgrind-out-file=$RAW/{key}.{step}.cg {srv} {cli}\n",
+                key = set.key,
+                n = set.n * step,
+                side = if set.server { "server" } else { "client" },
+                srv = util::shell_quote(&srv),
+                cli = util::shell_quote(&cli),
+            )
+        })
+        .collect()
+}
+
+/// The strace runs of our `set`: `N` and `2N` under each of [`SYSCALL_POLLING`].
+fn strace_runs(set: &Set) -> String {
+    let mut s = String::new();
+    for polling in SYSCALL_POLLING {
+        let (srv, cli) = set.commands(polling);
+        for step in 1..=2 {
+            s.push_str(&format!(
+                "run {key}.{polling} {step} {n} {side} \"strace -f -qq -x -s 32\" \"-o $RAW/{key}.{polling}.{step}.st\" {srv} {cli}\n",
+                key = set.key,
+                n = strace_n(set.n) * step,
+                side = if set.server { "server" } else { "client" },
+                srv = util::shell_quote(&srv),
+                cli = util::shell_quote(&cli),
+            ));
+        }
+    }
+    s
+}
+
+/// The instructions a callgrind output file counted (its `totals:` line, else `summary:`).
+pub fn callgrind_total(text: &str) -> Option<u64> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    };
+    field("totals:").or_else(|| field("summary:"))
+}
+
+/// The differences of `totals` (the counts at `N`, `2N`, `3N`, ...) per operation.
+pub fn per_op(totals: &[u64], n: u64) -> Vec<f64> {
+    totals
+        .windows(2)
+        .map(|w| (w[1] as f64 - w[0] as f64) / n as f64)
+        .collect()
+}
+
+/// How far apart `runs` are, as a fraction of their median (0 for fewer than two).
+pub fn spread(runs: &[f64]) -> f64 {
+    if runs.len() < 2 {
+        return 0.0;
+    }
+    let max = runs.iter().copied().fold(f64::MIN, f64::max);
+    let min = runs.iter().copied().fold(f64::MAX, f64::min);
+    let med = compare::median(runs.to_vec()).abs();
+    if med == 0.0 {
+        if max == min {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (max - min) / med
+    }
+}
+
+/// Exclusive instructions by function from `callgrind_annotate` output: (function, count),
+/// the `file:` prefix dropped and the counts of one function summed over its files.
+pub fn annotate_functions(text: &str) -> BTreeMap<String, u64> {
+    let mut m = BTreeMap::new();
+    let mut in_table = false;
+    for l in text.lines() {
+        if l.trim_start().starts_with("Ir") && l.contains("file:function") {
+            in_table = true;
+            continue;
+        }
+        if !in_table || l.starts_with("---") {
+            continue;
+        }
+        let t = l.trim_start();
+        let Some((num, rest)) = t.split_once(' ') else {
+            continue;
+        };
+        let Ok(count) = num.replace(',', "").parse::<u64>() else {
+            continue;
+        };
+        let rest = rest.trim_start();
+        // `(12.34%)` after the count, then `file:function [object]`.
+        let rest = match rest.strip_prefix('(') {
+            Some(r) => r.split_once(')').map_or(r, |(_, after)| after).trim_start(),
+            None => rest,
+        };
+        let name = rest.split_once(':').map_or(rest, |(_, f)| f);
+        *m.entry(name.trim().to_string()).or_insert(0) += count;
+    }
+    m
+}
+
+/// Per function, (count at 2N - count at N) / N, largest first.
+pub fn per_op_functions(
+    at_n: &BTreeMap<String, u64>,
+    at_2n: &BTreeMap<String, u64>,
+    n: u64,
+) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = at_2n
+        .iter()
+        .map(|(f, &c)| {
+            let before = at_n.get(f).copied().unwrap_or(0);
+            (f.clone(), (c as f64 - before as f64) / n as f64)
+        })
+        .chain(
+            at_n.iter()
+                .filter(|(f, _)| !at_2n.contains_key(*f))
+                .map(|(f, &c)| (f.clone(), -(c as f64) / n as f64)),
+        )
+        .filter(|(_, d)| d.abs() >= 0.05)
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v
+}
+
+/// System calls in an strace log (`-f -x`): by name, a `write` of a uverbs command named
+/// `write(uverbs N)`, the provider's doorbell (uverbs command 28, post send) as `doorbell`.
+pub fn strace_counts(text: &str) -> BTreeMap<String, u64> {
+    let mut uverbs_fds: Vec<String> = Vec::new();
+    let mut m = BTreeMap::new();
+    for l in text.lines() {
+        // `PID  name(args) = ret`, or a call split by another thread's: `... <unfinished ...>`
+        // (counted) and `<... name resumed> ...` (not).
+        let call = l.trim_start();
+        let call = call
+            .split_once(char::is_whitespace)
+            .map(|(pid, rest)| {
+                if pid.chars().all(|c| c.is_ascii_digit()) {
+                    rest.trim_start()
+                } else {
+                    call
+                }
+            })
+            .unwrap_or(call);
+        if call.starts_with('<') || call.starts_with("---") || call.starts_with("+++") {
+            continue;
+        }
+        let Some((name, args)) = call.split_once('(') else {
+            continue;
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        if (name == "openat" || name == "open") && args.contains("/dev/infiniband/uverbs") {
+            if let Some(fd) = l.rsplit_once("= ").map(|(_, r)| r.trim().to_string()) {
+                uverbs_fds.push(fd);
+            }
+        }
+        let mut label = name.to_string();
+        if name == "write" {
+            let fd = args.split(',').next().unwrap_or("").trim();
+            let buf = args.split_once("\"").map_or("", |(_, b)| b);
+            if uverbs_fds.iter().any(|f| f == fd) || buf.starts_with("\\x1c\\x00\\x00\\x00") {
+                let cmd = buf
+                    .get(2..4)
+                    .and_then(|h| u32::from_str_radix(h, 16).ok())
+                    .unwrap_or(u32::MAX);
+                label = if cmd == 28 {
+                    "doorbell".into()
+                } else {
+                    format!("write(uverbs {cmd})")
+                };
+            }
+        }
+        *m.entry(label).or_insert(0) += 1;
+    }
+    m
+}
+
+/// System calls per operation from the counts at `N` and `2N`: the doorbells, the others,
+/// and the others by name.
+pub fn syscalls_per_op(
+    at_n: &BTreeMap<String, u64>,
+    at_2n: &BTreeMap<String, u64>,
+    n: u64,
+) -> Value {
+    let mut by = Map::new();
+    let (mut doorbells, mut other) = (0.0, 0.0);
+    let names: std::collections::BTreeSet<&String> = at_n.keys().chain(at_2n.keys()).collect();
+    for name in names {
+        let d = (at_2n.get(name).copied().unwrap_or(0) as f64
+            - at_n.get(name).copied().unwrap_or(0) as f64)
+            / n as f64;
+        if name == "doorbell" {
+            doorbells = d;
+        } else {
+            other += d;
+            if d.abs() >= 0.005 {
+                by.insert(name.clone(), json!(round3(d)));
+            }
+        }
+    }
+    json!({"doorbells_per_op": round3(doorbells), "other_per_op": round3(other), "other_by_call": by})
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// One row's measurements.
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    pub ours_runs: Vec<f64>,
+    pub baseline_runs: Vec<f64>,
+    /// By polling mode, the system calls per operation (see [`syscalls_per_op`]).
+    pub syscalls: Map<String, Value>,
+}
+
+impl Measured {
+    /// Why the runs of this row are flagged, if they are.
+    pub fn flags(&self) -> Vec<String> {
+        let mut f = Vec::new();
+        let (o, b) = (spread(&self.ours_runs), spread(&self.baseline_runs));
+        if o > OURS_SPREAD {
+            f.push(format!("ours' runs differ by {:.1}%", o * 100.0));
+        }
+        if b > BASELINE_SPREAD {
+            f.push(format!("the baseline's runs differ by {:.1}%", b * 100.0));
+        }
+        f
+    }
+}
+
+/// The runs of a set from its callgrind files in `raw` (none if a step is missing).
+pub fn set_runs(raw: &Path, set: &Set) -> Vec<f64> {
+    let totals: Option<Vec<u64>> = (1..=STEPS)
+        .map(|step| {
+            let text = std::fs::read_to_string(raw.join(format!("{}.{step}.cg", set.key))).ok()?;
+            callgrind_total(&text)
+        })
+        .collect();
+    totals.map_or_else(Vec::new, |t| per_op(&t, set.n))
+}
+
+/// Every row's runs and system calls, from the files in `raw`.
+pub fn measure(raw: &Path, sets: &[Set], rows: &[Row]) -> Vec<Measured> {
+    let runs: BTreeMap<&str, Vec<f64>> = sets
+        .iter()
+        .map(|s| (s.key.as_str(), set_runs(raw, s)))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            let ours_runs = runs.get(r.ours.as_str()).cloned().unwrap_or_default();
+            // The sum of the baseline sets, run by run (as many runs as all of them have).
+            let parts: Vec<&Vec<f64>> = r
+                .baseline
+                .iter()
+                .filter_map(|k| runs.get(k.as_str()))
+                .collect();
+            let len = if parts.len() == r.baseline.len() {
+                parts.iter().map(|p| p.len()).min().unwrap_or(0)
+            } else {
+                0
+            };
+            let baseline_runs = (0..len).map(|i| parts.iter().map(|p| p[i]).sum()).collect();
+            let mut syscalls = Map::new();
+            if r.syscalls {
+                let n = sets
+                    .iter()
+                    .find(|s| s.key == r.ours)
+                    .map_or(1, |s| strace_n(s.n));
+                for polling in SYSCALL_POLLING {
+                    let counts = |step: u64| {
+                        std::fs::read_to_string(raw.join(format!("{}.{polling}.{step}.st", r.ours)))
+                            .ok()
+                            .map(|t| strace_counts(&t))
+                    };
+                    if let (Some(a), Some(b)) = (counts(1), counts(2)) {
+                        syscalls.insert(polling.into(), syscalls_per_op(&a, &b, n));
+                    }
+                }
+            }
+            Measured {
+                ours_runs,
+                baseline_runs,
+                syscalls,
+            }
+        })
+        .collect()
+}
+
+/// The comparison report: instructions per operation, medians of each side's runs.
+pub fn report(device: &str, sets: &[Set], rows: &[Row], measured: &[Measured]) -> Report {
+    let comparisons = rows
+        .iter()
+        .zip(measured)
+        .map(|(r, m)| {
+            let n = sets.iter().find(|s| s.key == r.ours).map_or(0, |s| s.n);
+            let mut extra = Map::new();
+            extra.insert("ours_runs".into(), json!(m.ours_runs));
+            extra.insert("baseline_runs".into(), json!(m.baseline_runs));
+            extra.insert("iterations".into(), json!(n));
+            extra.insert("flags".into(), json!(m.flags()));
+            if !m.syscalls.is_empty() {
+                extra.insert("syscalls".into(), Value::Object(m.syscalls.clone()));
+            }
+            Comparison {
+                case: r.case.clone(),
+                metric: "instructions per op".into(),
+                unit: "instructions".into(),
+                ours: compare::median(m.ours_runs.clone()),
+                baseline: compare::median(m.baseline_runs.clone()),
+                baseline_name: r.baseline_name.clone(),
+                better: Better::Lower,
+                goal: r.goal,
+                extra,
+            }
+        })
+        .collect();
+    let mut extra = Map::new();
+    extra.insert(
+        "method".into(),
+        json!(format!(
+            "callgrind in the guest, the peer native; runs (Ir(kN) - Ir((k-1)N)) / N for k = 2..{STEPS}; \
+             flagged when ours' runs differ by more than {}% or the baseline's by more than {}%",
+            OURS_SPREAD * 100.0,
+            BASELINE_SPREAD * 100.0
+        )),
+    );
+    extra.insert(
+        "transport_polling".into(),
+        json!(
+            "instructions: Polling::Reactor (no spin) driven by the program's own reactor thread, \
+               counting its work loop and reactor thread only (the progress thread runs timers); \
+               system calls: busy and adaptive polling under strace, N and 2N"
+        ),
+    );
+    Report {
+        bench: "cost".into(),
+        device: device.into(),
+        comparisons,
+        extra,
+    }
+}
+
+/// The table with every run, and the flagged rows.
+pub fn table(report: &Report) -> String {
+    let mut s = format!(
+        "{:<28} {:>10} {:>10} {:>7} {:>6}  {:<24} {}\n",
+        "case", "ours", "baseline", "ratio", "goal", "ours runs", "baseline runs"
+    );
+    let runs = |v: &Value| {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|x| format!("{:.1}", x.as_f64().unwrap_or(f64::NAN)))
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            })
+            .unwrap_or_default()
+    };
+    for c in &report.comparisons {
+        s.push_str(&format!(
+            "{:<28} {:>10.1} {:>10.1} {:>6.2}x {:>5.2}x  {:<24} {}{}\n",
+            c.case,
+            c.ours,
+            c.baseline,
+            c.ratio(),
+            c.goal,
+            runs(&c.extra["ours_runs"]),
+            runs(&c.extra["baseline_runs"]),
+            if c.met() { "" } else { "  (missed)" }
+        ));
+    }
+    let flagged: Vec<String> = report
+        .comparisons
+        .iter()
+        .filter_map(|c| {
+            let f = c.extra["flags"].as_array()?;
+            (!f.is_empty()).then(|| {
+                let why: Vec<&str> = f.iter().filter_map(Value::as_str).collect();
+                format!("  {}: {}\n", c.case, why.join("; "))
+            })
+        })
+        .collect();
+    if !flagged.is_empty() {
+        s.push_str("flagged:\n");
+        s.extend(flagged);
+    }
+    let sys: Vec<String> = report
+        .comparisons
+        .iter()
+        .filter_map(|c| {
+            let m = c.extra.get("syscalls")?.as_object()?;
+            let modes: Vec<String> = m
+                .iter()
+                .map(|(mode, v)| {
+                    format!(
+                        "{mode}: {} doorbells, {} others {}",
+                        v["doorbells_per_op"], v["other_per_op"], v["other_by_call"]
+                    )
+                })
+                .collect();
+            Some(format!("  {}: {}\n", c.case, modes.join("; ")))
+        })
+        .collect();
+    if !sys.is_empty() {
+        s.push_str("system calls per op (ours, under strace):\n");
+        s.extend(sys);
+    }
+    s
+}
+
+/// Writes `dir/CASE.txt` for every row: our instructions per operation by function, from
+/// callgrind_annotate of the `N` and `2N` runs.
+pub fn write_functions(raw: &Path, dir: &Path, sets: &[Set], rows: &[Row]) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for r in rows {
+        let Some(set) = sets.iter().find(|s| s.key == r.ours) else {
+            continue;
+        };
+        let annotate = |step: u64| -> Option<String> {
+            let file = raw.join(format!("{}.{step}.cg", set.key));
+            if !file.exists() {
+                return None;
+            }
+            let mut cmd = Command::new("callgrind_annotate");
+            cmd.arg("--threshold=100").arg(&file);
+            util::output(cmd, "callgrind_annotate").ok()
+        };
+        let (Some(a), Some(b)) = (annotate(1), annotate(2)) else {
+            continue;
+        };
+        let funcs = per_op_functions(&annotate_functions(&a), &annotate_functions(&b), set.n);
+        let total: f64 = funcs.iter().map(|(_, d)| d).sum();
+        let mut text = format!(
+            "{}: our instructions per operation by function (exclusive), from callgrind_annotate\n\
+             of the runs at N = {} and 2N, subtracted and divided by N. Total {total:.1}.\n\n",
+            r.case, set.n
+        );
+        for (f, d) in funcs.iter().take(40) {
+            text.push_str(&format!("{d:>10.1}  {f}\n"));
+        }
+        std::fs::write(dir.join(format!("{}.txt", r.case.replace(' ', "_"))), text)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_differences_per_operation_and_spread_flags_them() {
+        assert_eq!(per_op(&[5_000, 7_000, 9_010], 1000), vec![2.0, 2.01]);
+        assert!((spread(&[2.0, 2.01]) - 0.01 / 2.005).abs() < 1e-12);
+        let m = Measured {
+            ours_runs: vec![100.0, 100.5],
+            baseline_runs: vec![100.0, 106.0],
+            syscalls: Map::new(),
+        };
+        let f = m.flags();
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].contains("baseline"));
+        let m = Measured {
+            ours_runs: vec![100.0, 102.0],
+            baseline_runs: vec![100.0, 104.0],
+            syscalls: Map::new(),
+        };
+        assert!(m.flags()[0].starts_with("ours"));
+        assert_eq!(spread(&[0.0, 0.0]), 0.0);
+    }
+
+    #[test]
+    fn callgrind_totals_are_read_from_its_output_file() {
+        let text = "version: 1\ncreator: callgrind-3.19.0\npid: 179\ncmd:  ib_send_bw -n 1000\n\
+                    part: 1\n\nevents: Ir\n\nfn=(1) main\n3 10\n\nsummary: 5026497\n\n\ntotals: 5026497\n";
+        assert_eq!(callgrind_total(text), Some(5_026_497));
+        assert_eq!(callgrind_total("summary: 12\n"), Some(12));
+        assert_eq!(callgrind_total("events: Ir\n"), None);
+    }
+
+    #[test]
+    fn annotate_output_gives_functions_and_their_cost_per_operation() {
+        let at = |main: &str, memcpy: &str, gone: &str| {
+            format!(
+                "--------------------------------------------------------------------------------\n\
+                 Profile data file 'x.cg' (creator: callgrind-3.19.0)\n\
+                 --------------------------------------------------------------------------------\n\
+                 Events recorded:  Ir\n\n\
+                 --------------------------------------------------------------------------------\n\
+                 Ir              \n\
+                 --------------------------------------------------------------------------------\n\
+                 10,012 (100.0%)  PROGRAM TOTALS\n\n\
+                 --------------------------------------------------------------------------------\n\
+                 Ir              file:function\n\
+                 --------------------------------------------------------------------------------\n\
+                 {main} (39.96%)  /rustc/abc/library/core/src/cmp.rs:cost::measured_work\n\
+                 {main} (20.02%)  /rustc/abc/library/core/src/iter/range.rs:cost::measured_work\n\
+                 {memcpy} ( 0.05%)  ???:__memcpy_avx_unaligned_erms [/usr/lib/x86_64-linux-gnu/libc.so.6]\n\
+                 {gone} ( 0.01%)  ???:setup [/x/cost]\n\
+                 \x20   .           ???:(below main) [/x/cost]\n"
+            )
+        };
+        let a = annotate_functions(&at("4,000", "5", "7"));
+        assert_eq!(a["cost::measured_work"], 8_000);
+        assert_eq!(
+            a["__memcpy_avx_unaligned_erms [/usr/lib/x86_64-linux-gnu/libc.so.6]"],
+            5
+        );
+        assert!(!a.keys().any(|k| k.contains("PROGRAM TOTALS")));
+        let b = annotate_functions(&at("6,000", "1,005", "7"));
+        let per = per_op_functions(&a, &b, 1000);
+        assert_eq!(per[0], ("cost::measured_work".to_string(), 4.0));
+        assert_eq!(per[1].1, 1.0);
+        assert_eq!(per.len(), 2, "unchanged functions are left out: {per:?}");
+    }
+
+    #[test]
+    fn strace_lines_count_the_doorbell_apart() {
+        let log = r#"201   openat(AT_FDCWD, "/dev/infiniband/uverbs1", O_RDWR|O_CLOEXEC) = 3
+201   write(3, "\x1c\x00\x00\x00\x08\x00\x01\x00", 32) = 32
+202   write(3, "\x17\x00\x00\x00\x04\x00\x00\x00", 16 <unfinished ...>
+201   futex(0x7f00, FUTEX_WAKE_PRIVATE, 1) = 1
+202   <... write resumed>) = 16
+201   write(1, "done\n", 5) = 5
+202   +++ exited with 0 +++
+"#;
+        let c = strace_counts(log);
+        assert_eq!(c["doorbell"], 1);
+        assert_eq!(c["write(uverbs 23)"], 1);
+        assert_eq!(c["write"], 1);
+        assert_eq!(c["futex"], 1);
+        assert_eq!(c["openat"], 1);
+        let at_n = BTreeMap::from([("doorbell".to_string(), 100), ("futex".to_string(), 10)]);
+        let at_2n = BTreeMap::from([("doorbell".to_string(), 200), ("futex".to_string(), 30)]);
+        let v = syscalls_per_op(&at_n, &at_2n, 100);
+        assert_eq!(v["doorbells_per_op"], 1.0);
+        assert_eq!(v["other_per_op"], 0.2);
+        assert_eq!(v["other_by_call"]["futex"], 0.2);
+    }
+
+    #[test]
+    fn every_row_has_its_sets_and_the_script_runs_each_step() {
+        let (sets, rows) = cases(Path::new("/b"), Path::new("/c/cost"));
+        assert!(rows.iter().any(|r| r.case == "send_bw 64 B sender"));
+        assert!(rows
+            .iter()
+            .any(|r| r.case == "rpc 64 B server" && r.baseline.len() == 2));
+        for r in &rows {
+            assert!(sets.iter().any(|s| s.key == r.ours), "{}", r.case);
+            for b in &r.baseline {
+                assert!(sets.iter().any(|s| &s.key == b), "{}: {b}", r.case);
+            }
+        }
+        let keys: std::collections::BTreeSet<&str> = sets.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys.len(), sets.len(), "keys are unique");
+        let s = script(&sets, &rows, Path::new("/raw"));
+        assert!(s.contains(
+            "run send_bw_64_B_sender-ours 3 6000 client \"$CG\" --callgrind-out-file=$RAW/send_bw_64_B_sender-ours.3.cg"
+        ));
+        assert!(s.contains("'/c/cost recv 64 $N $PA $A $PORT reactor'"));
+        assert!(s.contains("'/c/cost send 64 $N $A $PA $PORT busy'"));
+        assert!(s.contains("run transport_64_B_sender-ours.adaptive 2 1000 client"));
+    }
+}
