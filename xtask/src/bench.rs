@@ -269,27 +269,30 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             println!("{line}");
         }
     };
-    let (ok, device) = match acquire()? {
-        _ if cost_from_raw && chosen.len() == 1 => (true, "(the cost bench's last run)".into()),
-        Target::Host(dev, origin) => {
-            let mut cmd = Command::new("sh");
-            cmd.arg("-c")
-                .arg(&script)
-                .current_dir(util::workspace_root())
-                .env("RDMA_TEST_DEVICE", &dev.name)
-                .env("RDMA_TEST_GID_INDEX", dev.gid_index.to_string())
-                .env("RDMA_TEST_ADDR", dev.addr.to_string());
-            let ok = stream(cmd, &mut on_line)?;
-            (ok, format!("{} ({origin})", dev.name))
-        }
-        Target::Guest => {
-            let outcome = guest::run(&mut guest::Options {
-                two_hosts: true,
-                timeout: Duration::from_secs(if cost_chosen { 7200 } else { 3600 }),
-                script,
-                on_line: &mut on_line,
-            })?;
-            (outcome.status.success(), outcome.device())
+    let (ok, device) = if cost_from_raw && chosen.len() == 1 {
+        (true, "(the cost bench's last run)".to_string())
+    } else {
+        match acquire()? {
+            Target::Host(dev, origin) => {
+                let mut cmd = Command::new("sh");
+                cmd.arg("-c")
+                    .arg(&script)
+                    .current_dir(util::workspace_root())
+                    .env("RDMA_TEST_DEVICE", &dev.name)
+                    .env("RDMA_TEST_GID_INDEX", dev.gid_index.to_string())
+                    .env("RDMA_TEST_ADDR", dev.addr.to_string());
+                let ok = stream(cmd, &mut on_line)?;
+                (ok, format!("{} ({origin})", dev.name))
+            }
+            Target::Guest => {
+                let outcome = guest::run(&mut guest::Options {
+                    two_hosts: true,
+                    timeout: Duration::from_secs(if cost_chosen { 7200 } else { 3600 }),
+                    script,
+                    on_line: &mut on_line,
+                })?;
+                (outcome.status.success(), outcome.device())
+            }
         }
     };
     println!("device: {device}");

@@ -62,8 +62,11 @@ pub struct Set {
     /// A file name: `CASE-ours` or `CASE-baseline` with the case's spaces as `_`.
     pub key: String,
     pub tool: Tool,
-    /// The program (a path for ours, a name on PATH for the C tools).
+    /// The measured program (a path for ours, a name on PATH for the C tools).
     pub prog: String,
+    /// The program at the other end, run natively: the C tool in the rows of our perftest
+    /// tools and `rc-pingpong` (so only the measured side differs), else the same program.
+    pub peer: String,
     /// Arguments of both ends beside the ones the tool's shape adds.
     pub args: String,
     /// `N`.
@@ -76,19 +79,24 @@ impl Set {
     /// The server's and the client's command lines, with `$N`, `$PORT` and the devices and
     /// addresses left to the script; `polling` for our transport program's measured side.
     fn commands(&self, polling: &str) -> (String, String) {
-        let (p, a) = (&self.prog, &self.args);
+        let (s, c) = if self.server {
+            (&self.prog, &self.peer)
+        } else {
+            (&self.peer, &self.prog)
+        };
+        let a = &self.args;
         match self.tool {
             Tool::Perftest => (
-                format!("{p} -d $PD -x $PG -p $PORT {a} -n $N"),
-                format!("{p} -d $D -x $G -p $PORT {a} -n $N $PA"),
+                format!("{s} -d $PD -x $PG -p $PORT {a} -n $N"),
+                format!("{c} -d $D -x $G -p $PORT {a} -n $N $PA"),
             ),
             Tool::Pingpong => (
-                format!("{p} -d $PD -g $PG -p $PORT {a} -n $N"),
-                format!("{p} -d $D -g $G -p $PORT {a} -n $N $PA"),
+                format!("{s} -d $PD -g $PG -p $PORT {a} -n $N"),
+                format!("{c} -d $D -g $G -p $PORT {a} -n $N $PA"),
             ),
             Tool::Rstream => (
-                format!("{p} -b $PA -p $PORT {a} -C $N"),
-                format!("{p} -s $PA -b $A -p $PORT {a} -C $N"),
+                format!("{s} -b $PA -p $PORT {a} -C $N"),
+                format!("{c} -s $PA -b $A -p $PORT {a} -C $N"),
             ),
             Tool::Transport {
                 server_role,
@@ -102,8 +110,8 @@ impl Set {
                     ("busy", polling)
                 };
                 (
-                    format!("{p} {server_role} {size} $N $PA $A $PORT {sp}"),
-                    format!("{p} {client_role} {size} $N $A $PA $PORT {cp}"),
+                    format!("{s} {server_role} {size} $N $PA $A $PORT {sp}"),
+                    format!("{c} {client_role} {size} $N $A $PA $PORT {cp}"),
                 )
             }
         }
@@ -160,6 +168,7 @@ pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
                 key: key(&case, who),
                 tool,
                 prog,
+                peer: theirs.clone(),
                 args: args.into(),
                 n,
                 server,
@@ -226,6 +235,7 @@ pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
             key: key(case, "ours"),
             tool,
             prog: cost.clone(),
+            peer: cost.clone(),
             args: String::new(),
             n,
             server,
@@ -269,6 +279,7 @@ pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
         key: key(&read_case, "baseline"),
         tool: Tool::Perftest,
         prog: "ib_read_bw".into(),
+        peer: "ib_read_bw".into(),
         args: format!("-F -N -s {big} -t 16 -e"),
         n: 16,
         server: false,
@@ -315,6 +326,7 @@ pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
                 key: key(&case, "baseline"),
                 tool: Tool::Rstream,
                 prog: "rstream".into(),
+                peer: "rstream".into(),
                 args: format!("-S {size} -I 1"),
                 n,
                 server,
@@ -692,15 +704,16 @@ impl Measured {
     }
 }
 
-/// The runs of a set from its callgrind files in `raw` (none if a step is missing).
+/// The runs of a set from its callgrind files in `raw`: as many as its first steps that
+/// completed allow (a run cut short leaves fewer).
 pub fn set_runs(raw: &Path, set: &Set) -> Vec<f64> {
-    let totals: Option<Vec<u64>> = (1..=STEPS)
-        .map(|step| {
+    let totals: Vec<u64> = (1..=STEPS)
+        .map_while(|step| {
             let text = std::fs::read_to_string(raw.join(format!("{}.{step}.cg", set.key))).ok()?;
             callgrind_total(&text)
         })
         .collect();
-    totals.map_or_else(Vec::new, |t| per_op(&t, set.n))
+    per_op(&totals, set.n)
 }
 
 /// Every row's runs and system calls, from the files in `raw`.
@@ -830,7 +843,13 @@ pub fn table(report: &Report) -> String {
             c.goal,
             runs(&c.extra["ours_runs"]),
             runs(&c.extra["baseline_runs"]),
-            if c.met() { "" } else { "  (missed)" }
+            if c.ours.is_nan() || c.baseline.is_nan() {
+                "  (not measured)"
+            } else if c.met() {
+                ""
+            } else {
+                "  (missed)"
+            }
         ));
     }
     let flagged: Vec<String> = report
@@ -1021,6 +1040,9 @@ mod tests {
             "run send_bw_64_B_sender-ours 3 6000 client \"$CG\" --callgrind-out-file=$RAW/send_bw_64_B_sender-ours.3.cg"
         ));
         assert!(s.contains("'/c/cost recv 64 $N $PA $A $PORT reactor'"));
+        // Our perftest tool measured, perftest's at the other end.
+        assert!(s.contains("'ib_send_bw -d $PD -x $PG -p $PORT -F -N -s 64 -n $N'"));
+        assert!(s.contains("'/b/send-bw -d $D -x $G -p $PORT -F -N -s 64 -n $N $PA'"));
         assert!(s.contains("'/c/cost send 64 $N $A $PA $PORT busy'"));
         assert!(s.contains("run transport_64_B_sender-ours.adaptive 2 1000 client"));
     }
