@@ -440,6 +440,7 @@ run() {{
     eval "timeout 900 $wrap $out $cli >$log 2>&1"; rc=$?
     ended $p 60; prc=$?
   fi
+  echo "$rc $prc" > $RAW/$key.$step.rc
   echo "@@cost $key $step $N $rc $prc"
 }}
 "#,
@@ -704,12 +705,23 @@ impl Measured {
     }
 }
 
+/// Whether the run `stem` (`KEY.STEP`) in `raw` succeeded on both ends: its `.rc` file (the
+/// measured side's status and the peer's) says `0 0`, or there is none.
+fn succeeded(raw: &Path, stem: &str) -> bool {
+    std::fs::read_to_string(raw.join(format!("{stem}.rc")))
+        .map_or(true, |rc| rc.split_whitespace().all(|s| s == "0"))
+}
+
 /// The runs of a set from its callgrind files in `raw`: as many as its first steps that
-/// completed allow (a run cut short leaves fewer).
+/// succeeded allow (a failed step, or a run cut short, leaves fewer).
 pub fn set_runs(raw: &Path, set: &Set) -> Vec<f64> {
     let totals: Vec<u64> = (1..=STEPS)
         .map_while(|step| {
-            let text = std::fs::read_to_string(raw.join(format!("{}.{step}.cg", set.key))).ok()?;
+            let stem = format!("{}.{step}", set.key);
+            if !succeeded(raw, &stem) {
+                return None;
+            }
+            let text = std::fs::read_to_string(raw.join(format!("{stem}.cg"))).ok()?;
             callgrind_total(&text)
         })
         .collect();
@@ -745,7 +757,11 @@ pub fn measure(raw: &Path, sets: &[Set], rows: &[Row]) -> Vec<Measured> {
                     .map_or(1, |s| strace_n(s.n));
                 for polling in SYSCALL_POLLING {
                     let counts = |step: u64| {
-                        std::fs::read_to_string(raw.join(format!("{}.{polling}.{step}.st", r.ours)))
+                        let stem = format!("{}.{polling}.{step}", r.ours);
+                        if !succeeded(raw, &stem) {
+                            return None;
+                        }
+                        std::fs::read_to_string(raw.join(format!("{stem}.st")))
                             .ok()
                             .map(|t| strace_counts(&t))
                     };
@@ -1018,6 +1034,32 @@ mod tests {
         assert_eq!(v["doorbells_per_op"], 1.0);
         assert_eq!(v["other_per_op"], 0.2);
         assert_eq!(v["other_by_call"]["futex"], 0.2);
+    }
+
+    #[test]
+    fn a_failed_step_ends_a_sets_runs() {
+        let dir = std::env::temp_dir().join(format!("xtask-cost-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let set = Set {
+            key: "k".into(),
+            tool: Tool::Rstream,
+            prog: "rstream".into(),
+            peer: "rstream".into(),
+            args: String::new(),
+            n: 10,
+            server: false,
+        };
+        for (step, total) in [(1, 100), (2, 200), (3, 5)] {
+            std::fs::write(
+                dir.join(format!("k.{step}.cg")),
+                format!("totals: {total}\n"),
+            )
+            .unwrap();
+        }
+        std::fs::write(dir.join("k.1.rc"), "0 0\n").unwrap();
+        std::fs::write(dir.join("k.3.rc"), "1 0\n").unwrap();
+        assert_eq!(set_runs(&dir, &set), vec![10.0]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
