@@ -142,18 +142,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 json_env,
                 ..
             } => {
-                let mut cmd = util::cargo();
-                cmd.args(["bench", "-p", package, "--bench", target, "--no-run"]);
-                let what = format!("cargo bench -p {package} --bench {target} --no-run");
-                let exe = util::built_executables(cmd, &what, |msg| {
-                    msg["target"]["name"] == *target
-                        && msg["target"]["kind"]
-                            .as_array()
-                            .is_some_and(|k| k.iter().any(|k| k == "bench"))
-                })?
-                .into_iter()
-                .next()
-                .ok_or_else(|| Error::new(format!("`{what}` built no executable")))?;
+                let exe = built_bench(package, target)?;
                 script.push_str(&format!(
                     "(cd {dir} && {json_env}={json} exec {exe} --bench) || fail=1\n",
                     dir = util::shell_quote(&e_dir(&exe)),
@@ -195,18 +184,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 let mut cmd = util::cargo();
                 cmd.args(["build", "--release", "-p", "apps", "--bins"]);
                 util::status(cmd, "cargo build --release -p apps --bins")?;
-                let mut cmd = util::cargo();
-                cmd.args(["bench", "-p", "transport", "--bench", "cost", "--no-run"]);
-                let what = "cargo bench -p transport --bench cost --no-run";
-                let exe = util::built_executables(cmd, what, |msg| {
-                    msg["target"]["name"] == "cost"
-                        && msg["target"]["kind"]
-                            .as_array()
-                            .is_some_and(|k| k.iter().any(|k| k == "bench"))
-                })?
-                .into_iter()
-                .next()
-                .ok_or_else(|| Error::new(format!("`{what}` built no executable")))?;
+                let exe = built_bench("transport", "cost")?;
                 let _ = std::fs::remove_dir_all(&cost_raw);
                 std::fs::create_dir_all(&cost_raw)?;
                 let bins = cost_bench::stripped_copies(
@@ -405,6 +383,23 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     } else {
         Err(Error::new("a benchmark failed (see above)"))
     }
+}
+
+/// Builds bench target `target` of `package` (`cargo bench --no-run`) and returns its
+/// executable.
+fn built_bench(package: &str, target: &str) -> Result<util::Executable> {
+    let mut cmd = util::cargo();
+    cmd.args(["bench", "-p", package, "--bench", target, "--no-run"]);
+    let what = format!("cargo bench -p {package} --bench {target} --no-run");
+    util::built_executables(cmd, &what, |msg| {
+        msg["target"]["name"] == *target
+            && msg["target"]["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "bench"))
+    })?
+    .into_iter()
+    .next()
+    .ok_or_else(|| Error::new(format!("`{what}` built no executable")))
 }
 
 fn e_dir(e: &util::Executable) -> String {

@@ -161,6 +161,15 @@ fn message_run(listener: &Listener, count: u64, size: usize, close: bool) -> (En
     (Ending { got, error }, out.status.success())
 }
 
+/// Asserts what every writer that completed its shutdown or close may rely on: each run
+/// ended with everything and the end, no short clean end and no error.
+fn assert_all_delivered(endings: &[(usize, Ending)], what: &str) {
+    let short = short_ends(endings, |n| n);
+    assert!(short.is_empty(), "short clean ends: {short:?}");
+    let failed: Vec<_> = endings.iter().filter(|(_, e)| e.error.is_some()).collect();
+    assert!(failed.is_empty(), "{what} lost data: {failed:?}");
+}
+
 /// The runs that ended early without an error: a short clean end.
 fn short_ends(endings: &[(usize, Ending)], whole: impl Fn(usize) -> usize) -> Vec<String> {
     endings
@@ -189,13 +198,7 @@ fn a_stream_writer_that_awaited_shutdown_and_exited_lost_nothing() {
             endings.push((size, ending));
         }
     }
-    let short = short_ends(&endings, |n| n);
-    assert!(short.is_empty(), "short clean ends: {short:?}");
-    let failed: Vec<_> = endings.iter().filter(|(_, e)| e.error.is_some()).collect();
-    assert!(
-        failed.is_empty(),
-        "a writer whose shutdown returned lost data: {failed:?}"
-    );
+    assert_all_delivered(&endings, "a writer whose shutdown returned");
 }
 
 #[test]
@@ -226,13 +229,7 @@ fn a_sender_that_awaited_close_and_exited_lost_no_message() {
         assert!(writer_ok, "the writer's close failed");
         endings.push((16, ending));
     }
-    let short = short_ends(&endings, |n| n);
-    assert!(short.is_empty(), "short clean ends: {short:?}");
-    let failed: Vec<_> = endings.iter().filter(|(_, e)| e.error.is_some()).collect();
-    assert!(
-        failed.is_empty(),
-        "a sender whose close returned lost messages: {failed:?}"
-    );
+    assert_all_delivered(&endings, "a sender whose close returned");
 }
 
 #[test]
