@@ -94,9 +94,14 @@ fn traffic_through(length: Duration, server: Conn, client: Conn) -> Run {
         assert!(begin.elapsed() < WAIT, "traffic did not start");
         std::thread::sleep(Duration::from_millis(1));
     }
-    let started = Instant::now();
+    let (started, blackhole) = {
+        let blackhole = Netem::new("loss 100%");
+        // From when both ends drop everything: until the second `tc` has run, packets still
+        // flow one way (a busy host takes a while to start it).
+        (Instant::now(), blackhole)
+    };
     {
-        let _blackhole = Netem::new("loss 100%");
+        let _blackhole = blackhole;
         let end = started + length;
         // A long outage lasts until both sides have failed (or its length has passed).
         while Instant::now() < end && !(receiver.is_finished() && sender.is_finished()) {
