@@ -46,6 +46,41 @@ fn listener() -> (Endpoint, Listener) {
     (ep, listener)
 }
 
+/// Starts the peer program in `mode` writing to `listener` with `args`, ending with `finish`
+/// (its shutdown or close flag) or, without one, by pausing and exiting; returns it and the
+/// accepted connection.
+fn start_writer(
+    listener: &Listener,
+    mode: &str,
+    args: &[&str],
+    finish: Option<&str>,
+) -> (testkit::ChildGuard, transport::Conn) {
+    let addr = listener.local_addr().unwrap().to_string();
+    let src = peer_ip().to_string();
+    let mut all = vec![mode, "--src", &src, "--addr", &addr];
+    all.extend(args);
+    match finish {
+        Some(flag) => all.push(flag),
+        None => all.extend(["--pause-ms", PAUSE_MS]),
+    }
+    let (writer, _lines) = peer_program(&all);
+    let conn = listener.accept(TIMEOUT).expect("accept the writer");
+    (writer, conn)
+}
+
+/// Waits for the writer to exit; whether it succeeded (what it printed is shown if not).
+fn writer_succeeded(writer: testkit::ChildGuard) -> bool {
+    let out = writer.wait_output(TIMEOUT);
+    if !out.status.success() {
+        eprintln!(
+            "writer: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    out.status.success()
+}
+
 /// One run of `stream-writer` writing `size` bytes in writes of at most `max_write`: what the reader got, checked byte by
 /// byte, and whether the writer exited successfully.
 fn stream_run(
@@ -54,27 +89,13 @@ fn stream_run(
     max_write: usize,
     shutdown: bool,
 ) -> (Ending, bool) {
-    let addr = listener.local_addr().unwrap().to_string();
     let (size_arg, max_write_arg) = (size.to_string(), max_write.to_string());
-    let src = peer_ip().to_string();
-    let mut args = vec![
+    let (writer, conn) = start_writer(
+        listener,
         "stream-writer",
-        "--src",
-        &src,
-        "--addr",
-        &addr,
-        "--size",
-        &size_arg,
-        "--max-write",
-        &max_write_arg,
-    ];
-    if shutdown {
-        args.push("--shutdown");
-    } else {
-        args.extend(["--pause-ms", PAUSE_MS]);
-    }
-    let (writer, _lines) = peer_program(&args);
-    let conn = listener.accept(TIMEOUT).expect("accept the writer");
+        &["--size", &size_arg, "--max-write", &max_write_arg],
+        shutdown.then_some("--shutdown"),
+    );
     let mut stream = Stream::from_conn(conn);
     stream.set_read_timeout(Some(TIMEOUT));
     let mut buf = vec![0u8; 256 << 10];
@@ -95,41 +116,19 @@ fn stream_run(
             }
         }
     };
-    let out = writer.wait_output(TIMEOUT);
-    if !out.status.success() {
-        eprintln!(
-            "writer: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (Ending { got, error }, out.status.success())
+    (Ending { got, error }, writer_succeeded(writer))
 }
 
 /// One run of `message-writer` sending `count` messages of `size` bytes: what the reader
 /// got, checked, and whether the writer exited successfully.
 fn message_run(listener: &Listener, count: u64, size: usize, close: bool) -> (Ending, bool) {
-    let addr = listener.local_addr().unwrap().to_string();
     let (count_arg, size_arg) = (count.to_string(), size.to_string());
-    let src = peer_ip().to_string();
-    let mut args = vec![
+    let (writer, conn) = start_writer(
+        listener,
         "message-writer",
-        "--src",
-        &src,
-        "--addr",
-        &addr,
-        "--count",
-        &count_arg,
-        "--size",
-        &size_arg,
-    ];
-    if close {
-        args.push("--close");
-    } else {
-        args.extend(["--pause-ms", PAUSE_MS]);
-    }
-    let (writer, _lines) = peer_program(&args);
-    let conn = listener.accept(TIMEOUT).expect("accept the writer");
+        &["--count", &count_arg, "--size", &size_arg],
+        close.then_some("--close"),
+    );
     let mut got = 0usize;
     let error = loop {
         match conn.recv(TIMEOUT) {
@@ -150,15 +149,7 @@ fn message_run(listener: &Listener, count: u64, size: usize, close: bool) -> (En
             }
         }
     };
-    let out = writer.wait_output(TIMEOUT);
-    if !out.status.success() {
-        eprintln!(
-            "writer: {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    (Ending { got, error }, out.status.success())
+    (Ending { got, error }, writer_succeeded(writer))
 }
 
 /// Asserts what every writer that completed its shutdown or close may rely on: each run
