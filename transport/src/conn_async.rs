@@ -584,23 +584,28 @@ impl Conn {
     }
 
     /// Waits, up to `deadline`, until everything sent so far has reached the peer (see
-    /// [`close`](Self::close); the connection stays open): a byte stream's shutdown.
-    /// Past it: [`Error::TimedOut`] with `op` and `linger`.
+    /// [`close`](Self::close)): with `closing`, also until the connection ended gracefully
+    /// (a close); without, the connection stays open (a byte stream's shutdown). Past it:
+    /// [`Error::TimedOut`] with `op` and `linger`.
     pub(crate) fn poll_delivered(
         &self,
         cx: &mut Context<'_>,
+        closing: bool,
         op: &'static str,
         deadline: Instant,
         linger: Duration,
     ) -> Poll<Result<()>> {
         let mut st = self.inner.state.lock();
-        if let Some(r) = st.delivery(false) {
+        if let Some(r) = st.delivery(closing) {
             return Poll::Ready(r);
         }
         if Instant::now() >= deadline {
             return Poll::Ready(Err(Error::TimedOut { op, after: linger }));
         }
-        self.inner.request_acknowledgement(&mut st);
+        // A close's CLOSE is signaled: its completion acknowledges what went before it.
+        if !closing {
+            self.inner.request_acknowledgement(&mut st);
+        }
         register(&self.inner.shared, &mut st, cx);
         // Woken at the deadline at the latest: each tick wakes it.
         register_tick(&self.inner.shared, cx);
@@ -621,23 +626,7 @@ impl Conn {
         }
         let linger = self.inner.shared.cfg.linger;
         let deadline = Instant::now() + linger;
-        poll_fn(|cx| {
-            let mut st = self.inner.state.lock();
-            if let Some(r) = st.delivery(true) {
-                return Poll::Ready(r);
-            }
-            if Instant::now() >= deadline {
-                return Poll::Ready(Err(Error::TimedOut {
-                    op: "close",
-                    after: linger,
-                }));
-            }
-            register(&self.inner.shared, &mut st, cx);
-            // Woken at the deadline at the latest: each tick wakes it.
-            register_tick(&self.inner.shared, cx);
-            Poll::Pending
-        })
-        .await
+        poll_fn(|cx| self.poll_delivered(cx, true, "close", deadline, linger)).await
     }
 }
 

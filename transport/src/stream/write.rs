@@ -163,7 +163,10 @@ impl OwnedWriteHalf {
                 }
             }
         }
-        match ready!(self.conn.poll_delivered(cx, "shutdown", deadline, linger)) {
+        match ready!(self
+            .conn
+            .poll_delivered(cx, false, "shutdown", deadline, linger))
+        {
             Ok(()) => {
                 self.shut_down = true;
                 Poll::Ready(Ok(()))
