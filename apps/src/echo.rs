@@ -87,21 +87,47 @@ pub fn parse_polling(s: &str) -> Result<transport::Polling, String> {
     }
 }
 
-/// An endpoint on the device of `ip` polling as `polling`, its reads busy-polling for
-/// `busy_read` (see [`transport::EndpointConfig::busy_read`]); for the reactor modes, with
-/// its tokio driver spawned on the current runtime.
+/// The endpoint options both echo programs take.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EndpointArgs {
+    /// How the endpoint polls: adaptive or adaptive:SPIN_US, busy, event, reactor or
+    /// reactor:SPIN_US (tokio's reactor drives progress; with a spin for the lowest latency,
+    /// e.g. reactor:1000).
+    #[arg(long, default_value = "adaptive", value_parser = parse_polling)]
+    pub polling: transport::Polling,
+    /// Microseconds a read polls the device itself before it waits (busy read; 0: none).
+    /// With reactor:1000 and --busy-read 1000, the lowest latency on a quiet machine.
+    #[arg(long, default_value_t = 0)]
+    pub busy_read: u64,
+    /// Milliseconds a queue pair waits for the peer's acknowledgement before it sends again
+    /// (rounded up to 4.096 us x 2^n; default: the transport's, 67 ms).
+    #[arg(long, value_parser = parse_millis)]
+    pub ack_timeout: Option<Duration>,
+}
+
+/// Parses a positive number of milliseconds (fractions allowed).
+fn parse_millis(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(ms) if ms > 0.0 && ms.is_finite() => Ok(Duration::from_secs_f64(ms / 1000.0)),
+        _ => Err(format!("'{s}' is not a positive number of milliseconds")),
+    }
+}
+
+/// An endpoint on the device of `ip` configured by `args`; for the reactor modes, with its
+/// tokio driver spawned on the current runtime.
 pub fn endpoint(
     ip: std::net::IpAddr,
-    polling: transport::Polling,
-    busy_read: Duration,
+    args: &EndpointArgs,
 ) -> transport::Result<transport::Endpoint> {
+    let defaults = transport::EndpointConfig::default();
     let config = transport::EndpointConfig {
-        polling,
-        busy_read,
-        ..transport::EndpointConfig::default()
+        polling: args.polling,
+        busy_read: Duration::from_micros(args.busy_read),
+        ack_timeout: args.ack_timeout.unwrap_or(defaults.ack_timeout),
+        ..defaults
     };
     let ep = transport::Endpoint::with_config(ip, config)?;
-    if matches!(polling, transport::Polling::Reactor { .. }) {
+    if matches!(args.polling, transport::Polling::Reactor { .. }) {
         ep.spawn_tokio_driver()?;
     }
     Ok(ep)

@@ -46,6 +46,15 @@ pub enum Error {
     /// `rdma_resolve_route` failed to start, or finished with `RDMA_CM_EVENT_ROUTE_ERROR`.
     #[error("route resolution failed")]
     ResolveRoute(#[source] io::Error),
+    /// `rdma_set_option` failed (the kernel refused the option).
+    #[error("rdma_set_option ({option}) failed")]
+    SetOption {
+        /// The option.
+        option: &'static str,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
     /// `rdma_listen` failed.
     #[error("rdma_listen failed")]
     Listen(#[source] io::Error),

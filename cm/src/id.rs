@@ -308,6 +308,33 @@ impl CmId {
         Ok(())
     }
 
+    /// Sets the local ACK timeout the QP of this id's connection gets
+    /// (`rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT)`), rounded up to the
+    /// encoding's 4.096 µs × 2^n (see [`ack_timeout_exponent`](crate::ack_timeout_exponent)).
+    /// Without it the CM derives the timeout from the path's packet lifetime (on RoCE about
+    /// half a second to a second). Set it before the QP moves to RTS
+    /// ([`ready_qp`](Self::ready_qp)); set before route resolution, it also paces the CM's
+    /// own retries on RoCE.
+    #[doc(alias = "rdma_set_option")]
+    pub fn set_ack_timeout(&self, timeout: Duration) -> Result<()> {
+        let mut exponent = crate::ack_timeout_exponent(timeout);
+        // SAFETY: live id; the option value is one u8 that lives across the call.
+        let r = unsafe {
+            sys::rdma_set_option(
+                self.as_raw(),
+                sys::RDMA_OPTION_ID,
+                sys::RDMA_OPTION_ID_ACK_TIMEOUT,
+                (&mut exponent as *mut u8).cast(),
+                std::mem::size_of::<u8>(),
+            )
+        };
+        sys::errno::check_neg(r).map_err(|source| Error::SetOption {
+            option: "ack timeout",
+            source,
+        })?;
+        Ok(())
+    }
+
     /// Listens for connect requests (bind first).
     #[doc(alias = "rdma_listen")]
     pub fn listen(&self, backlog: i32) -> Result<()> {

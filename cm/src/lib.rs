@@ -138,6 +138,7 @@
 //! (bounded) for the flushed work to complete, and only then destroys QP, CQ, PD and id.
 #![warn(missing_docs)]
 
+mod ack_timeout;
 mod addr;
 mod admission;
 mod connection;
@@ -153,6 +154,7 @@ mod private_data;
 mod qp_attr;
 mod ud;
 
+pub use ack_timeout::{ack_timeout_duration, ack_timeout_exponent, MAX_ACK_TIMEOUT_EXPONENT};
 pub use admission::{Admission, AdmitHook, IncomingRequest};
 pub use connection::{Connection, ConnectionParts, DRAIN_TIMEOUT};
 pub use connector::{

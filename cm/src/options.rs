@@ -1,4 +1,6 @@
 //! [`ConnOptions`]: the verbs resources (PD, CQ, QP) each connection gets, and its parameters.
+use std::time::Duration;
+
 use verbs::{AccessFlags, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Srq};
 
 use crate::{Admission, AdmitHook, CmId, ConnParam, Error, IncomingRequest, Result};
@@ -20,6 +22,7 @@ pub struct ConnOptions {
     pub(crate) cq: Option<Cq>,
     pub(crate) srq: Option<Srq>,
     pub(crate) admit: Option<AdmitHook>,
+    pub(crate) ack_timeout: Option<Duration>,
 }
 
 impl Default for ConnOptions {
@@ -34,6 +37,7 @@ impl Default for ConnOptions {
             cq: None,
             srq: None,
             admit: None,
+            ack_timeout: None,
         }
     }
 }
@@ -67,6 +71,17 @@ impl ConnOptions {
     /// The admission hook as a shareable value (see [`admit`](Self::admit)).
     pub fn admit_hook(mut self, hook: Option<AdmitHook>) -> Self {
         self.admit = hook;
+        self
+    }
+    /// The local ACK timeout of every connection's QP: how long it waits for the peer's
+    /// acknowledgement before sending again, rounded up to 4.096 µs × 2^n (see
+    /// [`CmId::set_ack_timeout`]). Without it the CM derives one from the path (on RoCE half a
+    /// second to a second), and every packet lost at the end of a burst costs that long. A
+    /// connection survives an outage of about (retry count + 1) × timeout
+    /// ([`ConnParam::retry_count`](crate::ConnParam::retry_count)); a timeout shorter than
+    /// the fabric's round trip under load sends again what was not lost.
+    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
+        self.ack_timeout = Some(timeout);
         self
     }
     /// QP queue sizes. `max_inline_data` is what the QP asks for: a device that refuses it
@@ -140,6 +155,9 @@ impl ConnOptions {
 
     pub(crate) fn resources(&self, id: &CmId) -> Result<(Pd, Cq, Qp)> {
         self.check_pd(id)?;
+        if let Some(timeout) = self.ack_timeout {
+            id.set_ack_timeout(timeout)?;
+        }
         let pd = match &self.pd {
             Some(pd) => pd.clone(),
             None => id.context()?.alloc_pd()?,

@@ -84,6 +84,9 @@ impl Polling {
     }
 }
 
+/// The default [`EndpointConfig::ack_timeout`]: 4.096 µs × 2^14, about 67 ms.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_nanos(4096 << 14);
+
 /// Configuration of an [`Endpoint`](crate::Endpoint): the protocol limits of each connection,
 /// the pool and queues shared by all of them, and the polling mode.
 #[derive(Debug, Clone)]
@@ -130,6 +133,22 @@ pub struct EndpointConfig {
     /// the keepalive timeout: a peer that is alive but reads nothing holds a close that
     /// long. ([`Conn::close`](crate::Conn::close) takes its bound as an argument.)
     pub linger: Duration,
+    /// How long each connection's queue pair waits for the peer device's acknowledgement
+    /// before it sends again (the local ACK timeout, rounded up to 4.096 µs × 2^n; see
+    /// [`cm::ConnOptions::ack_timeout`]). A packet lost at the end of a burst, or a lost
+    /// acknowledgement, costs this long; losses inside a burst are sent again at once. 67 ms
+    /// (perftest's default, exponent 14) by default, where the CM alone would derive half a
+    /// second to a second from a RoCE path. Raise it where round trips under load come near
+    /// it (a congested fabric, long links): a timeout shorter than the round trip sends again
+    /// what was not lost, adding load where there is too much. A queue pair gives up after
+    /// `retry_count` + 1 timeouts in a row without progress.
+    pub ack_timeout: Duration,
+    /// Times a queue pair sends again after an ACK timeout before it fails the connection
+    /// (`retry_count` of the CM's connect parameters, 0 to 7). With `ack_timeout`, how long a
+    /// link outage the connection survives on hardware: (7 + 1) × 67 ms, about half a second,
+    /// by default. (rxe takes 7 as "retry forever"; the keepalive timeout still ends a
+    /// connection whose peer is gone.)
+    pub retry_count: u8,
 }
 
 impl Default for EndpointConfig {
@@ -151,6 +170,8 @@ impl Default for EndpointConfig {
             admit: None,
             busy_read: Duration::ZERO,
             linger: Duration::from_secs(10),
+            ack_timeout: DEFAULT_ACK_TIMEOUT,
+            retry_count: 7,
         }
     }
 }
@@ -179,6 +200,19 @@ impl EndpointConfig {
             return Err(crate::Error::Config(
                 "max_one_sided must be at least 1".into(),
             ));
+        }
+        if self.retry_count > 7 {
+            return Err(crate::Error::Config(format!(
+                "retry_count {} is out of range: give 0 to 7",
+                self.retry_count
+            )));
+        }
+        let longest = cm::ack_timeout_duration(cm::MAX_ACK_TIMEOUT_EXPONENT).unwrap_or_default();
+        if self.ack_timeout.is_zero() || self.ack_timeout > longest {
+            return Err(crate::Error::Config(format!(
+                "ack_timeout {:?} is out of range: give more than zero and at most {longest:?}",
+                self.ack_timeout
+            )));
         }
         let chunk = self.proto.rndv_chunk_size as usize;
         if chunk > 1 << 20 {
@@ -215,5 +249,41 @@ impl EndpointConfig {
             .saturating_add(self.srq_depth())
             .saturating_add(SRQ_SLACK)
             .saturating_add(64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_timeout_and_retry_count_out_of_range_are_refused_by_name() {
+        assert!(EndpointConfig::default().validate().is_ok());
+        let refused = |c: EndpointConfig, field: &str| match c.validate() {
+            Err(crate::Error::Config(m)) => assert!(m.contains(field), "{m}"),
+            r => panic!("{field}: {r:?}"),
+        };
+        refused(
+            EndpointConfig {
+                retry_count: 8,
+                ..Default::default()
+            },
+            "retry_count",
+        );
+        refused(
+            EndpointConfig {
+                ack_timeout: Duration::ZERO,
+                ..Default::default()
+            },
+            "ack_timeout",
+        );
+        refused(
+            EndpointConfig {
+                ack_timeout: Duration::from_secs(3 * 3600),
+                ..Default::default()
+            },
+            "ack_timeout",
+        );
+        assert_eq!(cm::ack_timeout_exponent(DEFAULT_ACK_TIMEOUT), 14);
     }
 }

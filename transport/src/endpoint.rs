@@ -167,7 +167,7 @@ impl Endpoint {
     /// asking for [`INLINE_ROOM`] bytes of inline data.
     pub(crate) fn conn_options(&self, private_data: Option<&[u8]>) -> Result<ConnOptions> {
         let s = self.shared();
-        let mut param = ConnParam::new();
+        let mut param = ConnParam::new().retry_count(s.cfg.retry_count);
         if let Some(data) = private_data {
             param = param.private_data(data)?;
         }
@@ -184,6 +184,7 @@ impl Endpoint {
                 max_inline_data: INLINE_ROOM,
             })
             .access(AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE)
+            .ack_timeout(s.cfg.ack_timeout)
             .param(param))
     }
 

@@ -86,8 +86,12 @@
 //! - **Network faults** (loss 1% and 5%, delay with jitter, reordering, duplication,
 //!   corruption): messages, RPC calls, large messages and the byte stream arrive complete, in
 //!   order and intact; nothing is lost or duplicated. The device retransmits; the cost is
-//!   goodput. Rendezvous READs are kept small ([`proto::Config::rndv_chunk_size`]) because a
-//!   lost packet makes the device send again everything after it.
+//!   goodput and latency. A loss the device only notices when its acknowledgement does not
+//!   come (the last packet of a burst, a lost acknowledgement) costs one ACK timeout,
+//!   [`EndpointConfig::ack_timeout`], 67 ms by default instead of the half second to a second
+//!   the CM derives on RoCE. Rendezvous READs are kept small
+//!   ([`proto::Config::rndv_chunk_size`]) because a lost packet makes the device send again
+//!   everything after it.
 //! - **The link gone**: an outage shorter than the keepalive timeout is survived with nothing
 //!   lost. A longer one ends the connection on both sides with [`Error::Closed`] naming
 //!   [`proto::ConnError::PeerDead`] (or the queue pair's error) within the keepalive timeout;
@@ -161,7 +165,7 @@ mod region;
 pub mod stream;
 mod task;
 
-pub use config::{Admission, EndpointConfig, IncomingRequest, Polling};
+pub use config::{Admission, EndpointConfig, IncomingRequest, Polling, DEFAULT_ACK_TIMEOUT};
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointBuilder};
 pub use error::{Error, Result};

@@ -1,5 +1,5 @@
-//! Declarations rdma-sys 0.3 lacks: the GID-table queries and an async-event struct whose event
-//! type is a plain integer.
+//! Declarations rdma-sys 0.3 lacks: the GID-table queries, an async-event struct whose event
+//! type is a plain integer, and the `rdma_set_option` levels and names of `rdma_cma.h`.
 // C mirror types: unions cannot derive Debug, and rdma-sys types do not either.
 #![allow(missing_debug_implementations)]
 
@@ -25,6 +25,12 @@ pub struct ibv_async_event_raw {
     pub element: ibv_async_event_element,
     pub event_type: u32,
 }
+
+/// `RDMA_OPTION_ID`: the level of `rdma_set_option`'s options about the id itself.
+pub const RDMA_OPTION_ID: c_int = 0;
+/// `RDMA_OPTION_ID_ACK_TIMEOUT` (level [`RDMA_OPTION_ID`]): a `u8`, the local ACK timeout
+/// exponent the id's QP gets (4.096 µs × 2^value).
+pub const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
 
 #[link(name = "ibverbs")]
 extern "C" {

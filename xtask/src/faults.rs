@@ -3,7 +3,10 @@
 //! `{"device", "scenarios": [{"name", "traffic", "bytes_sent", "bytes_received", "bytes_lost",
 //! "bytes_corrupted", "detect_ms", "kept_serving", "pass", ...}]}`.
 //!
-//! `goodput_vs_clean` is the scenario's goodput over the same traffic's on a clean link.
+//! `goodput_vs_clean` is the scenario's goodput over the same traffic's on a clean link;
+//! `call_p50_ms` / `call_p99_ms` are the round trips of the netem traffic's RPC calls. The
+//! table marks the netem scenarios' goals ([`GOODPUT_GOALS`]): reported, never a failure,
+//! since they are timings.
 //!
 //! Exits non-zero on any loss, corruption, failed scenario, or a scenario that wrote no figures
 //! (it crashed or hung).
@@ -37,6 +40,21 @@ const SCENARIOS: &[&str] = &[
     "send queue full",
     "peer not reading",
 ];
+
+/// Least goodput against the clean link each netem scenario should keep.
+const GOODPUT_GOALS: &[(&str, f64)] = &[("loss 1%", 0.5), ("loss 5%", 0.2), ("duplicate 5%", 0.9)];
+
+/// The goal column of a scenario: its goodput goal and whether the figures meet it.
+fn goal_cell(s: &Value) -> String {
+    let name = s["name"].as_str().unwrap_or("");
+    let Some((_, least)) = GOODPUT_GOALS.iter().find(|(n, _)| *n == name) else {
+        return "-".to_owned();
+    };
+    match s["goodput_vs_clean"].as_f64() {
+        Some(g) if g >= *least => format!(">={least:.2}x met"),
+        _ => format!(">={least:.2}x MISSED"),
+    }
+}
 
 /// The file a scenario writes its figures to, without the extension (the suite's own rule).
 fn file_name(scenario: &str) -> String {
@@ -96,7 +114,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     }
     println!();
     println!(
-        "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+        "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>17} {:>19} {:>8} {:>6}",
         "scenario",
         "traffic",
         "bytes sent",
@@ -104,13 +122,15 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         "corrupted",
         "detect ms",
         "goodput",
+        "call p50/p99 ms",
+        "goodput goal",
         "serving",
         "pass"
     );
     for s in &scenarios {
         let num = |k: &str| s[k].as_u64().map_or("-".to_owned(), |v| v.to_string());
         println!(
-            "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>8} {:>6}",
+            "{:<26} {:<36} {:>12} {:>10} {:>10} {:>10} {:>8} {:>17} {:>19} {:>8} {:>6}",
             s["name"].as_str().unwrap_or("?"),
             s["traffic"].as_str().unwrap_or("-"),
             num("bytes_sent"),
@@ -122,6 +142,11 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             s["goodput_vs_clean"]
                 .as_f64()
                 .map_or("-".to_owned(), |v| format!("{v:.2}x")),
+            match (s["call_p50_ms"].as_f64(), s["call_p99_ms"].as_f64()) {
+                (Some(p50), Some(p99)) => format!("{p50:.0} / {p99:.0}"),
+                _ => "-".to_owned(),
+            },
+            goal_cell(s),
             match s["kept_serving"].as_bool() {
                 Some(true) => "yes",
                 Some(false) => "NO",

@@ -1,5 +1,5 @@
 //! `echo-client ADDR:PORT [--src IP] [--size BYTES] [--count N] [--concurrency N]
-//! [--polling MODE] [--busy-read US]`: N
+//! [--polling MODE] [--busy-read US] [--ack-timeout MS]`: N
 //! connections at once, each writing COUNT messages of SIZE bytes and reading each echo back;
 //! verifies every byte, prints round-trip percentiles and throughput, exits non-zero on any
 //! mismatch or error.
@@ -9,12 +9,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use apps::echo::{endpoint, first_mismatch, parse_polling, payload, Summary};
+use apps::echo::{endpoint, first_mismatch, payload, EndpointArgs, Summary};
 use apps::report::error_chain;
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use transport::stream::Stream;
-use transport::{Endpoint, Polling};
+use transport::Endpoint;
 
 /// Echo client over the transport's byte stream.
 #[derive(Parser, Debug)]
@@ -37,15 +37,8 @@ struct Args {
     /// Seconds one round trip may take.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
-    /// How the endpoint polls: adaptive or adaptive:SPIN_US, busy, event, reactor or
-    /// reactor:SPIN_US (tokio's reactor drives progress; with a spin for the lowest latency,
-    /// e.g. reactor:1000).
-    #[arg(long, default_value = "adaptive", value_parser = parse_polling)]
-    polling: Polling,
-    /// Microseconds a read polls the device itself before it waits (busy read; 0: none).
-    /// With reactor:1000 and --busy-read 1000, the lowest latency on a quiet machine.
-    #[arg(long, default_value_t = 0)]
-    busy_read: u64,
+    #[command(flatten)]
+    endpoint: EndpointArgs,
 }
 
 /// One connection's run: its round-trip times.
@@ -97,7 +90,7 @@ async fn main() -> ExitCode {
             }
         },
     };
-    let ep = match endpoint(src, args.polling, Duration::from_micros(args.busy_read)) {
+    let ep = match endpoint(src, &args.endpoint) {
         Ok(ep) => ep,
         Err(e) => {
             eprintln!("echo-client: {}", error_chain(&e));

@@ -1,16 +1,15 @@
-//! `echo-server ADDR:PORT [--polling MODE] [--busy-read US]`: echoes every byte stream over RDMA, a task per connection, until
+//! `echo-server ADDR:PORT [--polling MODE] [--busy-read US] [--ack-timeout MS]`: echoes every byte stream over RDMA, a task per connection, until
 //! killed.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use apps::echo::{endpoint, parse_polling};
+use apps::echo::{endpoint, EndpointArgs};
 use apps::report::error_chain;
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use transport::stream::StreamListener;
-use transport::Polling;
 
 /// Echo server over the transport's byte stream.
 #[derive(Parser, Debug)]
@@ -18,27 +17,16 @@ use transport::Polling;
 struct Args {
     /// Address of an RDMA netdev and port to listen on (port 0: any).
     addr: SocketAddr,
-    /// How the endpoint polls: adaptive or adaptive:SPIN_US, busy, event, reactor or
-    /// reactor:SPIN_US (tokio's reactor drives progress; with a spin for the lowest latency,
-    /// e.g. reactor:1000).
-    #[arg(long, default_value = "adaptive", value_parser = parse_polling)]
-    polling: Polling,
-    /// Microseconds a read polls the device itself before it waits (busy read; 0: none).
-    /// With reactor:1000 and --busy-read 1000, the lowest latency on a quiet machine.
-    #[arg(long, default_value_t = 0)]
-    busy_read: u64,
+    #[command(flatten)]
+    endpoint: EndpointArgs,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let listener = match endpoint(
-        args.addr.ip(),
-        args.polling,
-        std::time::Duration::from_micros(args.busy_read),
-    )
-    .map_err(std::io::Error::other)
-    .and_then(|ep| StreamListener::bind_on(&ep, args.addr.port()))
+    let listener = match endpoint(args.addr.ip(), &args.endpoint)
+        .map_err(std::io::Error::other)
+        .and_then(|ep| StreamListener::bind_on(&ep, args.addr.port()))
     {
         Ok(l) => l,
         Err(e) => {

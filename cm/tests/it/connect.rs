@@ -133,3 +133,60 @@ fn inline_room_beyond_the_device_gets_what_the_device_allows() {
     assert!(server_granted > 0 && server_granted < asked);
     assert_eq!(got, data);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn both_queue_pairs_get_the_ack_timeout_and_retry_count_asked_for() {
+    // 10 ms rounds up to 4.096 µs × 2^12 (16.8 ms); the CM alone derives more from the path.
+    let asked = Duration::from_millis(10);
+    let opts = || {
+        options()
+            .ack_timeout(asked)
+            .param(cm::ConnParam::new().retry_count(5))
+    };
+    let listener = Listener::bind(SocketAddr::new(local_ip(), 0), opts()).unwrap();
+    let addr = listener.local_addr().expect("bound address");
+    let server = std::thread::spawn(move || {
+        let conn = listener.accept(TIMEOUT).unwrap();
+        let q = conn.qp().query().unwrap();
+        conn.wait_disconnect(TIMEOUT).unwrap();
+        (q.timeout(), q.retry_cnt())
+    });
+    let conn = Connector::new(addr)
+        .src(local_ip())
+        .options(opts())
+        .timeout(TIMEOUT)
+        .connect()
+        .unwrap();
+    let q = conn.qp().query().unwrap();
+    conn.disconnect(TIMEOUT).unwrap();
+    let server = server.join().unwrap();
+    assert_eq!((q.timeout(), q.retry_cnt()), (12, 5), "client QP");
+    assert_eq!(server, (12, 5), "server QP");
+    assert_eq!(
+        cm::ack_timeout_duration(12),
+        Some(Duration::from_nanos(4096 << 12))
+    );
+
+    // Without the option the CM's own timeout is another (and longer) one.
+    let listener = Listener::bind(SocketAddr::new(local_ip(), 0), options()).unwrap();
+    let addr = listener.local_addr().expect("bound address");
+    let server = std::thread::spawn(move || {
+        let conn = listener.accept(TIMEOUT).unwrap();
+        conn.wait_disconnect(TIMEOUT).unwrap();
+    });
+    let conn = Connector::new(addr)
+        .src(local_ip())
+        .options(options())
+        .timeout(TIMEOUT)
+        .connect()
+        .unwrap();
+    let derived = conn.qp().query().unwrap().timeout();
+    conn.disconnect(TIMEOUT).unwrap();
+    server.join().unwrap();
+    eprintln!(
+        "the CM's own ACK timeout: exponent {derived} ({:?})",
+        cm::ack_timeout_duration(derived)
+    );
+    assert!(derived > 12, "the CM derived exponent {derived}");
+}

@@ -26,8 +26,9 @@ const FAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `MESSAGES` messages one way, checked in order by the server, then `CALLS` calls whose
 /// echoed responses the client checks, then `LARGE_MESSAGES` large messages, then the byte
-/// stream on a connection of its own. Returns the tally and the connections.
-fn traffic(server: Conn, client: Conn) -> (Tally, Conn, Conn) {
+/// stream on a connection of its own. Returns the tally, the calls' round trips and the
+/// connections.
+fn traffic(server: Conn, client: Conn) -> (Tally, RoundTrips, Conn, Conn) {
     let started = Instant::now();
     let receiver = std::thread::spawn(move || {
         let (mut received, mut corrupted) = (0, 0);
@@ -75,10 +76,14 @@ fn traffic(server: Conn, client: Conn) -> (Tally, Conn, Conn) {
             .send_timeout(&payload(seq, len), FAULT_TIMEOUT)
             .unwrap_or_else(|e| panic!("send {seq}: {e}"));
     }
+    let mut trips = RoundTrips::default();
     for i in 0..CALLS {
         let req = payload(1 << 40 | i, CALL_LEN);
         t.sent += 2 * CALL_LEN as u64;
-        match client.call(&req, FAULT_TIMEOUT) {
+        let call_started = Instant::now();
+        let answer = client.call(&req, FAULT_TIMEOUT);
+        trips.0.push(call_started.elapsed());
+        match answer {
             Ok(resp) if resp.to_vec() == req => t.received += 2 * CALL_LEN as u64,
             Ok(resp) => t.corrupted += CALL_LEN as u64 + resp.len() as u64,
             Err(e) => panic!("call {i}: {e}"),
@@ -98,7 +103,21 @@ fn traffic(server: Conn, client: Conn) -> (Tally, Conn, Conn) {
     t.received += stream.received;
     t.corrupted += stream.corrupted;
     t.secs = started.elapsed().as_secs_f64();
-    (t, server, client)
+    (t, trips, server, client)
+}
+
+/// The round trips of the traffic's calls.
+#[derive(Debug, Default)]
+struct RoundTrips(Vec<Duration>);
+
+impl RoundTrips {
+    /// The `q` quantile (0 to 1) in milliseconds, nearest rank.
+    fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let mut v = self.0.clone();
+        v.sort();
+        let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len().max(1));
+        v.get(rank - 1).map(|d| d.as_secs_f64() * 1e3)
+    }
 }
 
 /// The suite's connections: the defaults (keepalive included), but connection management
@@ -156,7 +175,7 @@ fn clean_goodput() -> f64 {
     static CLEAN: OnceLock<f64> = OnceLock::new();
     *CLEAN.get_or_init(|| {
         let (server, client) = pair_with(suite_config(), suite_config());
-        let (t, _s, _c) = traffic(server, client);
+        let (t, _trips, _s, _c) = traffic(server, client);
         assert_eq!((t.lost(), t.corrupted), (0, 0), "clean run: {t:?}");
         t.goodput()
     })
@@ -166,7 +185,7 @@ fn clean_goodput() -> f64 {
 fn under_netem(name: &'static str, spec: &str) {
     let clean = clean_goodput();
     let (server, client) = pair_with(suite_config(), suite_config());
-    let (tally, ..) = {
+    let (tally, trips, ..) = {
         let _netem = Netem::new(spec);
         traffic(server, client)
     };
@@ -174,6 +193,10 @@ fn under_netem(name: &'static str, spec: &str) {
     let mut figures = Figures::new(name, "messages, RPC, 1 MiB, stream 256 KiB", tally);
     figures.kept_serving = kept_serving;
     figures.goodput_vs_clean = Some(tally.goodput() / clean);
+    figures.extra = serde_json::json!({
+        "call_p50_ms": trips.quantile_ms(0.5),
+        "call_p99_ms": trips.quantile_ms(0.99),
+    });
     figures.record();
 }
 
