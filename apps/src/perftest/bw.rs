@@ -147,8 +147,9 @@ fn serve_sends(
             }
             completed.push(now - t0);
             left[d.qp] = left[d.qp].saturating_sub(1);
-            recvs.on_recv(&s.ep, d.qp, left[d.qp])?;
+            recvs.on_recv(d.qp, left[d.qp]);
         }
+        recvs.repost(&s.ep)?;
     }
     Ok((vec![Duration::ZERO; total], completed))
 }
@@ -317,7 +318,7 @@ fn client(
                 if d.recv {
                     recv_left[d.qp] = recv_left[d.qp].saturating_sub(1);
                     if let Some(r) = recv.as_deref_mut() {
-                        r.on_recv(&s.ep, d.qp, recv_left[d.qp])?;
+                        r.on_recv(d.qp, recv_left[d.qp]);
                     }
                     receiving = recv_left.iter().any(|&l| l > 0);
                     continue;
@@ -325,6 +326,9 @@ fn client(
                 outstanding[d.qp] = outstanding[d.qp].saturating_sub(d.finished);
                 finished += d.finished;
                 completed_at.extend(std::iter::repeat(now).take(d.finished));
+            }
+            if let Some(r) = recv.as_deref_mut() {
+                r.repost(&s.ep)?;
             }
         }
     }

@@ -12,6 +12,9 @@ pub struct Receives {
     depth: usize,
     /// Posted and not yet completed, per QP.
     posted: Vec<usize>,
+    /// How many each QP should have posted: as many as its run will still consume, at most
+    /// `depth` (see [`repost`](Self::repost)).
+    wanted: Vec<usize>,
 }
 
 impl Receives {
@@ -22,6 +25,7 @@ impl Receives {
             sge: [ep.add_sink(len, "register the receive buffer (lower -s?)")?],
             depth,
             posted: vec![0; ep.qps.len()],
+            wanted: vec![depth; ep.qps.len()],
         })
     }
 
@@ -35,12 +39,20 @@ impl Receives {
         self.posted[qp] = self.posted[qp].saturating_sub(1);
     }
 
-    /// A receive of `qp` completed, and `left` more are still to come on it: reposts one if
-    /// fewer are posted (only receives the run will consume are kept posted).
-    pub fn on_recv(&mut self, ep: &Endpoint, qp: usize, left: usize) -> Result<(), Error> {
+    /// A receive of `qp` completed, and `left` more are still to come on it: only receives
+    /// the run will consume are kept posted. [`repost`](Self::repost) posts what it lacks.
+    pub fn on_recv(&mut self, qp: usize, left: usize) {
         self.consumed(qp);
-        if self.posted[qp] < left.min(self.depth) {
-            self.post(ep, qp, 1)?;
+        self.wanted[qp] = left.min(self.depth);
+    }
+
+    /// Posts on every QP the receives it lacks, in chains: called once per batch of
+    /// completions, so a batch's receives go back in a few posts rather than one each.
+    pub fn repost(&mut self, ep: &Endpoint) -> Result<(), Error> {
+        for qp in 0..self.posted.len() {
+            if self.posted[qp] < self.wanted[qp] {
+                self.post(ep, qp, self.wanted[qp] - self.posted[qp])?;
+            }
         }
         Ok(())
     }
