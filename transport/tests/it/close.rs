@@ -4,7 +4,7 @@
 
 use transport::proto::{Class, ConnError, PeerGone, SendErrorKind};
 
-use crate::sim::{content, Msg, Sim, SimBuf};
+use crate::sim::{content, messages, Msg, Sim, SimBuf};
 use crate::small_config;
 
 #[test]
@@ -12,13 +12,7 @@ fn close_delivers_everything_sent_before_then_end_of_stream() {
     let cfg = small_config(6, 2, 6, 2, 1);
     let mut sim = Sim::new(&cfg, &cfg);
     let lens = [3usize, 400, 64, 65, 0, 1000, 12];
-    sim.hosts[0].to_send = lens
-        .iter()
-        .map(|&len| Msg {
-            len,
-            class: Class::Message,
-        })
-        .collect();
+    sim.hosts[0].to_send = messages(&lens);
     while sim.hosts[0].send_next(0) {}
     let queued = sim.hosts[0].next;
     sim.hosts[0].conn.close();
@@ -78,13 +72,7 @@ fn peer_close_while_both_send_flushes_both_directions() {
 fn closed_one_way(lens: &[usize], read: bool) -> Sim {
     let cfg = small_config(16, 2, 16, 2, 2);
     let mut sim = Sim::new(&cfg, &cfg);
-    sim.hosts[0].to_send = lens
-        .iter()
-        .map(|&len| Msg {
-            len,
-            class: Class::Message,
-        })
-        .collect();
+    sim.hosts[0].to_send = messages(lens);
     while sim.hosts[0].send_next(0) {}
     sim.hosts[0].conn.close();
     for _ in 0..1000 {
@@ -147,12 +135,7 @@ fn a_disconnect_with_our_own_messages_unsent_is_an_error_even_after_the_peers_cl
     let cfg = small_config(6, 2, 6, 2, 1);
     let mut sim = Sim::new(&cfg, &cfg);
     // Host 0 queues more messages than its credit lets go; none of its frames arrive.
-    sim.hosts[0].to_send = (0..6)
-        .map(|_| Msg {
-            len: 40,
-            class: Class::Message,
-        })
-        .collect();
+    sim.hosts[0].to_send = messages(&[40; 6]);
     while sim.hosts[0].send_next(0) {}
     sim.pump();
     assert!(sim.hosts[0].next > 0);

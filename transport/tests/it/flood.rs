@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use transport::proto::{Class, Received};
 
-use crate::sim::{content, Msg, Sim};
+use crate::sim::{content, messages, Msg, Sim};
 use crate::small_config;
 
 fn check_all_delivered(sim: &Sim) {
@@ -38,15 +38,6 @@ fn check_all_delivered(sim: &Sim) {
     }
 }
 
-fn msgs(lens: &[usize]) -> Vec<Msg> {
-    lens.iter()
-        .map(|&len| Msg {
-            len,
-            class: Class::Message,
-        })
-        .collect()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -67,8 +58,8 @@ proptest! {
     ) {
         let cfg = small_config(window, reserve, sq_depth, chunks, reads);
         let mut sim = Sim::new(&cfg, &cfg);
-        sim.hosts[0].to_send = msgs(&lens_a);
-        sim.hosts[1].to_send = msgs(&lens_b);
+        sim.hosts[0].to_send = messages(&lens_a);
+        sim.hosts[1].to_send = messages(&lens_b);
         for (h, compact) in sim.hosts.iter_mut().zip(compact) {
             h.batch = batch;
             h.at_once = at_once;
@@ -117,8 +108,8 @@ fn both_ends_flood(batch: bool, at_once: bool) {
     let lens: Vec<usize> = (0..2000)
         .map(|i| if i % 50 == 7 { 333 } else { i % 65 })
         .collect();
-    sim.hosts[0].to_send = msgs(&lens);
-    sim.hosts[1].to_send = msgs(&lens);
+    sim.hosts[0].to_send = messages(&lens);
+    sim.hosts[1].to_send = messages(&lens);
     for h in &mut sim.hosts {
         h.batch = batch;
         h.at_once = at_once;
@@ -171,7 +162,7 @@ fn probes_never_spend_the_last_credit_on_nothing() {
     cfg.keepalive_timeout = std::time::Duration::from_millis(30);
     let mut sim = Sim::new(&cfg, &cfg);
     for h in &mut sim.hosts {
-        h.to_send = msgs(&[10; 12]);
+        h.to_send = messages(&[10; 12]);
     }
     for _ in 0..40 {
         for side in 0..2 {
@@ -215,7 +206,7 @@ fn probes_never_spend_the_last_credit_on_nothing() {
 fn a_release_asks_for_a_poll_only_when_it_makes_a_credit_update_due() {
     let cfg = small_config(8, 1, 16, 4, 4);
     let mut sim = Sim::new(&cfg, &cfg);
-    sim.hosts[0].to_send = msgs(&[10; 6]);
+    sim.hosts[0].to_send = messages(&[10; 6]);
     while sim.hosts[0].send_next(0) {}
     sim.pump();
     while sim.deliver(0) {}
@@ -250,7 +241,7 @@ fn plain_messages_travel_without_their_header() {
     let cfg = small_config(8, 2, 8, 2, 1);
     let mut sim = Sim::new(&cfg, &cfg);
     let lens = [0usize, 1, 63, 64];
-    sim.hosts[0].to_send = msgs(&lens);
+    sim.hosts[0].to_send = messages(&lens);
     let deadline = sim.now + std::time::Duration::from_secs(60);
     sim.hosts[0].to_send.push(Msg {
         len: 10,

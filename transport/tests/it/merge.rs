@@ -3,19 +3,10 @@
 //! when it is full; the bytes arrive intact and in order whatever the schedule.
 
 use proptest::prelude::*;
-use transport::proto::{Class, Received, MERGE_SIGNAL_EVERY};
+use transport::proto::{Received, MERGE_SIGNAL_EVERY};
 
-use crate::sim::{content, Msg, Sim};
+use crate::sim::{content, messages, Sim};
 use crate::small_config;
-
-fn writes(lens: &[usize]) -> Vec<Msg> {
-    lens.iter()
-        .map(|&len| Msg {
-            len,
-            class: Class::Message,
-        })
-        .collect()
-}
 
 /// What `side` sent as one byte sequence, and what its peer received.
 fn sent_and_received(sim: &Sim, side: usize) -> (Vec<u8>, Vec<u8>) {
@@ -45,7 +36,7 @@ fn writes_behind_an_unfinished_signaled_frame_join_one_message() {
     let mut sim = Sim::new(&cfg, &cfg);
     sim.hosts[0].stream = true;
     // 10-byte writes: the first `every` go at once, the last of them signaled.
-    sim.hosts[0].to_send = writes(&vec![10; every + 20]);
+    sim.hosts[0].to_send = messages(&vec![10; every + 20]);
     for _ in 0..every {
         assert!(sim.hosts[0].send_next(0));
         sim.pump();
@@ -98,7 +89,7 @@ fn a_write_after_the_frames_before_it_completed_goes_at_once() {
     let mut sim = Sim::new(&cfg, &cfg);
     sim.hosts[0].stream = true;
     let n = 3 * MERGE_SIGNAL_EVERY as usize;
-    sim.hosts[0].to_send = writes(&vec![7; n]);
+    sim.hosts[0].to_send = messages(&vec![7; n]);
     // Request and answer: each write's frames completed before the next write.
     for k in 0..n {
         assert!(sim.hosts[0].send_next(0));
@@ -127,7 +118,7 @@ fn plain_messages_sent_on_their_own_never_wait_and_signal_only_while_coalescing(
         let cfg = small_config(n as u32 + 8, 2, n as u32 + 8, 2, 2);
         let mut sim = Sim::new(&cfg, &cfg);
         sim.hosts[0].conn.set_coalescing(coalescing);
-        sim.hosts[0].to_send = writes(&vec![10; n]);
+        sim.hosts[0].to_send = messages(&vec![10; n]);
         while sim.hosts[0].send_next(0) {}
         sim.pump();
         assert_eq!(sim.hosts[0].frames, n, "nothing waits");
@@ -155,8 +146,8 @@ proptest! {
     ) {
         let cfg = small_config(window, 2, sq_depth, 2, 2);
         let mut sim = Sim::new(&cfg, &cfg);
-        sim.hosts[0].to_send = writes(&lens_a);
-        sim.hosts[1].to_send = writes(&lens_b);
+        sim.hosts[0].to_send = messages(&lens_a);
+        sim.hosts[1].to_send = messages(&lens_b);
         for h in &mut sim.hosts {
             h.stream = true;
             h.at_once = at_once;
@@ -184,8 +175,8 @@ fn a_write_that_answers_the_peer_neither_waits_nor_is_signaled() {
     let mut sim = Sim::new(&cfg, &cfg);
     sim.hosts[0].stream = true;
     sim.hosts[1].stream = true;
-    sim.hosts[0].to_send = writes(&[9; 12]);
-    sim.hosts[1].to_send = writes(&[9; 12]);
+    sim.hosts[0].to_send = messages(&[9; 12]);
+    sim.hosts[1].to_send = messages(&[9; 12]);
     // Ping-pong of writes, no completion ever reported: every write answers the peer's.
     for k in 0..12 {
         for side in 0..2 {
@@ -211,7 +202,7 @@ fn a_write_that_answers_the_peer_neither_waits_nor_is_signaled() {
     }
     sim.pump();
     let before = sim.hosts[0].frames;
-    sim.hosts[0].to_send.extend(writes(&vec![9; every + 4]));
+    sim.hosts[0].to_send.extend(messages(&vec![9; every + 4]));
     for _ in 0..every + 4 {
         assert!(sim.hosts[0].send_next(0));
         sim.pump();
@@ -236,7 +227,7 @@ fn messages_behind_an_unfinished_signaled_frame_travel_in_one_batch() {
     let mut sim = Sim::new(&cfg, &cfg);
     sim.hosts[0].batch = true;
     // Five 8-byte messages fill 60 of a batch's 64 bytes (each has a 4-byte length first).
-    sim.hosts[0].to_send = writes(&vec![8; every + 7]);
+    sim.hosts[0].to_send = messages(&vec![8; every + 7]);
     for _ in 0..every + 5 {
         assert!(sim.hosts[0].send_next(0));
         sim.pump();
@@ -295,7 +286,7 @@ proptest! {
     ) {
         let cfg = small_config(window, 2, sq_depth, 2, 2);
         let mut sim = Sim::new(&cfg, &cfg);
-        sim.hosts[0].to_send = writes(&lens);
+        sim.hosts[0].to_send = messages(&lens);
         sim.hosts[0].batch = true;
         for op in ops {
             sim.step(op);

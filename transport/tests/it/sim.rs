@@ -108,6 +108,16 @@ pub struct Msg {
     pub class: Class,
 }
 
+/// Plain messages of the lengths `lens`, in order.
+pub fn messages(lens: &[usize]) -> Vec<Msg> {
+    lens.iter()
+        .map(|&len| Msg {
+            len,
+            class: Class::Message,
+        })
+        .collect()
+}
+
 /// One end: the protocol core plus the simulated driver and user around it.
 #[derive(Debug)]
 pub struct Host {
