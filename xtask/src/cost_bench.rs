@@ -204,29 +204,35 @@ pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
             }
         }
     }
-    for (side, server) in [("client", false), ("server", true)] {
-        pair(
-            &mut sets,
-            format!("send_lat 64 B {side}"),
+    // The ping-pongs, in event mode (a spin's count depends on timing).
+    for (test, tool, ours, theirs, args) in [
+        (
+            "send_lat",
             Tool::Perftest,
-            (bin("send-lat"), "ib_send_lat".into()),
+            "send-lat",
+            "ib_send_lat",
             "-F -s 64 -e",
-            1000,
-            server,
-            1.0,
-        );
-    }
-    for (side, server) in [("client", false), ("server", true)] {
-        pair(
-            &mut sets,
-            format!("rc_pingpong 64 B {side}"),
+        ),
+        (
+            "rc_pingpong",
             Tool::Pingpong,
-            (bin("rc-pingpong"), "ibv_rc_pingpong".into()),
+            "rc-pingpong",
+            "ibv_rc_pingpong",
             "-s 64 -e",
-            1000,
-            server,
-            1.0,
-        );
+        ),
+    ] {
+        for (side, server) in [("client", false), ("server", true)] {
+            pair(
+                &mut sets,
+                format!("{test} 64 B {side}"),
+                tool,
+                (bin(ours), theirs.into()),
+                args,
+                1000,
+                server,
+                1.0,
+            );
+        }
     }
 
     // The transport's cases, against perftest's sets above or their own.
