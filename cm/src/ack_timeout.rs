@@ -9,6 +9,9 @@ const UNIT_NANOS: u64 = 4096;
 /// Largest exponent the 5-bit field holds (2^31 × 4.096 µs, about 2.4 hours).
 pub const MAX_ACK_TIMEOUT_EXPONENT: u8 = 31;
 
+/// The longest timeout the encoding holds: 4.096 µs × 2^[`MAX_ACK_TIMEOUT_EXPONENT`].
+pub const MAX_ACK_TIMEOUT: Duration = Duration::from_nanos(UNIT_NANOS << MAX_ACK_TIMEOUT_EXPONENT);
+
 /// The exponent whose timeout is the shortest at least `timeout`: 4.096 µs × 2^n ≥ `timeout`,
 /// at least 1 (0 means "never time out" in the encoding, which would leave a lost packet
 /// unrecovered) and at most [`MAX_ACK_TIMEOUT_EXPONENT`].
@@ -54,5 +57,9 @@ mod tests {
         }
         assert_eq!(ack_timeout_duration(0), None);
         assert_eq!(ack_timeout_duration(32), None);
+        assert_eq!(
+            ack_timeout_duration(MAX_ACK_TIMEOUT_EXPONENT),
+            Some(MAX_ACK_TIMEOUT)
+        );
     }
 }

@@ -154,7 +154,9 @@ mod private_data;
 mod qp_attr;
 mod ud;
 
-pub use ack_timeout::{ack_timeout_duration, ack_timeout_exponent, MAX_ACK_TIMEOUT_EXPONENT};
+pub use ack_timeout::{
+    ack_timeout_duration, ack_timeout_exponent, MAX_ACK_TIMEOUT, MAX_ACK_TIMEOUT_EXPONENT,
+};
 pub use admission::{Admission, AdmitHook, IncomingRequest};
 pub use connection::{Connection, ConnectionParts, DRAIN_TIMEOUT};
 pub use connector::{

@@ -207,11 +207,11 @@ impl EndpointConfig {
                 self.retry_count
             )));
         }
-        let longest = cm::ack_timeout_duration(cm::MAX_ACK_TIMEOUT_EXPONENT).unwrap_or_default();
-        if self.ack_timeout.is_zero() || self.ack_timeout > longest {
+        if self.ack_timeout.is_zero() || self.ack_timeout > cm::MAX_ACK_TIMEOUT {
             return Err(crate::Error::Config(format!(
-                "ack_timeout {:?} is out of range: give more than zero and at most {longest:?}",
-                self.ack_timeout
+                "ack_timeout {:?} is out of range: give more than zero and at most {:?}",
+                self.ack_timeout,
+                cm::MAX_ACK_TIMEOUT
             )));
         }
         let chunk = self.proto.rndv_chunk_size as usize;
