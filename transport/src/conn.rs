@@ -111,6 +111,21 @@ impl Conn {
         if let Some(r) = check(conn, &mut conn.state.lock()) {
             return r;
         }
+        self.wait_blocked(op, timeout, deadline, check)
+    }
+
+    /// The rest of [`wait_until`](Self::wait_until) once its first look found nothing: the
+    /// wait itself (spinning, sleeping, driving progress). A function of its own, so that a
+    /// profile (the cost bench) can tell waiting from work.
+    #[inline(never)]
+    fn wait_blocked<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        deadline: Option<Instant>,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let conn = &*self.inner;
         let start = Instant::now();
         let deadline = deadline.unwrap_or(start + timeout);
         // How long this thread polls the queue itself before it sleeps until the progress

@@ -25,6 +25,23 @@ pub(crate) fn block_on<T>(
     timeout: Option<Duration>,
     mut f: impl FnMut(&mut Context<'_>) -> Poll<io::Result<T>>,
 ) -> io::Result<T> {
+    // Most reads find data and most writes room: the first poll registers no waker worth
+    // keeping (a no-op one), so the one that wakes this thread is made only for a wait.
+    if let Poll::Ready(r) = f(&mut Context::from_waker(Waker::noop())) {
+        return r;
+    }
+    park_until_ready(op, timeout, f)
+}
+
+/// The rest of [`block_on`] once its first poll found nothing: polls with a waker that
+/// unparks this thread, and parks between polls. A function of its own, so that a profile
+/// (the cost bench) can tell waiting from work.
+#[inline(never)]
+fn park_until_ready<T>(
+    op: &str,
+    timeout: Option<Duration>,
+    mut f: impl FnMut(&mut Context<'_>) -> Poll<io::Result<T>>,
+) -> io::Result<T> {
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     let deadline = timeout.map(|t| Instant::now() + t);
