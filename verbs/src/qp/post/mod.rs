@@ -84,13 +84,10 @@ pub(crate) fn post_chain<W: ChainedWr>(
     }
     let n = wrs.len();
     let base = wrs.as_mut_ptr();
-    for (i, wr) in wrs.iter_mut().enumerate() {
-        wr.set_next(if i + 1 < n {
-            base.wrapping_add(i + 1)
-        } else {
-            std::ptr::null_mut()
-        });
+    for i in 1..n {
+        wrs[i - 1].set_next(base.wrapping_add(i));
     }
+    wrs[n - 1].set_next(std::ptr::null_mut());
     let mut bad = std::ptr::null_mut();
     let r = post(base, &mut bad);
     if r == 0 {
