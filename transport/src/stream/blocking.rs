@@ -2,7 +2,7 @@
 //! engine wakes it or the timeout passes.
 
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -18,6 +18,16 @@ impl Wake for Unpark {
     }
 }
 
+/// A waker that does nothing (`Waker::noop`, made once).
+fn noop_waker() -> &'static Waker {
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    static NOOP: OnceLock<Waker> = OnceLock::new();
+    NOOP.get_or_init(|| Waker::from(Arc::new(Noop)))
+}
+
 /// Polls `f` on this thread until it is ready, parking in between; `timeout` (if any) gives
 /// `io::ErrorKind::TimedOut` naming `op`.
 pub(crate) fn block_on<T>(
@@ -27,7 +37,7 @@ pub(crate) fn block_on<T>(
 ) -> io::Result<T> {
     // Most reads find data and most writes room: the first poll registers no waker worth
     // keeping (a no-op one), so the one that wakes this thread is made only for a wait.
-    if let Poll::Ready(r) = f(&mut Context::from_waker(Waker::noop())) {
+    if let Poll::Ready(r) = f(&mut Context::from_waker(noop_waker())) {
         return r;
     }
     park_until_ready(op, timeout, f)
