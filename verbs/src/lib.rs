@@ -208,8 +208,8 @@ pub use pd::Pd;
 pub use qp::post::OWNED_WR_ID;
 pub use qp::{states, QpIn};
 pub use qp::{
-    AhAttr, FixedBuffers, GlobalRoute, Outstanding, PostError, PreparedSend, Qp, QpAttr,
-    QpAttrMask, QpCap, QpDestroy, QpEndpoint, QpEx, QpInitAttr, QpQuery, QpState, QpType,
+    AhAttr, FixedBuffers, GlobalRoute, Outstanding, PostError, PreparedRecv, PreparedSend, Qp,
+    QpAttr, QpAttrMask, QpCap, QpDestroy, QpEndpoint, QpEx, QpInitAttr, QpQuery, QpState, QpType,
     Reclaimed, RecvRequest, RecvWr, SendFlags, SendOps, SendRequest, SendWr, UdDest, WrOp,
 };
 pub use recv_ring::RecvRing;

@@ -346,21 +346,14 @@ impl Endpoint {
 
     /// Posts `n` receives of QP `qp` into `sge` (in chains), with [`recv_wr_id`].
     pub fn post_recvs(&self, qp: usize, sge: &[LocalSlice; 1], n: usize) -> Result<(), Error> {
-        const CHAIN: usize = 8;
         let wr = RecvWr {
             wr_id: recv_wr_id(qp),
             sges: sge,
         };
-        let chain = [wr; CHAIN];
-        let mut left = n;
-        while left > 0 {
-            let k = left.min(CHAIN);
-            self.buffers
-                .post_recv(&self.qps[qp], &chain[..k])
-                .map_err(|e| Error::Verbs("post receives (lower -r?)", e))?;
-            left -= k;
-        }
-        Ok(())
+        self.buffers
+            .prepare_recv(&self.qps[qp], &wr)
+            .and_then(|mut prepared| prepared.post(n))
+            .map_err(|e| Error::Verbs("post receives (lower -r?)", e))
     }
 
     fn cm_spec(&self, p: &Params) -> QpSpec<'_> {

@@ -19,8 +19,8 @@ use verbs_sys as sys;
 pub use attr::{AhAttr, GlobalRoute, QpAttr, QpAttrMask};
 pub use init::{QpCap, QpEndpoint, QpInitAttr};
 pub use post::{
-    FixedBuffers, Outstanding, PostError, PreparedSend, QpEx, Reclaimed, RecvRequest, RecvWr,
-    SendFlags, SendOps, SendRequest, SendWr, UdDest, WrOp,
+    FixedBuffers, Outstanding, PostError, PreparedRecv, PreparedSend, QpEx, Reclaimed, RecvRequest,
+    RecvWr, SendFlags, SendOps, SendRequest, SendWr, UdDest, WrOp,
 };
 pub use query::QpQuery;
 pub use state::{check_transition, transition, QpState, QpType};

@@ -775,3 +775,59 @@ fn a_prepared_request_posts_many_times_and_is_refused_where_post_send_refuses_it
     crate::support::assert_quiet(&p.cq_a);
     crate::support::assert_quiet(&p.cq_b);
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_prepared_receive_posts_many_into_a_sink_and_is_refused_where_post_recv_refuses_it() {
+    let p = Pair::rc();
+    let data = pattern(3000, 29);
+    let Fixed {
+        fixed,
+        from_src,
+        into_sink,
+        ..
+    } = Fixed::new(&p, &data);
+    let recv = |sges, wr_id| RecvWr { wr_id, sges };
+    // More receives than one chain holds: every SEND finds one and completes with its id.
+    let mut prepared = fixed.prepare_recv(&p.b, &recv(&into_sink, 41)).unwrap();
+    assert_eq!(prepared.wr_id(), 41);
+    let n = verbs::PreparedRecv::CHAIN + 3;
+    prepared.post(n).unwrap();
+    let mut send = fixed
+        .prepare_send(
+            &p.a,
+            &SendWr {
+                wr_id: 42,
+                op: WrOp::Send,
+                sges: &from_src,
+                flags: SendFlags::SIGNALED,
+                ud: None,
+            },
+        )
+        .unwrap();
+    for i in 0..n {
+        send.post().unwrap();
+        assert_eq!(one(&p.cq_a, &p.a).0.status, Ok(()), "send {i}");
+        let (c, back) = one(&p.cq_b, &p.b);
+        assert_eq!(
+            (c.wr_id, c.status, c.byte_len),
+            (41, Ok(()), 3000),
+            "receive {i}"
+        );
+        assert!(back.is_empty(), "a borrowed receive hands nothing back");
+    }
+    // What post_recv refuses, preparing refuses: a receive into a source (memory the program
+    // reads), memory the buffers do not keep, a reserved id.
+    let e = fixed.prepare_recv(&p.b, &recv(&from_src, 43)).unwrap_err();
+    assert!(e.to_string().contains("no sink"), "{e}");
+    let other = filled(&p, &data);
+    let elsewhere = [other.local(..).unwrap()];
+    let e = fixed.prepare_recv(&p.b, &recv(&elsewhere, 44)).unwrap_err();
+    assert!(e.to_string().contains("no sink"), "{e}");
+    let e = fixed
+        .prepare_recv(&p.b, &recv(&into_sink, verbs::OWNED_WR_ID))
+        .unwrap_err();
+    assert!(matches!(e, verbs::Error::InvalidWorkRequest { .. }), "{e}");
+    crate::support::assert_quiet(&p.cq_a);
+    crate::support::assert_quiet(&p.cq_b);
+}

@@ -87,12 +87,18 @@ impl FixedBuffers {
     /// Posts receives `wrs` on `qp` as one chain; every entry must lie in a sink.
     pub fn post_recv(&self, qp: &Qp, wrs: &[RecvWr<'_>]) -> Result<()> {
         for (i, w) in wrs.iter().enumerate() {
-            if let Some(s) = w.sges.iter().find(|s| !self.holds(s, true)) {
-                return Err(self.outside(qp, i, s, true));
-            }
+            self.check_recv(qp, i, w)?;
         }
         // SAFETY: as for sends: receives write only sinks, which the program cannot reach.
         unsafe { qp.post_recv_unchecked(wrs) }
+    }
+
+    /// Checks that every entry of receive `i`, `w`, lies in a sink.
+    pub(super) fn check_recv(&self, qp: &Qp, i: usize, w: &RecvWr<'_>) -> Result<()> {
+        match w.sges.iter().find(|s| !self.holds(s, true)) {
+            Some(s) => Err(self.outside(qp, i, s, true)),
+            None => Ok(()),
+        }
     }
 
     /// Checks that every entry of request `i`, `w`, lies in a sink, or, for requests that

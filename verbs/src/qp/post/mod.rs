@@ -36,7 +36,7 @@ pub(crate) use bind::BindMw;
 pub use fixed::FixedBuffers;
 pub use inflight::Outstanding;
 pub(crate) use inflight::{owned_kind, InFlight};
-pub use prepared::PreparedSend;
+pub use prepared::{PreparedRecv, PreparedSend};
 pub(crate) use recv::{in_reset_error, post_recv_one, post_recv_owned, post_recv_raw};
 pub use request::{PostError, Reclaimed, RecvRequest, SendRequest};
 pub use wr_ex::{QpEx, SendOps};

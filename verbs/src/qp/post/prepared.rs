@@ -1,5 +1,5 @@
-//! [`PreparedSend`]: a borrowed send request checked once and posted many times, as a
-//! benchmark's or a ping-pong's loop posts the same request every iteration.
+//! [`PreparedSend`] and [`PreparedRecv`]: a borrowed request checked once and posted many
+//! times, as a benchmark's or a ping-pong's loop posts the same request every iteration.
 //!
 //! Sound for the reasons [`FixedBuffers::post_send`] is: every scatter/gather entry lies in a
 //! region of the fixed buffers (a sink for requests that write local memory), a UD request's
@@ -10,7 +10,8 @@ use std::marker::PhantomData;
 
 use verbs_sys as sys;
 
-use super::{check_borrowed_wr_id, invalid, zeroed_send_wr, FixedBuffers, SendWr};
+use super::recv::{check_recv_wr, post_recv_chain};
+use super::{check_borrowed_wr_id, invalid, zeroed_send_wr, FixedBuffers, RecvWr, SendWr};
 use crate::qp::Qp;
 use crate::Result;
 
@@ -74,6 +75,83 @@ impl PreparedSend<'_> {
     }
 
     /// The id the next posts carry.
+    pub fn wr_id(&self) -> u64 {
+        self.wr.wr_id
+    }
+}
+
+/// A receive request on fixed buffers, checked once against its QP and its buffers (see
+/// [`FixedBuffers::prepare_recv`]); [`post`](Self::post) posts it any number of times, in
+/// chains, with no request to build or check again.
+pub struct PreparedRecv<'a> {
+    qp: &'a Qp,
+    wr: sys::ibv_recv_wr,
+    /// The SGE list `wr` points to, and the buffers its SGEs lie in.
+    _borrowed: PhantomData<(&'a FixedBuffers, RecvWr<'a>)>,
+}
+
+impl std::fmt::Debug for PreparedRecv<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedRecv")
+            .field("qp_num", &self.qp.qp_num())
+            .field("wr_id", &self.wr.wr_id)
+            .field("num_sge", &self.wr.num_sge)
+            .finish()
+    }
+}
+
+impl FixedBuffers {
+    /// Checks `wr` once, as [`post_recv`](Self::post_recv) checks each request it posts (every
+    /// entry in a sink, an id without the owned bit, no more entries than the QP takes), and
+    /// keeps it ready to post on `qp` as often as wanted.
+    pub fn prepare_recv<'a>(&'a self, qp: &'a Qp, wr: &RecvWr<'a>) -> Result<PreparedRecv<'a>> {
+        self.check_recv(qp, 0, wr)?;
+        check_recv_wr(qp.qp_num(), wr, qp.cap().max_recv_sge)?;
+        Ok(PreparedRecv {
+            qp,
+            wr: sys::ibv_recv_wr {
+                wr_id: wr.wr_id,
+                next: std::ptr::null_mut(),
+                // ibv_post_recv does not write the SGE list; the cast drops const only.
+                sg_list: wr.sges.as_ptr() as *mut sys::ibv_sge,
+                num_sge: wr.sges.len() as i32,
+            },
+            _borrowed: PhantomData,
+        })
+    }
+}
+
+impl PreparedRecv<'_> {
+    /// Requests linked into one `ibv_post_recv`.
+    pub const CHAIN: usize = 16;
+
+    /// Posts the request `n` times, in chains of up to [`CHAIN`](Self::CHAIN). On an error
+    /// (a full queue: [`Error::QueueFull`](crate::Error::QueueFull)) the chains before the
+    /// failing one are posted, and of that one the device may have taken some.
+    #[doc(alias = "ibv_post_recv")]
+    pub fn post(&mut self, n: usize) -> Result<()> {
+        let mut chain = [self.wr; Self::CHAIN];
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(Self::CHAIN);
+            let qp = self.qp;
+            post_recv_chain(
+                &mut chain[..k],
+                qp.qp_num(),
+                "receive",
+                qp.cap().max_recv_wr,
+                // SAFETY: live QP; a well-formed chain of the request checked when prepared,
+                // whose entries lie in sinks the fixed buffers keep alive and the program
+                // cannot reach, borrowed with the SGE list for as long as `self` exists.
+                |wr, bad| unsafe { sys::ibv_post_recv(qp.as_raw(), wr, bad) },
+            )
+            .map_err(|(_, e)| e)?;
+            left -= k;
+        }
+        Ok(())
+    }
+
+    /// The id each posted receive carries in its completion.
     pub fn wr_id(&self) -> u64 {
         self.wr.wr_id
     }

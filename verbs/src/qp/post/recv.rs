@@ -153,6 +153,18 @@ pub(crate) fn post_recv_owned(
 }
 
 /// Borrowed receive posting shared by QPs and SRQs.
+/// Checks a borrowed receive's id and entry count against its QP's (`qpn`) limit.
+pub(super) fn check_recv_wr(qpn: u32, w: &RecvWr<'_>, max_sge: u32) -> Result<()> {
+    check_borrowed_wr_id(qpn, w.wr_id)?;
+    if w.sges.len() > max_sge as usize {
+        return Err(invalid(
+            qpn,
+            format!("{} SGEs exceed max_recv_sge {max_sge}", w.sges.len()),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn post_recv_raw(
     wrs: &[RecvWr<'_>],
     qpn: u32,
@@ -169,13 +181,7 @@ pub(crate) fn post_recv_raw(
     });
     let raw = chain.as_mut_slice();
     for (w, raw) in wrs.iter().zip(raw.iter_mut()) {
-        check_borrowed_wr_id(qpn, w.wr_id)?;
-        if w.sges.len() > max_sge as usize {
-            return Err(invalid(
-                qpn,
-                format!("{} SGEs exceed max_recv_sge {max_sge}", w.sges.len()),
-            ));
-        }
+        check_recv_wr(qpn, w, max_sge)?;
         *raw = sys::ibv_recv_wr {
             wr_id: w.wr_id,
             next: ptr::null_mut(),
@@ -186,7 +192,7 @@ pub(crate) fn post_recv_raw(
     post_recv_chain(raw, qpn, queue, depth, post).map_err(|(_, e)| e)
 }
 
-fn post_recv_chain(
+pub(super) fn post_recv_chain(
     wrs: &mut [sys::ibv_recv_wr],
     qpn: u32,
     queue: &'static str,
