@@ -137,19 +137,28 @@ fn serve_sends(
     let mut done = Vec::new();
     let mut t0 = None;
     let mut left = vec![p.iters as usize; s.ep.qps.len()];
-    while completed.len() < total {
+    // Without the peak, the figures read only the time of the last receive.
+    let mut received = 0;
+    let mut at = Duration::ZERO;
+    while received < total {
         poller.wait(&s.ep, &mut done)?;
         let now = Instant::now();
-        let t0 = *t0.get_or_insert(now);
+        at = now - *t0.get_or_insert(now);
         for d in done.drain(..) {
             if !d.recv {
                 continue;
             }
-            completed.push(now - t0);
+            if p.peak {
+                completed.push(at);
+            }
+            received += 1;
             left[d.qp] = left[d.qp].saturating_sub(1);
             recvs.on_recv(d.qp, left[d.qp]);
         }
         recvs.repost(&s.ep)?;
+    }
+    if !p.peak {
+        completed.resize(received, at);
     }
     Ok((vec![Duration::ZERO; total], completed))
 }
