@@ -111,7 +111,7 @@ impl Conn {
         if let Some(r) = check(conn, &mut conn.state.lock()) {
             return r;
         }
-        self.wait_blocked(op, timeout, deadline, check)
+        self.wait_blocked((op, timeout, deadline), check)
     }
 
     /// The rest of [`wait_until`](Self::wait_until) once its first look found nothing: the
@@ -120,13 +120,11 @@ impl Conn {
     #[inline(never)]
     fn wait_blocked<T>(
         &self,
-        op: &'static str,
-        timeout: Duration,
-        deadline: Option<Instant>,
+        (op, timeout, deadline): (&'static str, Duration, Option<Instant>),
         mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
     ) -> Result<T> {
-        let conn = &*self.inner;
         let start = Instant::now();
+        let conn = &*self.inner;
         let deadline = deadline.unwrap_or(start + timeout);
         // How long this thread polls the queue itself before it sleeps until the progress
         // thread wakes it: no handoff between threads while it spins.
