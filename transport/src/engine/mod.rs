@@ -478,11 +478,23 @@ impl Shared {
     /// a lock, parking_lot allocates its bookkeeping, which would land in the data path at
     /// a random moment.
     fn progress_after_arm(&self) -> usize {
+        let guard = match self.progress.try_lock() {
+            Some(guard) => guard,
+            None => self.wait_progress_lock(),
+        };
+        self.poll_with(guard)
+    }
+
+    /// Yields until the progress lock is free, and takes it: the wait of
+    /// [`progress_after_arm`](Self::progress_after_arm), a function of its own so that a
+    /// profile (the cost bench) can tell waiting from work.
+    #[inline(never)]
+    fn wait_progress_lock(&self) -> parking_lot::MutexGuard<'_, Progress> {
         loop {
-            if let Some(guard) = self.progress.try_lock() {
-                return self.poll_with(guard);
-            }
             std::thread::yield_now();
+            if let Some(guard) = self.progress.try_lock() {
+                return guard;
+            }
         }
     }
 
