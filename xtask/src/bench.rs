@@ -196,7 +196,12 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                     cost_bench::cases(&bins, &bins.join("cost")),
                     std::env::var("XTASK_COST_CASES").ok().as_deref(),
                 );
-                script.push_str(&cost_bench::script(&sets, &rows, &cost_raw));
+                script.push_str(&cost_bench::script(
+                    &sets,
+                    &rows,
+                    &cost_raw,
+                    &bins.join(cost_bench::POLLSHIM),
+                ));
                 cost_cases = Some((sets, rows));
             }
         }

@@ -4,8 +4,12 @@
 //! The measured side runs under `valgrind --tool=callgrind` while its peer runs natively, at
 //! `N`, `2N` and `3N` operations; each side's two runs are the differences
 //! `(Ir(2N) - Ir(N)) / N` and `(Ir(3N) - Ir(2N)) / N`, so connection setup and teardown cancel
-//! out. The slowed side never waits for its peer (saturation): a native receiver keeps up with
-//! a slowed sender, and a slowed receiver always finds messages queued. Bandwidth tests run
+//! out. What is counted is the side's work as at saturation, where it never waits: under
+//! callgrind it runs far slower than rxe and its peer, so its polls would find the queue empty
+//! or short of a batch for a share of the run that depends on timing. The preload library
+//! `xtask/pollshim` makes each poll wait uncounted until the queue holds what it asks for
+//! (see its header), and calls into [`WAITS`] (blocked on a lock or condition, or waking a
+//! thread that is) are subtracted from the count. Bandwidth tests run
 //! with `-N` (no peak: perftest finds it in time quadratic in the iterations, which would not
 //! cancel). The transport and stream cases run our `cost` program (`transport/benches/cost.rs`)
 //! under reactor polling (no thread spins on an empty queue) and count only its work loop and
@@ -328,12 +332,15 @@ pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
                 n,
                 server,
             );
+            // -T b: blocking sockets, as our program's reads and writes are (rstream's default
+            // is non-blocking, and it spins on EAGAIN, in raccept too, for as long as a wait
+            // takes).
             sets.push(Set {
                 key: key(&case, "baseline"),
                 tool: Tool::Rstream,
                 prog: "rstream".into(),
                 peer: "rstream".into(),
-                args: format!("-S {size} -I 1"),
+                args: format!("-S {size} -I 1 -T b"),
                 n,
                 server,
             });
@@ -355,7 +362,30 @@ pub fn stripped_copies(release: &Path, cost: &Path, dir: &Path) -> Result<std::p
         cmd.arg("--strip-debug").arg(&from).arg(&to);
         util::status(cmd, &format!("objcopy --strip-debug {}", from.display()))?;
     }
+    build_pollshim(&dir.join(POLLSHIM))?;
     Ok(dir.to_path_buf())
+}
+
+/// The preload library that settles the measured side's polls (`xtask/pollshim/pollshim.c`),
+/// built into the directory of the measured programs.
+pub const POLLSHIM: &str = "libpollshim.so";
+
+/// Builds `xtask/pollshim` into `to` with the host's C compiler.
+fn build_pollshim(to: &Path) -> Result<()> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("pollshim");
+    let mut cmd = Command::new("cc");
+    cmd.args([
+        "-O2", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o",
+    ])
+    .arg(to)
+    .arg(src.join("pollshim.c"))
+    .arg(format!(
+        "-Wl,--version-script={}",
+        src.join("pollshim.map").display()
+    ))
+    // Linked, so that its calls bind to libibverbs' current symbol versions.
+    .args(["-libverbs", "-ldl"]);
+    util::status(cmd, "cc xtask/pollshim/pollshim.c")
 }
 
 /// The rows whose case contains one of the comma-separated words of `filter` (all without
@@ -381,7 +411,7 @@ pub fn only((sets, rows): (Vec<Set>, Vec<Row>), filter: Option<&str>) -> (Vec<Se
 /// The shell script run in the guest: every set `STEPS` times under callgrind, then our
 /// transport sets under strace. Each run ends with `@@cost KEY STEP N RC PEER_RC`; its files
 /// go to `raw` (`KEY.STEP.cg`, `KEY.busy.STEP.st`, ...).
-pub fn script(sets: &[Set], rows: &[Row], raw: &Path) -> String {
+pub fn script(sets: &[Set], rows: &[Row], raw: &Path, shim: &Path) -> String {
     // Small messages first, then the rest; within a size, the tools in this order.
     let rank = |case: &str| {
         let size: u64 = case
@@ -410,6 +440,7 @@ pub fn script(sets: &[Set], rows: &[Row], raw: &Path) -> String {
     let mut emitted: Vec<&str> = Vec::new();
     let mut s = format!(
         r#"RAW={raw}
+SHIM={shim}
 mkdir -p $RAW
 D=$RDMA_TEST_DEVICE; G=$RDMA_TEST_GID_INDEX; A=$RDMA_TEST_ADDR
 PD=${{RDMA_TEST_PEER_DEVICE:-$D}}; PG=${{RDMA_TEST_PEER_GID_INDEX:-$G}}; PA=${{RDMA_TEST_PEER_ADDR:-$A}}
@@ -418,9 +449,12 @@ PORT=19600
 # default); under callgrind that spin is a share of the run that depends on timing. 0: it
 # blocks at once, so its instructions per operation are its work.
 mkdir -p /etc/rdma/rsocket && echo 0 > /etc/rdma/rsocket/polling_time
-CG="valgrind --tool=callgrind"
-# Ours in the transport's cases: only its work loop and reactor thread.
-CGT="$CG --collect-atstart=no --toggle-collect=cost::measured_work --toggle-collect=cost::measured_reactor"
+# The measured side's polls wait, uncounted, until its queue holds what a device that kept up
+# would have queued (xtask/pollshim).
+CG="env LD_PRELOAD=$SHIM valgrind --tool=callgrind"
+# Ours in the transport's cases: only its work loop and reactor thread (the endpoint's own
+# threads, named transport-*, poll as they would).
+CGT="env POLLSHIM_PASS=transport- $CG --collect-atstart=no --toggle-collect=cost::measured_work --toggle-collect=cost::measured_reactor"
 listening() {{ # a TCP listener (perftest, pingpong) or an rdma_cm one (rsocket, ours) on port $1
   hex=$(printf '%04X' $1)
   grep -q ":$hex 00000000:0000 0A" /proc/net/tcp 2>/dev/null && return 0
@@ -454,7 +488,8 @@ run() {{
   echo "@@cost $key $step $N $rc $prc"
 }}
 "#,
-        raw = util::shell_quote(&raw.to_string_lossy())
+        raw = util::shell_quote(&raw.to_string_lossy()),
+        shim = util::shell_quote(&shim.to_string_lossy()),
     );
     for row in ordered {
         let keys = std::iter::once(&row.ours).chain(&row.baseline);
@@ -485,7 +520,7 @@ fn callgrind_runs(set: &Set) -> String {
     (1..=STEPS)
         .map(|step| {
             format!(
-                "run {key} {step} {n} {side} \"{wrap}\" --callgrind-out-file=$RAW/{key}.{step}.cg {srv} {cli}\n",
+                "run {key} {step} {n} {side} \"env POLLSHIM_OUT=$RAW/{key}.{step}.poll {wrap}\" --callgrind-out-file=$RAW/{key}.{step}.cg {srv} {cli}\n",
                 key = set.key,
                 n = set.n * step,
                 side = if set.server { "server" } else { "client" },
@@ -523,6 +558,78 @@ pub fn callgrind_total(text: &str) -> Option<u64> {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
     };
     field("totals:").or_else(|| field("summary:"))
+}
+
+/// Functions that wait rather than work, by the start of their name: a thread blocked on a
+/// lock or a condition, or waking one that is. A saturated side does not wait, so what runs
+/// in these (and in everything they call) is taken out of the count, as the poll shim takes
+/// out waits for the device. Ours name their waits (`wait_blocked`, `park_until_ready`,
+/// `wait_progress_lock`); a reactor's sleep on its fd, and the event it wakes for, are waits.
+pub const WAITS: [&str; 15] = [
+    "transport::conn::Conn::wait_blocked",
+    "transport::stream::blocking::park_until_ready",
+    "transport::engine::Shared::wait_progress_lock",
+    "verbs_sys::fd::wait",
+    "verbs::cq::Cq::get_event",
+    "parking_lot::condvar::Condvar::notify_all_slow",
+    "parking_lot::condvar::Condvar::notify_one_slow",
+    "parking_lot::raw_mutex::RawMutex::lock_slow",
+    "parking_lot::raw_mutex::RawMutex::unlock_slow",
+    "std::thread::Thread::unpark",
+    "__lll_lock_wait",
+    "__lll_lock_wake",
+    "___pthread_cond_wait",
+    "___pthread_cond_timedwait",
+    "__pthread_cond_wait",
+];
+
+fn is_wait(function: &str) -> bool {
+    WAITS.iter().any(|w| function.starts_with(w))
+}
+
+/// The instructions a callgrind output file counted inside [`WAITS`]: the inclusive cost of
+/// every call from a function that is not a wait into one that is (so a wait within a wait
+/// counts once).
+pub fn callgrind_waits(text: &str) -> u64 {
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    // `fn=(12) name` defines a compressed name, `fn=(12)` uses it.
+    let mut name_of = |spec: &str| -> String {
+        let spec = spec.trim();
+        if let Some(rest) = spec.strip_prefix('(') {
+            if let Some((id, name)) = rest.split_once(')') {
+                let name = name.trim();
+                if name.is_empty() {
+                    return names.get(id).cloned().unwrap_or_default();
+                }
+                names.insert(id.to_string(), name.to_string());
+                return name.to_string();
+            }
+        }
+        spec.to_string()
+    };
+    let (mut caller, mut callee) = (String::new(), String::new());
+    let mut in_call = false;
+    let mut total = 0;
+    for l in text.lines() {
+        if let Some(f) = l.strip_prefix("fn=") {
+            caller = name_of(f);
+        } else if let Some(f) = l.strip_prefix("cfn=") {
+            callee = name_of(f);
+        } else if l.starts_with("calls=") {
+            in_call = true;
+        } else if in_call {
+            // The line after `calls=`: the call site, then the calls' inclusive cost.
+            in_call = false;
+            if is_wait(&callee) && !is_wait(&caller) {
+                total += l
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    total
 }
 
 /// The differences of `totals` (the counts at `N`, `2N`, `3N`, ...) per operation.
@@ -691,6 +798,54 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// What the poll shim did in one run: its `POLLSHIM_OUT` line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Polls of a thread that waits.
+    pub polls: u64,
+    /// Polls that found fewer completions queued than they asked for, and waited.
+    pub waits: u64,
+    /// Waits that ended with nothing queued (nothing was coming).
+    pub empty_waits: u64,
+    /// Waits that ended with fewer than asked for and no new completion for the quiet time.
+    pub partial_waits: u64,
+    /// Completions the polls found queued (up to what each asked for).
+    pub entries: u64,
+}
+
+impl Settled {
+    /// `polls waits empty_waits partial_waits entries`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let v: Vec<u64> = text
+            .split_whitespace()
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .ok()?;
+        match v[..] {
+            [polls, waits, empty_waits, partial_waits, entries] => Some(Self {
+                polls,
+                waits,
+                empty_waits,
+                partial_waits,
+                entries,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Per operation from the runs at `N` (`self`) and `2N` (`at_2n`).
+    pub fn per_op(&self, at_2n: &Self, n: u64) -> Value {
+        let d = |a: u64, b: u64| round3((b as f64 - a as f64) / n as f64);
+        json!({
+            "polls_per_op": d(self.polls, at_2n.polls),
+            "entries_per_op": d(self.entries, at_2n.entries),
+            "waits_per_op": d(self.waits, at_2n.waits),
+            "partial_waits_per_op": d(self.partial_waits, at_2n.partial_waits),
+            "empty_waits_per_op": d(self.empty_waits, at_2n.empty_waits),
+        })
+    }
+}
+
 /// One row's measurements.
 #[derive(Debug, Clone, Default)]
 pub struct Measured {
@@ -698,11 +853,28 @@ pub struct Measured {
     pub baseline_runs: Vec<f64>,
     /// By polling mode, the system calls per operation (see [`syscalls_per_op`]).
     pub syscalls: Map<String, Value>,
+    /// By set, what the poll shim did per operation (see [`Settled::per_op`]).
+    pub settled: Map<String, Value>,
 }
 
+/// Runs under this many instructions per operation do no work per operation (a WRITE's or
+/// READ's target): their spread and ratio are noise.
+pub const NO_WORK: f64 = 1.0;
+
 impl Measured {
+    /// Whether neither side does work per operation: every run of both under [`NO_WORK`].
+    pub fn no_work(&self) -> bool {
+        let runs = || self.ours_runs.iter().chain(&self.baseline_runs);
+        runs().next().is_some() && runs().all(|r| r.abs() < NO_WORK)
+    }
+
     /// Why the runs of this row are flagged, if they are.
     pub fn flags(&self) -> Vec<String> {
+        if self.no_work() {
+            return vec![format!(
+                "neither side works per operation (every run under {NO_WORK} instruction): no ratio, no goal"
+            )];
+        }
         let mut f = Vec::new();
         let (o, b) = (spread(&self.ours_runs), spread(&self.baseline_runs));
         if o > OURS_SPREAD {
@@ -732,7 +904,7 @@ pub fn set_runs(raw: &Path, set: &Set) -> Vec<f64> {
                 return None;
             }
             let text = std::fs::read_to_string(raw.join(format!("{stem}.cg"))).ok()?;
-            callgrind_total(&text)
+            Some(callgrind_total(&text)?.saturating_sub(callgrind_waits(&text)))
         })
         .collect();
     per_op(&totals, set.n)
@@ -780,10 +952,35 @@ pub fn measure(raw: &Path, sets: &[Set], rows: &[Row]) -> Vec<Measured> {
                     }
                 }
             }
+            let mut settled = Map::new();
+            for key in std::iter::once(&r.ours).chain(&r.baseline) {
+                let Some(set) = sets.iter().find(|s| &s.key == key) else {
+                    continue;
+                };
+                let at = |step: u64| {
+                    let stem = format!("{key}.{step}");
+                    let text = std::fs::read_to_string(raw.join(format!("{stem}.poll")));
+                    (succeeded(raw, &stem)).then_some(())?;
+                    Settled::parse(&text.ok()?)
+                };
+                let waits = |step: u64| {
+                    let text = std::fs::read_to_string(raw.join(format!("{key}.{step}.cg")));
+                    text.ok().map(|t| callgrind_waits(&t))
+                };
+                if let (Some(a), Some(b)) = (at(1), at(2)) {
+                    let mut v = a.per_op(&b, set.n);
+                    if let (Some(wa), Some(wb)) = (waits(1), waits(2)) {
+                        v["wait_instructions_per_op"] =
+                            json!(round3((wb as f64 - wa as f64) / set.n as f64));
+                    }
+                    settled.insert(key.clone(), v);
+                }
+            }
             Measured {
                 ours_runs,
                 baseline_runs,
                 syscalls,
+                settled,
             }
         })
         .collect()
@@ -804,6 +1001,7 @@ pub fn report(device: &str, sets: &[Set], rows: &[Row], measured: &[Measured]) -
             if !m.syscalls.is_empty() {
                 extra.insert("syscalls".into(), Value::Object(m.syscalls.clone()));
             }
+            extra.insert("settled".into(), Value::Object(m.settled.clone()));
             Comparison {
                 case: r.case.clone(),
                 metric: "instructions per op".into(),
@@ -812,7 +1010,7 @@ pub fn report(device: &str, sets: &[Set], rows: &[Row], measured: &[Measured]) -
                 baseline: compare::median(m.baseline_runs.clone()),
                 baseline_name: r.baseline_name.clone(),
                 better: Better::Lower,
-                goal: r.goal,
+                goal: if m.no_work() { f64::NAN } else { r.goal },
                 extra,
             }
         })
@@ -822,6 +1020,10 @@ pub fn report(device: &str, sets: &[Set], rows: &[Row], measured: &[Measured]) -
         "method".into(),
         json!(format!(
             "callgrind in the guest, the peer native; runs (Ir(kN) - Ir((k-1)N)) / N for k = 2..{STEPS}; \
+             the measured side's polls wait uncounted until the queue holds what they ask for \
+             (xtask/pollshim: or some and none new for 2 ms, or none for 20 ms), and calls into \
+             functions that wait (WAITS: blocked on a lock or condition, or waking a thread that \
+             is) are not counted; \
              flagged when ours' runs differ by more than {}% or the baseline's by more than {}%",
             OURS_SPREAD * 100.0,
             BASELINE_SPREAD * 100.0
@@ -861,12 +1063,16 @@ pub fn table(report: &Report) -> String {
     };
     for c in &report.comparisons {
         s.push_str(&format!(
-            "{:<28} {:>10.1} {:>10.1} {:>6.2}x {:>5.2}x  {:<24} {}{}\n",
+            "{:<28} {:>10.1} {:>10.1} {:>6.2}x {:>6}  {:<24} {}{}\n",
             c.case,
             c.ours,
             c.baseline,
             c.ratio(),
-            c.goal,
+            if c.goal.is_nan() {
+                "-".to_string()
+            } else {
+                format!("{:.2}x", c.goal)
+            },
             runs(&c.extra["ours_runs"]),
             runs(&c.extra["baseline_runs"]),
             if c.ours.is_nan() || c.baseline.is_nan() {
@@ -913,6 +1119,29 @@ pub fn table(report: &Report) -> String {
     if !sys.is_empty() {
         s.push_str("system calls per op (ours, under strace):\n");
         s.extend(sys);
+    }
+    let mut shown = std::collections::BTreeSet::new();
+    let settled: Vec<String> = report
+        .comparisons
+        .iter()
+        .filter_map(|c| c.extra.get("settled")?.as_object())
+        .flat_map(|m| m.iter())
+        .filter(|(key, _)| shown.insert(key.as_str()))
+        .map(|(key, v)| {
+            format!(
+                "  {key}: {} polls, {} completions, {} waits ({} partial, {} empty); {} instructions in waits, not counted\n",
+                v["polls_per_op"],
+                v["entries_per_op"],
+                v["waits_per_op"],
+                v["partial_waits_per_op"],
+                v["empty_waits_per_op"],
+                v.get("wait_instructions_per_op").unwrap_or(&Value::Null)
+            )
+        })
+        .collect();
+    if !settled.is_empty() {
+        s.push_str("polls per op (measured side, N to 2N):\n");
+        s.extend(settled);
     }
     s
 }
@@ -964,6 +1193,7 @@ mod tests {
             ours_runs: vec![100.0, 100.5],
             baseline_runs: vec![100.0, 106.0],
             syscalls: Map::new(),
+            settled: Map::new(),
         };
         let f = m.flags();
         assert_eq!(f.len(), 1, "{f:?}");
@@ -972,9 +1202,64 @@ mod tests {
             ours_runs: vec![100.0, 102.0],
             baseline_runs: vec![100.0, 104.0],
             syscalls: Map::new(),
+            settled: Map::new(),
         };
         assert!(m.flags()[0].starts_with("ours"));
+        assert!(!m.no_work());
         assert_eq!(spread(&[0.0, 0.0]), 0.0);
+        // A WRITE's target on both sides: no work per operation, whatever the spread.
+        let m = Measured {
+            ours_runs: vec![0.3, -0.0],
+            baseline_runs: vec![-0.1, 0.1],
+            ..Measured::default()
+        };
+        assert!(m.no_work());
+        assert_eq!(m.flags().len(), 1);
+        assert!(m.flags()[0].contains("no ratio"), "{:?}", m.flags());
+        assert!(!Measured::default().no_work());
+    }
+
+    #[test]
+    fn the_poll_shims_counts_are_read_and_taken_per_operation() {
+        let a = Settled::parse("10 4 1 2 30\n").unwrap();
+        assert_eq!(a.waits, 4);
+        assert_eq!(a.entries, 30);
+        assert_eq!(Settled::parse("1 2 3"), None);
+        assert_eq!(Settled::parse("1 2 3 4 x"), None);
+        let b = Settled::parse("30 8 1 6 70").unwrap();
+        let v = a.per_op(&b, 10);
+        assert_eq!(v["polls_per_op"], 2.0);
+        assert_eq!(v["entries_per_op"], 4.0);
+        assert_eq!(v["partial_waits_per_op"], 0.4);
+        assert_eq!(v["empty_waits_per_op"], 0.0);
+    }
+
+    #[test]
+    fn calls_into_waits_are_counted_once_with_what_they_call() {
+        let text = "events: Ir\n\
+                    fn=(1) cost::measured_work\n\
+                    5 100\n\
+                    cfn=(2) transport::conn::Conn::wait_blocked::<u8, {closure#0}>\n\
+                    calls=3 40\n\
+                    7 900\n\
+                    cfn=(3) transport::conn::Conn::recv\n\
+                    calls=10 50\n\
+                    8 500\n\
+                    fn=(2)\n\
+                    41 300\n\
+                    cfn=(4) parking_lot::raw_mutex::RawMutex::lock_slow\n\
+                    calls=1 60\n\
+                    42 20\n\
+                    42 200\n\
+                    fn=(3)\n\
+                    cfn=(4)\n\
+                    calls=2 60\n\
+                    51 70\n\
+                    totals: 1800\n";
+        // 900 from measured_work into the wait, 70 from recv into lock_slow; the lock_slow
+        // within the wait is inside the 900 already.
+        assert_eq!(callgrind_waits(text), 970);
+        assert_eq!(callgrind_waits("events: Ir\nfn=(1) main\n3 10\n"), 0);
     }
 
     #[test]
@@ -1087,10 +1372,16 @@ mod tests {
         }
         let keys: std::collections::BTreeSet<&str> = sets.iter().map(|s| s.key.as_str()).collect();
         assert_eq!(keys.len(), sets.len(), "keys are unique");
-        let s = script(&sets, &rows, Path::new("/raw"));
+        let s = script(
+            &sets,
+            &rows,
+            Path::new("/raw"),
+            Path::new("/b/libpollshim.so"),
+        );
         assert!(s.contains(
-            "run send_bw_64_B_sender-ours 3 6000 client \"$CG\" --callgrind-out-file=$RAW/send_bw_64_B_sender-ours.3.cg"
+            "run send_bw_64_B_sender-ours 3 6000 client \"env POLLSHIM_OUT=$RAW/send_bw_64_B_sender-ours.3.poll $CG\" --callgrind-out-file=$RAW/send_bw_64_B_sender-ours.3.cg"
         ));
+        assert!(s.contains("SHIM=/b/libpollshim.so"));
         assert!(s.contains("'/c/cost recv 64 $N $PA $A $PORT reactor'"));
         // Our perftest tool measured, perftest's at the other end.
         assert!(s.contains("'ib_send_bw -d $PD -x $PG -p $PORT -F -N -s 64 -n $N'"));
