@@ -592,21 +592,7 @@ fn is_wait(function: &str) -> bool {
 /// counts once).
 pub fn callgrind_waits(text: &str) -> u64 {
     let mut names: BTreeMap<String, String> = BTreeMap::new();
-    // `fn=(12) name` defines a compressed name, `fn=(12)` uses it.
-    let mut name_of = |spec: &str| -> String {
-        let spec = spec.trim();
-        if let Some(rest) = spec.strip_prefix('(') {
-            if let Some((id, name)) = rest.split_once(')') {
-                let name = name.trim();
-                if name.is_empty() {
-                    return names.get(id).cloned().unwrap_or_default();
-                }
-                names.insert(id.to_string(), name.to_string());
-                return name.to_string();
-            }
-        }
-        spec.to_string()
-    };
+    let mut name_of = |spec: &str| compressed_name(&mut names, spec);
     let (mut caller, mut callee) = (String::new(), String::new());
     let mut in_call = false;
     let mut total = 0;
@@ -630,6 +616,56 @@ pub fn callgrind_waits(text: &str) -> u64 {
         }
     }
     total
+}
+
+/// The poll shim's own functions (their names start so): what they count per poll besides
+/// the provider's poll (the calls into the shim and the collection toggles) is the bench's,
+/// not the program's, and comes off the count.
+pub const SHIM_FUNCTIONS: &str = "shim_";
+
+/// The instructions a callgrind output file counted in the functions whose name starts with
+/// `prefix`, themselves (exclusive: what they call is not included).
+pub fn callgrind_exclusive(text: &str, prefix: &str) -> u64 {
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut inside = false;
+    let mut after_call = false;
+    let mut total = 0;
+    for l in text.lines() {
+        if let Some(f) = l.strip_prefix("fn=") {
+            inside = compressed_name(&mut names, f).starts_with(prefix);
+        } else if let Some(f) = l.strip_prefix("cfn=") {
+            // Callees share the table of names.
+            compressed_name(&mut names, f);
+        } else if l.starts_with("calls=") {
+            after_call = true;
+        } else if after_call {
+            // A call's inclusive cost: not the function's own.
+            after_call = false;
+        } else if inside && l.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            total += l
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// A name of callgrind's compressed form: `(12) name` defines id 12, `(12)` uses it.
+fn compressed_name(names: &mut BTreeMap<String, String>, spec: &str) -> String {
+    let spec = spec.trim();
+    if let Some(rest) = spec.strip_prefix('(') {
+        if let Some((id, name)) = rest.split_once(')') {
+            let name = name.trim();
+            if name.is_empty() {
+                return names.get(id).cloned().unwrap_or_default();
+            }
+            names.insert(id.to_string(), name.to_string());
+            return name.to_string();
+        }
+    }
+    spec.to_string()
 }
 
 /// The differences of `totals` (the counts at `N`, `2N`, `3N`, ...) per operation.
@@ -904,7 +940,8 @@ pub fn set_runs(raw: &Path, set: &Set) -> Vec<f64> {
                 return None;
             }
             let text = std::fs::read_to_string(raw.join(format!("{stem}.cg"))).ok()?;
-            Some(callgrind_total(&text)?.saturating_sub(callgrind_waits(&text)))
+            let left_out = callgrind_waits(&text) + callgrind_exclusive(&text, SHIM_FUNCTIONS);
+            Some(callgrind_total(&text)?.saturating_sub(left_out))
         })
         .collect();
     per_op(&totals, set.n)
@@ -1021,7 +1058,8 @@ pub fn report(device: &str, sets: &[Set], rows: &[Row], measured: &[Measured]) -
         json!(format!(
             "callgrind in the guest, the peer native; runs (Ir(kN) - Ir((k-1)N)) / N for k = 2..{STEPS}; \
              the measured side's polls wait uncounted until the queue holds what they ask for \
-             (xtask/pollshim: or some and none new for 2 ms, or none for 20 ms), and calls into \
+             (xtask/pollshim: or some and none new for 2 ms, or none for 20 ms; the shim's own \
+             instructions are taken off), and calls into \
              functions that wait (WAITS: blocked on a lock or condition, or waking a thread that \
              is) are not counted; \
              flagged when ours' runs differ by more than {}% or the baseline's by more than {}%",
@@ -1260,6 +1298,11 @@ mod tests {
         // within the wait is inside the 900 already.
         assert_eq!(callgrind_waits(text), 970);
         assert_eq!(callgrind_waits("events: Ir\nfn=(1) main\n3 10\n"), 0);
+        // The shim's own instructions: its lines, not the call into the provider's poll.
+        let shim = "fn=(1) main\n3 10\ncfn=(2) shim_poll_cq\ncalls=1 5\n4 90\n\
+                    fn=(2)\n5 30\n+1 6\ncfn=(3) 0x2ca0\ncalls=1 9\n7 54\n* 2\n";
+        assert_eq!(callgrind_exclusive(shim, SHIM_FUNCTIONS), 38);
+        assert_eq!(callgrind_exclusive(shim, "main"), 10);
     }
 
     #[test]
