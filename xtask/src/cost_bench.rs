@@ -607,11 +607,7 @@ pub fn callgrind_waits(text: &str) -> u64 {
             // The line after `calls=`: the call site, then the calls' inclusive cost.
             in_call = false;
             if is_wait(&callee) && !is_wait(&caller) {
-                total += l
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|c| c.parse::<u64>().ok())
-                    .unwrap_or(0);
+                total += line_cost(l);
             }
         }
     }
@@ -642,14 +638,18 @@ pub fn callgrind_exclusive(text: &str, prefix: &str) -> u64 {
             // A call's inclusive cost: not the function's own.
             after_call = false;
         } else if inside && l.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
-            total += l
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse::<u64>().ok())
-                .unwrap_or(0);
+            total += line_cost(l);
         }
     }
     total
+}
+
+/// The cost on one of callgrind's cost lines (`POSITION COST`; 0 when it has none).
+fn line_cost(line: &str) -> u64 {
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A name of callgrind's compressed form: `(12) name` defines id 12, `(12)` uses it.
