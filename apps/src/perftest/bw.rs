@@ -163,6 +163,19 @@ fn serve_sends(
     Ok((vec![Duration::ZERO; total], completed))
 }
 
+/// Whether a QP's next request, with `ahead` more before it in the list being built, fills
+/// its send queue or is its last: such a request is signaled, since a completion must come
+/// for every request.
+fn fills_or_ends(
+    outstanding: usize,
+    sent: usize,
+    ahead: usize,
+    depth: usize,
+    per_qp: usize,
+) -> bool {
+    outstanding + ahead + 1 >= depth || sent + ahead + 1 >= per_qp
+}
+
 /// The sending side of send/write/read bandwidth, from (or, for READ, into) `local`; with
 /// `recv` (send-bw -b) it also takes the peer's `-n` messages per QP, keeping receives
 /// posted.
@@ -244,9 +257,7 @@ fn client(
                 let [unsignaled, signaled] = &mut single[qp];
                 while !stop && sent[qp] < per_qp && outstanding[qp] < depth {
                     since_signal[qp] += 1;
-                    // The QP's last request and one that fills its queue are signaled: a
-                    // completion must come for every request.
-                    let full = outstanding[qp] + 1 >= depth || sent[qp] + 1 >= per_qp;
+                    let full = fills_or_ends(outstanding[qp], sent[qp], 0, depth, per_qp);
                     let at = if p.peak { t0.elapsed() } else { Duration::ZERO };
                     let result = if since_signal[qp] >= p.cq_mod as usize || full {
                         let id = send_wr_id(qp, since_signal[qp]);
@@ -273,10 +284,7 @@ fn client(
                     && outstanding[qp] + batch.len() < depth
                 {
                     since_signal[qp] += 1;
-                    // The QP's last request and one that fills its queue are signaled: a
-                    // completion must come for every request.
-                    let full = outstanding[qp] + batch.len() + 1 >= depth
-                        || sent[qp] + batch.len() + 1 >= per_qp;
+                    let full = fills_or_ends(outstanding[qp], sent[qp], batch.len(), depth, per_qp);
                     let list_end = p.post_list > 1 && batch.len() as u32 + 1 == p.post_list;
                     let signal = since_signal[qp] >= p.cq_mod as usize || full || list_end;
                     let mut wr = SendWr {

@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 
 use verbs_sys as sys;
 
-use super::recv::{check_recv_wr, post_recv_chain};
+use super::recv::{check_recv_wr, post_recv_chain, raw_recv_wr};
 use super::{check_borrowed_wr_id, invalid, zeroed_send_wr, FixedBuffers, RecvWr, SendWr};
 use crate::qp::Qp;
 use crate::Result;
@@ -109,13 +109,7 @@ impl FixedBuffers {
         check_recv_wr(qp.qp_num(), wr, qp.cap().max_recv_sge)?;
         Ok(PreparedRecv {
             qp,
-            wr: sys::ibv_recv_wr {
-                wr_id: wr.wr_id,
-                next: std::ptr::null_mut(),
-                // ibv_post_recv does not write the SGE list; the cast drops const only.
-                sg_list: wr.sges.as_ptr() as *mut sys::ibv_sge,
-                num_sge: wr.sges.len() as i32,
-            },
+            wr: raw_recv_wr(wr),
             _borrowed: PhantomData,
         })
     }
@@ -131,15 +125,16 @@ impl PreparedRecv<'_> {
     #[doc(alias = "ibv_post_recv")]
     pub fn post(&mut self, n: usize) -> Result<()> {
         let mut chain = [self.wr; Self::CHAIN];
+        let qp = self.qp;
+        let (qpn, depth) = (qp.qp_num(), qp.cap().max_recv_wr);
         let mut left = n;
         while left > 0 {
             let k = left.min(Self::CHAIN);
-            let qp = self.qp;
             post_recv_chain(
                 &mut chain[..k],
-                qp.qp_num(),
+                qpn,
                 "receive",
-                qp.cap().max_recv_wr,
+                depth,
                 // SAFETY: live QP; a well-formed chain of the request checked when prepared,
                 // whose entries lie in sinks the fixed buffers keep alive and the program
                 // cannot reach, borrowed with the SGE list for as long as `self` exists.

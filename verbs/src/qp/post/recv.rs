@@ -152,7 +152,6 @@ pub(crate) fn post_recv_owned(
     }
 }
 
-/// Borrowed receive posting shared by QPs and SRQs.
 /// Checks a borrowed receive's id and entry count against its QP's (`qpn`) limit.
 pub(super) fn check_recv_wr(qpn: u32, w: &RecvWr<'_>, max_sge: u32) -> Result<()> {
     check_borrowed_wr_id(qpn, w.wr_id)?;
@@ -165,6 +164,18 @@ pub(super) fn check_recv_wr(qpn: u32, w: &RecvWr<'_>, max_sge: u32) -> Result<()
     Ok(())
 }
 
+/// The verbs request of a borrowed receive (its SGE list by pointer: it must outlive the post).
+pub(super) fn raw_recv_wr(w: &RecvWr<'_>) -> sys::ibv_recv_wr {
+    sys::ibv_recv_wr {
+        wr_id: w.wr_id,
+        next: ptr::null_mut(),
+        // ibv_post_recv does not write the SGE list; the cast drops const only.
+        sg_list: w.sges.as_ptr() as *mut sys::ibv_sge,
+        num_sge: w.sges.len() as i32,
+    }
+}
+
+/// Borrowed receive posting shared by QPs and SRQs.
 pub(crate) fn post_recv_raw(
     wrs: &[RecvWr<'_>],
     qpn: u32,
@@ -182,12 +193,7 @@ pub(crate) fn post_recv_raw(
     let raw = chain.as_mut_slice();
     for (w, raw) in wrs.iter().zip(raw.iter_mut()) {
         check_recv_wr(qpn, w, max_sge)?;
-        *raw = sys::ibv_recv_wr {
-            wr_id: w.wr_id,
-            next: ptr::null_mut(),
-            sg_list: w.sges.as_ptr() as *mut sys::ibv_sge,
-            num_sge: w.sges.len() as i32,
-        };
+        *raw = raw_recv_wr(w);
     }
     post_recv_chain(raw, qpn, queue, depth, post).map_err(|(_, e)| e)
 }
