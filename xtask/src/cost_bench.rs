@@ -591,26 +591,12 @@ fn is_wait(function: &str) -> bool {
 /// every call from a function that is not a wait into one that is (so a wait within a wait
 /// counts once).
 pub fn callgrind_waits(text: &str) -> u64 {
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut name_of = |spec: &str| compressed_name(&mut names, spec);
-    let (mut caller, mut callee) = (String::new(), String::new());
-    let mut in_call = false;
     let mut total = 0;
-    for l in text.lines() {
-        if let Some(f) = l.strip_prefix("fn=") {
-            caller = name_of(f);
-        } else if let Some(f) = l.strip_prefix("cfn=") {
-            callee = name_of(f);
-        } else if l.starts_with("calls=") {
-            in_call = true;
-        } else if in_call {
-            // The line after `calls=`: the call site, then the calls' inclusive cost.
-            in_call = false;
-            if is_wait(&callee) && !is_wait(&caller) {
-                total += line_cost(l);
-            }
+    for_each_cost(text, |function, callee, cost| {
+        if callee.is_some_and(is_wait) && !is_wait(function) {
+            total += cost;
         }
-    }
+    });
     total
 }
 
@@ -622,26 +608,37 @@ pub const SHIM_FUNCTIONS: &str = "shim_";
 /// The instructions a callgrind output file counted in the functions whose name starts with
 /// `prefix`, themselves (exclusive: what they call is not included).
 pub fn callgrind_exclusive(text: &str, prefix: &str) -> u64 {
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut inside = false;
-    let mut after_call = false;
     let mut total = 0;
+    for_each_cost(text, |function, callee, cost| {
+        if callee.is_none() && function.starts_with(prefix) {
+            total += cost;
+        }
+    });
+    total
+}
+
+/// Walks the cost lines of a callgrind output file: `f(function, callee, cost)` for each,
+/// `callee` set on the line after a `calls=` (the inclusive cost of those calls), else the
+/// function's own cost on one line of its code.
+fn for_each_cost(text: &str, mut f: impl FnMut(&str, Option<&str>, u64)) {
+    // `fn=(12) name` defines a compressed name (shared by `cfn=`), `fn=(12)` uses it.
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let (mut function, mut callee) = (String::new(), String::new());
+    let mut in_call = false;
     for l in text.lines() {
-        if let Some(f) = l.strip_prefix("fn=") {
-            inside = compressed_name(&mut names, f).starts_with(prefix);
-        } else if let Some(f) = l.strip_prefix("cfn=") {
-            // Callees share the table of names.
-            compressed_name(&mut names, f);
+        if let Some(spec) = l.strip_prefix("fn=") {
+            function = compressed_name(&mut names, spec);
+        } else if let Some(spec) = l.strip_prefix("cfn=") {
+            callee = compressed_name(&mut names, spec);
         } else if l.starts_with("calls=") {
-            after_call = true;
-        } else if after_call {
-            // A call's inclusive cost: not the function's own.
-            after_call = false;
-        } else if inside && l.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
-            total += line_cost(l);
+            in_call = true;
+        } else if in_call {
+            in_call = false;
+            f(&function, Some(&callee), line_cost(l));
+        } else if l.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            f(&function, None, line_cost(l));
         }
     }
-    total
 }
 
 /// The cost on one of callgrind's cost lines (`POSITION COST`; 0 when it has none).
