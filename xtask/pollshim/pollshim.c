@@ -9,8 +9,8 @@
  * empty poll and every short batch is counted. This library replaces each context's
  * `poll_cq` (as `ibv_open_device` returns it) by one that, with callgrind's collection off,
  * waits until the queue holds as many completions as asked for, or some and no new one for
- * POLLSHIM_QUIET_US (2000), or none for POLLSHIM_EMPTY_US (20000); then, collection on again,
- * it makes the provider's poll, which is counted as usual. Whether the queue holds anything
+ * POLLSHIM_QUIET_US (2000), or none for POLLSHIM_EMPTY_US (20000), and never longer than 1 s;
+ * then, collection on again, it makes the provider's poll, which is counted as usual. Whether the queue holds anything
  * is read from rxe's queue indices without taking anything from it.
  *
  * Threads whose name (prctl PR_GET_NAME) starts with one of the comma-separated prefixes in
@@ -53,6 +53,8 @@ struct rxe_cq_head {
 
 static poll_cq_fn provider_poll;
 static long quiet_ns = 2000 * 1000L, empty_ns = 20000 * 1000L;
+/* No wait lasts longer than this, whatever comes. */
+static const long longest_ns = 1000L * 1000 * 1000;
 static const char *passing;
 static atomic_ulong polls, waits, empty_waits, partial_waits, entries;
 static __thread int thread_state; /* 0 unknown, 1 waits, 2 passes through */
@@ -129,6 +131,12 @@ static void settle(struct ibv_cq *cq, int ne)
 		}
 		if (have == 0 && t - start >= empty_ns) {
 			atomic_fetch_add(&empty_waits, 1);
+			break;
+		}
+		/* A bound on any wait, should completions trickle in forever (or another thread
+		 * take them as they come). */
+		if (t - start >= longest_ns) {
+			atomic_fetch_add(&partial_waits, 1);
 			break;
 		}
 	}
