@@ -61,13 +61,17 @@ impl Conn {
     }
 
     /// The local address.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.inner.local_addr
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.inner.local_addr.ok_or(Error::NoAddress {
+            what: "the local end",
+        })
     }
 
     /// The peer's address.
-    pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.inner.peer_addr
+    pub fn peer_addr(&self) -> Result<SocketAddr> {
+        self.inner
+            .peer_addr
+            .ok_or(Error::NoAddress { what: "the peer" })
     }
 
     /// Waits (up to `timeout`) until `check` gives a result, driving progress meanwhile.

@@ -99,6 +99,12 @@ pub enum Error {
         /// The configured maximum.
         max: u32,
     },
+    /// A connection or listener that has no address (its CM identifier was never bound).
+    #[error("{what} has no address: the connection or listener is not bound or connected")]
+    NoAddress {
+        /// "the local end" or "the peer".
+        what: &'static str,
+    },
     /// A thread of the endpoint could not be started.
     #[error("cannot start the endpoint's progress thread")]
     Thread(#[source] io::Error),

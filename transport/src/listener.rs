@@ -45,8 +45,10 @@ impl Listener {
     }
 
     /// The address it listens on.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.inner.local_addr()
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.inner.local_addr().ok_or(Error::NoAddress {
+            what: "the local end",
+        })
     }
 
     /// The endpoint whose resources its connections use.

@@ -62,7 +62,7 @@ impl Pair {
         let addr = self
             .listener
             .local_addr()
-            .ok_or("listener has no address")?;
+            .map_err(err("listener address"))?;
         thread::scope(|s| {
             let accept = s.spawn(|| self.listener.accept(TIMEOUT).map_err(err("accept")));
             let c = self.client.connect(addr).map_err(err("connect"));

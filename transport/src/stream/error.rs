@@ -21,6 +21,7 @@ pub(crate) fn to_io(e: Error) -> io::Error {
         Error::TimedOut { .. } => K::TimedOut,
         Error::WouldBlock => K::WouldBlock,
         Error::TooLarge { .. } => K::InvalidInput,
+        Error::NoAddress { .. } => K::NotConnected,
         Error::NoDevice { source, .. } => cm_kind(source),
         Error::Cm(c) => cm_kind(c),
         _ => K::Other,

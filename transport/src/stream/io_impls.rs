@@ -1,11 +1,45 @@
-//! The async I/O traits on the stream and its halves: `futures_io` always, tokio's with the
-//! `tokio` feature. All of them delegate to the halves' cancel-safe poll functions.
+//! The I/O traits on the stream and its halves (owned and borrowed): std's `Read`/`Write`
+//! (blocking, with the halves' timeouts), `futures_io` always, tokio's with the `tokio`
+//! feature. All of them delegate to the halves' cancel-safe poll functions.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use super::{OwnedReadHalf, OwnedWriteHalf, Stream};
+use super::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, Stream, WriteHalf};
+
+macro_rules! std_read {
+    ($t:ty, $($field:tt)*) => {
+        impl io::Read for $t {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                self$($field)*.read_blocking(buf)
+            }
+        }
+    };
+}
+
+macro_rules! std_write {
+    ($t:ty, $($field:tt)*) => {
+        impl io::Write for $t {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self$($field)*.write_blocking(buf)
+            }
+
+            /// Written bytes are queued on the connection; the engine sends them without a
+            /// flush.
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+    };
+}
+
+std_read!(OwnedReadHalf,);
+std_read!(Stream, .read);
+std_read!(ReadHalf<'_>, .0);
+std_write!(OwnedWriteHalf,);
+std_write!(Stream, .write);
+std_write!(WriteHalf<'_>, .0);
 
 macro_rules! futures_read {
     ($t:ty, $($field:tt)*) => {
@@ -43,8 +77,10 @@ macro_rules! futures_write {
 
 futures_read!(OwnedReadHalf,);
 futures_read!(Stream, .read);
+futures_read!(ReadHalf<'_>, .0);
 futures_write!(OwnedWriteHalf,);
 futures_write!(Stream, .write);
+futures_write!(WriteHalf<'_>, .0);
 
 #[cfg(feature = "tokio")]
 mod tokio_impls {
@@ -98,6 +134,8 @@ mod tokio_impls {
 
     tokio_read!(OwnedReadHalf,);
     tokio_read!(Stream, .read);
+    tokio_read!(ReadHalf<'_>, .0);
     tokio_write!(OwnedWriteHalf,);
     tokio_write!(Stream, .write);
+    tokio_write!(WriteHalf<'_>, .0);
 }

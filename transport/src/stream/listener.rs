@@ -1,7 +1,9 @@
-//! [`StreamListener`]: accepts byte streams, like `TcpListener`.
+//! [`StreamListener`]: accepts byte streams, like `TcpListener`, on one address or (bound to
+//! the unspecified address) on every address an RDMA device serves.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -9,25 +11,70 @@ use super::error::to_io;
 use super::Stream;
 use crate::{Endpoint, Listener};
 
-/// Accepts [`Stream`]s on an address of an RDMA device.
+/// Accepts [`Stream`]s on an address of an RDMA device, or on all of them.
 #[derive(Debug)]
 pub struct StreamListener {
-    inner: Listener,
+    /// One listener per address served (one, unless bound to the unspecified address).
+    inner: Vec<Listener>,
+    /// The unspecified address it was bound to, with the port it got (one listener's
+    /// address is its own).
+    wildcard: Option<SocketAddr>,
+    /// Where the next poll starts, so that no address starves the others.
+    next: AtomicUsize,
 }
 
 impl StreamListener {
-    /// Listens on `addr` (port 0: any free port) on the [shared endpoint](super::shared_endpoint)
-    /// of `addr`'s IP (made on first use; the streams it accepts share it). Nothing is awaited
-    /// once that endpoint exists; `async` keeps the shape of `TcpListener::bind`. For an
-    /// endpoint of your own, use [`bind_on`](Self::bind_on).
-    pub async fn bind(addr: SocketAddr) -> io::Result<StreamListener> {
+    /// Listens on `addr` (port 0: any free port): a `SocketAddr`, a string such as
+    /// `"10.77.0.2:7471"` or `"0.0.0.0:7471"`, or an `(ip, port)` pair, as
+    /// `TcpListener::bind` takes; a host name is resolved by the system resolver before
+    /// anything is awaited, and the first address that can be bound is used.
+    ///
+    /// The unspecified address (`0.0.0.0`, or `[::]` for IPv6 too) listens on every address an
+    /// RDMA device serves (from the devices' RoCE v2 GIDs), all on one port. Each address
+    /// uses its [shared endpoint](super::shared_endpoint), made on first use; the streams it
+    /// accepts share it. Nothing is awaited once those endpoints exist; `async` keeps the
+    /// shape of `TcpListener::bind`. For an endpoint of your own, use
+    /// [`bind_on`](Self::bind_on).
+    ///
+    /// No RDMA device has the address: `AddrNotAvailable`; the port is taken: `AddrInUse`.
+    pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<StreamListener> {
         Self::bind_blocking(addr)
     }
 
     /// [`bind`](Self::bind), from blocking code.
-    pub fn bind_blocking(addr: SocketAddr) -> io::Result<StreamListener> {
-        let endpoint = super::shared_endpoint(addr.ip())?;
-        Self::bind_on(&endpoint, addr.port())
+    pub fn bind_blocking(addr: impl ToSocketAddrs) -> io::Result<StreamListener> {
+        let mut last = None;
+        for addr in addr.to_socket_addrs()? {
+            match Self::bind_one(addr) {
+                Ok(l) => return Ok(l),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to bind to")
+        }))
+    }
+
+    fn bind_one(addr: SocketAddr) -> io::Result<StreamListener> {
+        if !addr.ip().is_unspecified() {
+            let endpoint = super::shared_endpoint(addr.ip())?;
+            return Self::bind_on(&endpoint, addr.port());
+        }
+        let ips = wildcard_ips(addr.ip())?;
+        let mut inner: Vec<Listener> = Vec::with_capacity(ips.len());
+        let mut port = addr.port();
+        for ip in ips {
+            let endpoint = super::shared_endpoint(ip)?;
+            let listener = endpoint.listen(port).map_err(to_io)?;
+            // Port 0 picks a free port for the first address; the others take the same.
+            port = listener.local_addr().map_err(to_io)?.port();
+            inner.push(listener);
+        }
+        Ok(StreamListener {
+            inner,
+            wildcard: Some(SocketAddr::new(addr.ip(), port)),
+            next: AtomicUsize::new(0),
+        })
     }
 
     /// Listens on `port` of an endpoint of your own (its address; its configuration).
@@ -40,26 +87,40 @@ impl StreamListener {
 
     /// A stream listener over a transport listener.
     pub fn from_listener(inner: Listener) -> StreamListener {
-        StreamListener { inner }
+        StreamListener {
+            inner: vec![inner],
+            wildcard: None,
+            next: AtomicUsize::new(0),
+        }
     }
 
-    /// The address it listens on.
+    /// The address it listens on (the unspecified address when bound to it), with its port.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner
-            .local_addr()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "not bound"))
+        match self.wildcard {
+            Some(addr) => Ok(addr),
+            None => self.inner[0].local_addr().map_err(to_io),
+        }
     }
 
-    /// The endpoint of the accepted streams.
-    pub fn endpoint(&self) -> &Endpoint {
-        self.inner.endpoint()
+    /// The endpoints of the accepted streams: one, or one per address when bound to the
+    /// unspecified address.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Endpoint> + '_ {
+        self.inner.iter().map(Listener::endpoint)
     }
 
-    /// Polls for a stream (see [`Listener::poll_accept`]: cancel safe).
+    /// Polls for a stream (see [`Listener::poll_accept`]: cancel safe). Bound to several
+    /// addresses, it looks at each in turn, starting after the one that gave the last stream.
     pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(Stream, SocketAddr)>> {
-        self.inner
-            .poll_accept(cx)
-            .map(|r| r.map_err(to_io).and_then(accepted))
+        let n = self.inner.len();
+        let start = self.next.load(Ordering::Relaxed);
+        for i in 0..n {
+            let at = (start + i) % n;
+            if let Poll::Ready(r) = self.inner[at].poll_accept(cx) {
+                self.next.store((at + 1) % n, Ordering::Relaxed);
+                return Poll::Ready(r.map_err(to_io).and_then(accepted));
+            }
+        }
+        Poll::Pending
     }
 
     /// Accepts the next stream and the peer's address. Cancel safe.
@@ -70,8 +131,35 @@ impl StreamListener {
     /// Accepts the next stream, blocking up to `timeout` (do not mix with
     /// [`accept`](Self::accept) on one listener).
     pub fn accept_blocking(&self, timeout: Duration) -> io::Result<(Stream, SocketAddr)> {
-        self.inner.accept(timeout).map_err(to_io).and_then(accepted)
+        match &self.inner[..] {
+            [one] => one.accept(timeout).map_err(to_io).and_then(accepted),
+            _ => super::blocking::block_on("accept", Some(timeout), |cx| self.poll_accept(cx)),
+        }
     }
+}
+
+/// The addresses the unspecified address `ip` stands for: every IPv4 address an RDMA device
+/// serves for `0.0.0.0`; every address (IPv4 too, as a dual-stack socket) for `[::]`. IPv6
+/// link-local addresses are left out: they cannot be bound without a scope.
+fn wildcard_ips(ip: IpAddr) -> io::Result<Vec<IpAddr>> {
+    let all = verbs::rdma_addresses().map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+    let mut ips: Vec<IpAddr> = all
+        .into_iter()
+        .map(|a| a.addr)
+        .filter(|a| match a {
+            IpAddr::V4(_) => true,
+            IpAddr::V6(v6) => ip.is_ipv6() && (v6.segments()[0] & 0xffc0) != 0xfe80,
+        })
+        .collect();
+    ips.sort();
+    ips.dedup();
+    if ips.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::AddrNotAvailable,
+            "no RDMA device serves an address to listen on: add one (`rdma link add rxe0 type rxe netdev ETH` for Soft-RoCE)",
+        ));
+    }
+    Ok(ips)
 }
 
 fn accepted(conn: crate::Conn) -> io::Result<(Stream, SocketAddr)> {

@@ -76,7 +76,7 @@ mod shared;
 mod write;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -95,25 +95,33 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// Connects to `addr` from the local address the kernel routes `addr` through, on that
-    /// address's [shared endpoint](shared_endpoint). Where that route is not the RDMA device
-    /// to use (several devices, or both ends on one host), use
+    /// Connects to `addr` (a `SocketAddr`, a string such as `"10.77.0.2:7471"`, or an
+    /// `(ip, port)` pair, as `TcpStream::connect` takes; a host name is resolved by the system
+    /// resolver, and each of its addresses is tried in turn) from the local address the kernel
+    /// routes it through, on that address's [shared endpoint](shared_endpoint). Where that
+    /// route is not the RDMA device to use (several devices, or both ends on one host), use
     /// [`connect_from`](Self::connect_from).
-    pub async fn connect(addr: SocketAddr) -> io::Result<Stream> {
-        let src = route_source(addr)?;
-        Self::connect_from(src, addr).await
+    pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<Stream> {
+        let mut last = None;
+        for addr in addr.to_socket_addrs()? {
+            let connected = match route_source(addr) {
+                Ok(src) => Self::connect_from(src, addr).await,
+                Err(e) => Err(e),
+            };
+            match connected {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(no_address))
     }
 
     /// Connects to `addr` from the RDMA device that has the local address `src`, on that
     /// address's [shared endpoint](shared_endpoint) (made on first use; every stream from
     /// `src` shares it). For an endpoint of your own, use [`connect_on`](Self::connect_on).
     pub async fn connect_from(src: IpAddr, addr: SocketAddr) -> io::Result<Stream> {
-        crate::task::spawn_blocking("transport-connect", move || {
-            shared::shared(src)?.connect(addr)
-        })
-        .await
-        .map(Stream::from_conn)
-        .map_err(error::to_io)
+        let endpoint = shared::shared(src).map_err(error::to_io)?;
+        Self::connect_on(&endpoint, addr).await
     }
 
     /// Connects to `addr` through `endpoint`.
@@ -148,12 +156,12 @@ impl Stream {
 
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.conn().local_addr().ok_or_else(not_connected)
+        self.conn().local_addr().map_err(error::to_io)
     }
 
     /// The peer's address.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.conn().peer_addr().ok_or_else(not_connected)
+        self.conn().peer_addr().map_err(error::to_io)
     }
 
     /// Largest message one write sends.
@@ -167,15 +175,17 @@ impl Stream {
     }
 
     /// Whether small writes go at once, each as a message of its own (false by default:
-    /// see [`OwnedWriteHalf::set_nodelay`]).
-    pub fn nodelay(&self) -> bool {
-        self.write.nodelay()
+    /// see [`OwnedWriteHalf::set_nodelay`]). Never fails; `io::Result` as `TcpStream`'s.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        Ok(self.write.nodelay())
     }
 
     /// Turns coalescing of small writes off (`true`) or on, as `TCP_NODELAY` does for a
-    /// socket (see [`OwnedWriteHalf::set_nodelay`]).
-    pub fn set_nodelay(&self, nodelay: bool) {
+    /// socket (see [`OwnedWriteHalf::set_nodelay`]). Never fails; `io::Result` as
+    /// `TcpStream`'s.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
         self.write.set_nodelay(nodelay);
+        Ok(())
     }
 
     /// Timeout of blocking reads (`std::io::Read`); `None` (the default) waits until data
@@ -211,6 +221,12 @@ impl Stream {
         (self.read, self.write)
     }
 
+    /// Splits into borrowed halves, to read and write at once within one task (as
+    /// `TcpStream::split`: e.g. `tokio::io::copy(&mut rd, &mut wr)`).
+    pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        (ReadHalf(&mut self.read), WriteHalf(&mut self.write))
+    }
+
     /// See [`OwnedReadHalf::poll_read`].
     pub fn poll_read(&mut self, cx: &mut Context<'_>, dst: &mut [u8]) -> Poll<io::Result<usize>> {
         self.read.poll_read(cx, dst)
@@ -222,24 +238,16 @@ impl Stream {
     }
 }
 
-impl io::Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read.read_blocking(buf)
-    }
-}
+/// The borrowed reading half of a [`Stream`] (from [`Stream::split`]).
+#[derive(Debug)]
+pub struct ReadHalf<'a>(&'a mut OwnedReadHalf);
 
-impl io::Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write.write_blocking(buf)
-    }
+/// The borrowed writing half of a [`Stream`] (from [`Stream::split`]).
+#[derive(Debug)]
+pub struct WriteHalf<'a>(&'a mut OwnedWriteHalf);
 
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-fn not_connected() -> io::Error {
-    io::Error::new(io::ErrorKind::NotConnected, "the connection has no address")
+fn no_address() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")
 }
 
 /// The local address the kernel would send to `addr` from (no packet is sent).

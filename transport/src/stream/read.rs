@@ -106,9 +106,3 @@ fn copy_at(msg: &Message, at: usize, dst: &mut [u8]) -> usize {
     }
     n
 }
-
-impl io::Read for OwnedReadHalf {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_blocking(buf)
-    }
-}

@@ -191,14 +191,3 @@ impl OwnedWriteHalf {
         block_on("write", timeout, |cx| self.poll_write(cx, src))
     }
 }
-
-impl io::Write for OwnedWriteHalf {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_blocking(buf)
-    }
-
-    /// Written bytes are queued on the connection; the engine sends them without a flush.
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}

@@ -7,7 +7,7 @@
 //! endpoint on the peer's device and a client endpoint on this host's (`support`): `messages`,
 //! `calls`, `one_sided`, `failures`, `close_exit` (writer processes that exit right after closing), `many`, the fault suite (`fault_suite`: netem, bad keys,
 //! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the async core (`async_conn`), progress from a reactor (`reactor`), and the byte stream:
-//! `stream`, `stream_executor`, `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
+//! `seed` (the tokio echo with only its two types swapped), `stream`, `stream_executor`, `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
 
 mod close;
 mod flood;
@@ -32,6 +32,7 @@ mod one_sided;
 mod polling;
 mod reactor;
 mod resources;
+mod seed;
 mod stream;
 mod stream_executor;
 mod stream_faults;

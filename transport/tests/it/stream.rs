@@ -379,7 +379,7 @@ fn small_writes_coalesce_into_few_frames_and_nodelay_sends_each_alone() {
         // join a waiting message (how many depends on the device's pace against the writer's;
         // 36% of them in a full suite run here). Each write either joined one or started a frame.
         let (c, s) = connect_pair(&listener, &client).await;
-        assert!(!c.nodelay(), "coalescing is on by default");
+        assert!(!c.nodelay().unwrap(), "coalescing is on by default");
         let writes = 20_000;
         let (frames, merged) = small_writes(c, s, writes).await;
         assert!(
@@ -388,7 +388,7 @@ fn small_writes_coalesce_into_few_frames_and_nodelay_sends_each_alone() {
         );
         // nodelay: a frame per write.
         let (c, s) = connect_pair(&listener, &client).await;
-        c.set_nodelay(true);
+        c.set_nodelay(true).unwrap();
         let writes = 2_000;
         let (frames, merged) = small_writes(c, s, writes).await;
         assert_eq!(merged, 0);
