@@ -6,14 +6,11 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verbs::{RemoteSlice, SendRequest};
-
-use crate::engine::{frame_from, ConnShared, ConnState, Engine, Spinning, SqOp};
+use crate::engine::{frame_from, ConnShared, ConnState, Engine, Spinning};
 use crate::message::{Message, MessageBuf, Request};
 use crate::proto::{
     CallId, Class, MsgId, Received, RemoteChunk, SendError, SendErrorKind, HEADER_LEN,
 };
-use crate::region::Token;
 use crate::{Error, Polling, Result};
 
 /// The lock of a connection's state, held.
@@ -767,106 +764,6 @@ impl Conn {
                 }
             }
         });
-    }
-
-    /// Reads `dst.len()` bytes at `offset` of the peer's region named by `token` (RDMA READ).
-    /// Out of range or not readable: refused here, nothing sent.
-    pub fn read(
-        &self,
-        token: &Token,
-        offset: u64,
-        dst: &mut [u8],
-        timeout: Duration,
-    ) -> Result<()> {
-        let addr = token.check("read", offset, dst.len() as u64)?;
-        let deadline = Instant::now() + timeout;
-        let piece = 1 << 20;
-        for (i, out) in dst.chunks_mut(piece).enumerate() {
-            let at = addr + (i * piece) as u64;
-            let buf = self.inner.shared.alloc(
-                out.len(),
-                deadline.saturating_duration_since(Instant::now()),
-            )?;
-            let remote = RemoteSlice {
-                addr: at,
-                len: out.len() as u32,
-                rkey: token.rkey,
-            };
-            let n = out.len();
-            let buf = self.one_sided(
-                "read",
-                |b| SendRequest::rdma_read(b, 0..n, remote),
-                buf,
-                deadline,
-            )?;
-            out.copy_from_slice(&buf[..n]);
-        }
-        Ok(())
-    }
-
-    /// Writes `src` at `offset` of the peer's region named by `token` (RDMA WRITE).
-    pub fn write(&self, token: &Token, offset: u64, src: &[u8], timeout: Duration) -> Result<()> {
-        let addr = token.check("write", offset, src.len() as u64)?;
-        let deadline = Instant::now() + timeout;
-        let piece = 1 << 20;
-        for (i, part) in src.chunks(piece).enumerate() {
-            let at = addr + (i * piece) as u64;
-            let mut buf = self.inner.shared.alloc(
-                part.len(),
-                deadline.saturating_duration_since(Instant::now()),
-            )?;
-            buf.copy_from_slice(part);
-            let remote = RemoteSlice {
-                addr: at,
-                len: part.len() as u32,
-                rkey: token.rkey,
-            };
-            let n = part.len();
-            self.one_sided(
-                "write",
-                |b| SendRequest::rdma_write(b, 0..n, remote),
-                buf,
-                deadline,
-            )?;
-        }
-        Ok(())
-    }
-
-    /// Posts one one-sided request on `buf` when a slot is free and waits for its completion.
-    fn one_sided(
-        &self,
-        op: &'static str,
-        make: impl Fn(memory::Buffer) -> verbs::Result<SendRequest>,
-        buf: memory::Buffer,
-        deadline: Instant,
-    ) -> Result<memory::Buffer> {
-        let max = self.inner.shared.cfg.max_one_sided;
-        let mut buf = Some(buf);
-        let left = || deadline.saturating_duration_since(Instant::now());
-        let id = self.wait(op, left(), |conn, st| {
-            if let Some(e) = st.ended() {
-                return Some(Err(e));
-            }
-            if st.one_sided_in_flight >= max {
-                return None;
-            }
-            let id = st.next_one_sided;
-            st.next_one_sided += 1;
-            st.one_sided_in_flight += 1;
-            conn.post(st, make(buf.take().expect("once")), SqOp::OneSided(id));
-            Some(Ok(id))
-        })?;
-        let result = self.wait(op, left(), |_, st| {
-            if let Some(r) = st.one_sided_done.remove(&id) {
-                return Some(r.map_err(|status| Error::Completion { op, status }));
-            }
-            st.ended().map(Err)
-        });
-        if result.is_err() {
-            // The request may still complete: its buffer is then dropped with the entry.
-            self.inner.state.lock().one_sided_done.remove(&id);
-        }
-        result
     }
 
     /// Closes gracefully and waits until the peer has everything: every message sent so far

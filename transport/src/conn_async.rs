@@ -18,9 +18,10 @@
 //! - [`Conn::call_async`]: dropping it forgets the call (a late response is dropped).
 //! - [`Conn::close_async`]: the close is queued at the first poll; dropping the future only
 //!   stops waiting for the peer's close.
-//! - [`Conn::read_async`], [`Conn::write_async`], [`Endpoint::connect_async`](crate::Endpoint::connect_async):
-//!   the blocking operation runs on a thread of its own with owned data; dropping the future
-//!   lets it finish and drops its result.
+//! - [`Conn::read_async`], [`Conn::write_async`]: dropping the future forgets the request in
+//!   progress (the device finishes it into pool memory).
+//! - [`Endpoint::connect_async`](crate::Endpoint::connect_async): the connect runs on a thread
+//!   of its own; dropping the future lets it finish and closes the connection it made.
 
 use std::future::poll_fn;
 use std::sync::atomic::Ordering;
@@ -546,41 +547,6 @@ impl Conn {
             pending.id = None;
         }
         result
-    }
-
-    /// Reads `len` bytes at `offset` of the peer's region named by `token` (see
-    /// [`read`](Self::read)), on a thread of its own, into a new vector. Dropping the future
-    /// lets the read finish into pool memory and drops the result.
-    pub async fn read_async(
-        &self,
-        token: &crate::Token,
-        offset: u64,
-        len: usize,
-        timeout: Duration,
-    ) -> Result<Vec<u8>> {
-        let (conn, token) = (self.clone(), *token);
-        crate::task::spawn_blocking("transport-read", move || {
-            let mut out = vec![0u8; len];
-            conn.read(&token, offset, &mut out, timeout).map(|()| out)
-        })
-        .await
-    }
-
-    /// Writes `data` at `offset` of the peer's region named by `token` (see
-    /// [`write`](Self::write)), on a thread of its own. Dropping the future lets the write
-    /// finish.
-    pub async fn write_async(
-        &self,
-        token: &crate::Token,
-        offset: u64,
-        data: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<()> {
-        let (conn, token) = (self.clone(), *token);
-        crate::task::spawn_blocking("transport-write", move || {
-            conn.write(&token, offset, &data, timeout)
-        })
-        .await
     }
 
     /// Waits, up to `deadline`, until everything sent so far has reached the peer (see

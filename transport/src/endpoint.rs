@@ -150,7 +150,10 @@ impl Endpoint {
             rkey: mr.rkey(),
             access,
         };
-        Ok(Region { mr, token })
+        Ok(Region {
+            mr: Mutex::new(mr),
+            token,
+        })
     }
 
     /// Refuses a new connection when the endpoint has as many as its shared receive queue is

@@ -159,6 +159,7 @@ mod engine;
 mod error;
 mod listener;
 mod message;
+mod one_sided;
 pub mod proto;
 mod reactor;
 mod region;

@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+use parking_lot::Mutex;
 use verbs::{AccessFlags, MemoryRegion};
 
 use crate::{Error, Result};
@@ -154,11 +155,14 @@ impl Token {
 
 /// Memory exposed to peers. Read and write it with copies ([`read`](Self::read),
 /// [`write`](Self::write)): a peer may write it at any time, so it never lends out slices.
+/// Both take `&self`, so a region shared between threads (in an `Arc`) needs no lock of
+/// yours; local copies into and out of it take turns, a peer's accesses do not wait.
 /// Dropping it, or [`revoke`](Self::revoke), deregisters it: from then on a peer's access
 /// with its token fails with a remote access error (which also ends that peer's connection,
 /// as RC does for any remote access error).
 pub struct Region {
-    pub(crate) mr: MemoryRegion,
+    /// Locked for each local copy (verbs writes a region through `&mut`).
+    pub(crate) mr: Mutex<MemoryRegion>,
     pub(crate) token: Token,
 }
 
@@ -169,8 +173,8 @@ impl Region {
     }
 
     /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.mr.len()
+    pub fn len(&self) -> u64 {
+        self.token.len
     }
 
     /// Whether the region is empty.
@@ -178,14 +182,29 @@ impl Region {
         self.len() == 0
     }
 
-    /// Copies bytes out of the region at `offset`.
-    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        Ok(self.mr.read(offset, dst)?)
+    /// Copies bytes out of the region at `offset`. Outside it: [`Error::OutOfRange`].
+    pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<()> {
+        let at = self.local_range(offset, dst.len())?;
+        Ok(self.mr.lock().read(at, dst)?)
     }
 
-    /// Copies `src` into the region at `offset`.
-    pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
-        Ok(self.mr.write(offset, src)?)
+    /// Copies `src` into the region at `offset`. Outside it: [`Error::OutOfRange`].
+    pub fn write(&self, offset: u64, src: &[u8]) -> Result<()> {
+        let at = self.local_range(offset, src.len())?;
+        Ok(self.mr.lock().write(at, src)?)
+    }
+
+    /// The offset of a local copy of `len` bytes at `offset`, checked against the region.
+    fn local_range(&self, offset: u64, len: usize) -> Result<usize> {
+        let len = len as u64;
+        match offset.checked_add(len) {
+            Some(end) if end <= self.token.len => Ok(offset as usize),
+            _ => Err(Error::OutOfRange {
+                offset,
+                len,
+                region_len: self.token.len,
+            }),
+        }
     }
 
     /// Revokes the token: the memory is deregistered and freed.

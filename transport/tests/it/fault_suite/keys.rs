@@ -27,7 +27,7 @@ struct Guarded {
 
 impl Guarded {
     fn new(ep: &Endpoint, access: Access, seed: u64) -> Guarded {
-        let mut region = ep.expose(REGION, access).expect("expose");
+        let region = ep.expose(REGION, access).expect("expose");
         let expected = pattern(seed, REGION);
         region.write(0, &expected).expect("fill the region");
         Guarded { region, expected }
