@@ -32,8 +32,8 @@ pub enum Polling {
     /// while a large message of its connection moved (a chunk READ completed, a rendezvous
     /// frame arrived) less than twice the usual gap between such steps ago, at most 2 ms,
     /// one waiting thread per endpoint: each chunk and the answer that follows a large
-    /// message come without a handoff (a 64 KiB echo: 2.1 ms instead of 2.8 on rxe in an
-    /// emulated guest, where a chunk takes about a millisecond).
+    /// message come without a handoff, which counts most where a chunk's READ is slow (an
+    /// emulated device).
     ///
     /// Async waits (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),
     /// [`Conn::call_async`](crate::Conn::call_async)) spin the same way in the waiting task
@@ -42,9 +42,8 @@ pub enum Polling {
     /// and stop as soon as an endpoint wakes another task: a wakeup through an executor is a
     /// thread handoff too. The spinning task polls for every connection of the endpoint, so
     /// the tasks it wakes are woken on its executor thread and run there next, with no
-    /// handoff either (a 64 B tokio echo on rxe in an emulated guest: about 45 us a round
-    /// trip with the spin, 600 us without; with 2 to 8 connections, about 50 us at the
-    /// median instead of 0.5 to 1.2 ms). The other waiting tasks register their wakers at
+    /// handoff either, with one connection or several: a round trip then costs a fraction
+    /// of one that waits for a wakeup. The other waiting tasks register their wakers at
     /// once: more spinning tasks would hold executor threads and cores from each other.
     /// Set [`EndpointConfig::busy_read`] to spin every waiting task anyway. With many busy
     /// connections on few cores the spinning task holds a core the others could use:
@@ -76,9 +75,8 @@ impl Polling {
     /// poller beside the sender posts the batches while the sender only adds to them. Under
     /// adaptive and event polling the sender would mostly post them itself, seeing each
     /// completion as soon as it could wait for it, and the extra completions cost more than
-    /// the batches saved (a one-way stream of 64-byte messages measured about 22,000 a
-    /// second in batches against 30,000 without, on rxe in an emulated guest; under busy
-    /// polling 126,000 to 207,000).
+    /// the batches saved: a one-way stream of small messages goes faster there without
+    /// batches, and faster still in batches under busy polling.
     pub(crate) fn batches_messages(&self) -> bool {
         matches!(self, Polling::Busy | Polling::Reactor { .. })
     }

@@ -32,8 +32,8 @@ pub struct Conn {
 ///
 /// A spinning turn has no `spin_loop` hint (PAUSE): each turn already polls the completion
 /// queue, and under emulation (qemu's TCG) a PAUSE leaves the translated code, making every
-/// turn longer and the completion's discovery later (64 B round trips took 0.4-1.7 us
-/// longer with it). perftest's and rsocket's polling loops have none either.
+/// turn longer and the completion's discovery later. perftest's and rsocket's polling
+/// loops have none either.
 pub(crate) const SPIN_TURNS_PER_CLOCK: u32 = 8;
 
 impl Clone for Conn {

@@ -118,29 +118,7 @@
 //!   hung process whose device still answers is not detected (as with TCP): bound calls with
 //!   timeouts.
 //!
-//! Figures of one run on rxe (emulated on 2 shared cores, so times are indicative; goodput is
-//! relative to one clean run of the same traffic, and values above 1 are that noise):
-//!
-//! | scenario | traffic | bytes sent | lost | corrupted | detect ms | goodput vs clean | kept serving |
-//! |---|---|---|---|---|---|---|---|
-//! | loss 1% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.82x | yes |
-//! | loss 5% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.05x | yes |
-//! | delay 5 ms jitter 2 ms | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 1.10x | yes |
-//! | reorder 25% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.73x | yes |
-//! | duplicate 5% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 1.42x | yes |
-//! | corrupt 1% | messages, RPC, 1 MiB, stream 256 KiB | 3831296 | 0 | 0 | - | 0.97x | yes |
-//! | link blackholed 1 s | messages 64 B-64 KiB, link out 1 s | 6960000 | 0 | 0 | - | - | yes |
-//! | link blackholed 15 s | messages 64 B-64 KiB, link out 15 s | 1674464 | 0 | 0 | 5539 | - | yes |
-//! | peer killed: server | echo 64 KiB + bystander msgs | 10655424 | 0 | 0 | 416 | - | yes |
-//! | peer killed: client | 64 KiB msgs + bystander msgs | 6584576 | 0 | 0 | 397 | - | yes |
-//! | key: invalid rkey | bad READ/WRITE + msgs 64 B-64 KiB | 569088 | 0 | 0 | 13 | - | yes |
-//! | key: out of range | bad READ/WRITE + msgs 64 B-64 KiB | 638688 | 0 | 0 | 9 | - | yes |
-//! | key: read of write-only | bad READ/WRITE + msgs 64 B-64 KiB | 708288 | 0 | 0 | 20 | - | yes |
-//! | key: write after revoke | bad READ/WRITE + msgs 64 B-64 KiB | 634592 | 0 | 0 | 2 | - | yes |
-//! | malformed frames | raw peer: 7 kinds of broken frame | 2927264 | 0 | 0 | 27 | - | yes |
-//! | pool exhausted | 4 senders, 64 B-200 KiB | 2324032 | 0 | 0 | - | - | yes |
-//! | send queue full | 8 senders, sq_depth 4 | 13514112 | 0 | 0 | - | - | yes |
-//! | peer not reading | 3 s pause, 64 B-200 KiB | 6757056 | 0 | 0 | - | - | yes |
+//! Figures of one run of the suite are in the repository's `docs/faults.md`.
 //!
 //! Not covered: taking a host's interface administratively down. rxe then fails every
 //! transmission locally, so a queue pair that sends during the outage (data or only

@@ -273,8 +273,8 @@ fn rounded_as_printed(x: f64, decimals: usize) -> f64 {
 }
 
 /// An empty list with room for `n` entries whose memory is already touched, so that a timed
-/// loop filling it takes no page fault: one per 4 KiB of notes otherwise, each tens of
-/// microseconds under emulation, enough to move a latency test's 99th percentile.
+/// loop filling it takes no page fault: one per 4 KiB of notes otherwise, each costly under
+/// emulation, enough to move a latency test's 99th percentile.
 pub fn prefaulted<T: Copy>(n: usize, fill: T) -> Vec<T> {
     let mut v = Vec::with_capacity(n);
     v.resize(n, fill);

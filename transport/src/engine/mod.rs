@@ -41,8 +41,8 @@ const IDLE_TICK: Duration = Duration::from_millis(100);
 /// The shortest sleep before the next timer run.
 const MIN_TICK: Duration = Duration::from_micros(100);
 
-/// Idle turns of a busy progress thread between two yields of its core (about 20-40 us
-/// under emulation, a few us on hardware).
+/// Idle turns of a busy progress thread between two yields of its core: a thread waiting
+/// for the core (an application thread just started) runs soon, not at the next tick.
 const IDLE_TURNS_PER_YIELD: u32 = 32;
 
 /// How long the CM thread waits before it reads again from a channel that failed a read.
@@ -104,7 +104,7 @@ pub(crate) struct Shared {
     /// Receive buffers of messages the application dropped, posted again before any buffer
     /// is taken from `recv_pool`: in steady state a receive buffer goes from the SRQ to a
     /// message and back without the pool's bookkeeping (the pool's free and alloc cost
-    /// about 150 and 190 instructions, the free on the path of a caller that drops a
+    /// more than keeping the buffer, the free on the path of a caller that drops a
     /// message before its next send). Its capacity is every buffer the pool can hold, so
     /// keeping one never allocates.
     recycled: Mutex<Vec<Buffer>>,

@@ -18,9 +18,9 @@
 //! [`TRANSFER_STALL`]: a transfer's next step comes about a gap later without the peer doing
 //! anything new, and a peer answering a large message (an echo, a response) answers soon
 //! after its last step. A wait that slept through those would pay a handoff per chunk, and one
-//! per answer. The window follows the device's pace: a READ of a 64 KiB chunk takes about a
-//! millisecond on an emulated device and microseconds on hardware, where the configured spin
-//! already covers it. Only one thread of an endpoint spins so at a time.
+//! per answer. The window follows the device's pace: a chunk's READ is slow on an emulated
+//! device and quick on hardware, where the configured spin already covers it. Only one thread
+//! of an endpoint spins so at a time.
 //!
 //! Async tasks spin from the same budget before they register their wakers: a wakeup through
 //! an executor is such a handoff too. The bound is the same for them: with a lower one, two

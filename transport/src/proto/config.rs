@@ -30,11 +30,11 @@ pub struct Config {
     /// READ. Keep it small against the device's window of unacknowledged packets (rxe sends
     /// nothing past 128, about 128 KiB): a READ larger than that holds back every frame posted
     /// after it until its response is nearly complete, and under packet loss each lost response
-    /// packet has the whole rest of a large READ sent again (the fault suite measured a 1 MiB
-    /// READ at 1% loss keeping a connection silent past its keepalive timeout; 64 KiB READs
-    /// ran at 0.27x of clean goodput there). The price on a clean link (`cargo xtask bench
-    /// transport` on rxe): a 4 MiB message at 19.5 MB/s against 25.2 MB/s with 1 MiB chunks;
-    /// raise it (with `max_chunks_in_flight` 4) where the link does not drop packets.
+    /// packet has the whole rest of a large READ sent again (under loss, a READ of a whole
+    /// 1 MiB can keep a connection silent past its keepalive timeout). The price on a clean
+    /// link is throughput: larger chunks move a large message faster (`cargo xtask bench
+    /// transport`); raise it (with `max_chunks_in_flight` 4) where the link does not drop
+    /// packets.
     pub rndv_chunk_size: u32,
     /// Chunks of one message announced and not yet acknowledged.
     pub max_chunks_in_flight: u32,
