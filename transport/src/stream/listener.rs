@@ -142,7 +142,7 @@ impl StreamListener {
 /// serves for `0.0.0.0`; every address (IPv4 too, as a dual-stack socket) for `[::]`. IPv6
 /// link-local addresses are left out: they cannot be bound without a scope.
 fn wildcard_ips(ip: IpAddr) -> io::Result<Vec<IpAddr>> {
-    let all = verbs::rdma_addresses().map_err(|e| io::Error::new(io::ErrorKind::Other, e))?;
+    let all = verbs::rdma_addresses().map_err(io::Error::other)?;
     let mut ips: Vec<IpAddr> = all
         .into_iter()
         .map(|a| a.addr)

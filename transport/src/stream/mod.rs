@@ -19,7 +19,7 @@
 //! use futures::{AsyncReadExt, AsyncWriteExt};
 //! use transport::stream::{Stream, StreamListener};
 //!
-//! let listener = StreamListener::bind("10.77.0.2:7471".parse().unwrap()).await?;
+//! let listener = StreamListener::bind("10.77.0.2:7471").await?;
 //! let addr = listener.local_addr()?;
 //! let (client, server) = futures::join!(
 //!     Stream::connect_from("10.77.0.1".parse().unwrap(), addr),
