@@ -23,10 +23,35 @@ const FLAGS_KNOWN: u8 = FLAG_REQUEST | FLAG_RESPONSE | FLAG_NO_HANDLER | FLAG_BA
 /// Bytes before each message of a batch: its length.
 pub const BATCH_ENTRY_HEADER: usize = 4;
 
-/// Frame kinds (header byte 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Kind {
+/// Declares the frame kinds once: the enum, [`Kind::ALL`] and the decoding of header byte 0.
+/// Every `match` over a kind is exhaustive, so a new kind is handled wherever kinds are.
+macro_rules! frame_kinds {
+    ($($(#[$doc:meta])* $name:ident = $value:literal,)*) => {
+        /// Frame kinds (header byte 0).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum Kind {
+            $($(#[$doc])* $name = $value,)*
+        }
+
+        impl Kind {
+            /// Every kind, in wire order.
+            pub const ALL: &'static [Kind] = &[$(Kind::$name),*];
+        }
+
+        impl TryFrom<u8> for Kind {
+            type Error = ProtocolError;
+            fn try_from(v: u8) -> Result<Self, ProtocolError> {
+                match v {
+                    $($value => Ok(Kind::$name),)*
+                    other => Err(ProtocolError::UnknownKind(other)),
+                }
+            }
+        }
+    };
+}
+
+frame_kinds! {
     /// An eager message: the body is the message.
     Data = 1,
     /// Start of a rendezvous message: total length and call id.
@@ -49,23 +74,6 @@ impl Kind {
     /// Data frames need more than the reserved credits; control frames may use the reserve.
     pub fn is_data(self) -> bool {
         matches!(self, Kind::Data | Kind::RndvStart | Kind::RndvChunk)
-    }
-}
-
-impl TryFrom<u8> for Kind {
-    type Error = ProtocolError;
-    fn try_from(v: u8) -> Result<Self, ProtocolError> {
-        Ok(match v {
-            1 => Kind::Data,
-            2 => Kind::RndvStart,
-            3 => Kind::RndvChunk,
-            4 => Kind::RndvAck,
-            5 => Kind::Credit,
-            6 => Kind::Close,
-            7 => Kind::Ping,
-            8 => Kind::Pong,
-            other => return Err(ProtocolError::UnknownKind(other)),
-        })
     }
 }
 
@@ -383,6 +391,18 @@ pub fn encode_body(body: &FrameBody) -> ([u8; CONTROL_BODY_MAX], usize) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn every_kind_decodes_from_its_byte_and_no_other_byte_is_a_kind() {
+        for &kind in Kind::ALL {
+            assert_eq!(Kind::try_from(kind as u8), Ok(kind));
+        }
+        for b in 0..=u8::MAX {
+            if !Kind::ALL.iter().any(|&k| k as u8 == b) {
+                assert_eq!(Kind::try_from(b), Err(ProtocolError::UnknownKind(b)));
+            }
+        }
+    }
 
     fn frame(h: Header, body: &FrameBody) -> Vec<u8> {
         let (b, n) = encode_body(body);

@@ -267,7 +267,16 @@ impl<B: Payload> Connection<B> {
                         self.close_queued = true;
                     }
                     Kind::Ping => self.pong_due = true,
-                    _ => {}
+                    // Their header's credit (and the sign of life) was taken above.
+                    Kind::Credit | Kind::Pong => {}
+                    // The decoder gives these kinds a body of their own: never without one.
+                    Kind::Data | Kind::RndvStart | Kind::RndvChunk | Kind::RndvAck => {
+                        return Err(ProtocolError::BadLength {
+                            what: "frame without its body",
+                            len: HEADER_LEN,
+                            expected: "a body for its kind",
+                        });
+                    }
                 }
             }
         }
