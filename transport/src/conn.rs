@@ -174,17 +174,15 @@ impl Conn {
             let now = Instant::now();
             looked = now;
             if now >= deadline {
-                if std::env::var_os("TRANSPORT_DEBUG").is_some() {
-                    eprintln!(
-                        "transport: {op} on qp {} timed out; sq_ops {}, unsignaled {}, in flight {:?}, ended {:?}\n{:?}",
-                        conn.qp.qp_num(),
-                        st.sq_ops.len(),
-                        st.unsignaled,
-                        conn.qp.in_flight(),
-                        st.end,
-                        st.proto
-                    );
-                }
+                crate::debug_event!(
+                    qp = conn.qp.qp_num(),
+                    sq_ops = st.sq_ops.len(),
+                    unsignaled = st.unsignaled,
+                    in_flight = ?conn.qp.in_flight(),
+                    ended = ?st.end,
+                    proto = ?st.proto,
+                    "{op} timed out"
+                );
                 return Err(Error::TimedOut { op, after: timeout });
             }
             if now < spin_until || conn.spins_through_transfer(&st, now) {

@@ -54,8 +54,8 @@
 //!   sent nothing; a rendezvous message that started is always delivered whole.
 //! - Failure: a dead peer (disconnect, or silence past the keepalive timeout) fails every
 //!   pending operation of that connection with [`Error::Closed`] naming the cause; the
-//!   endpoint keeps serving its other connections. With `TRANSPORT_DEBUG` set in the
-//!   environment, a connection that fails prints its protocol state to stderr.
+//!   endpoint keeps serving its other connections. With the `tracing` feature, a connection
+//!   that fails emits a debug event with its protocol state (target `transport`).
 //!
 //! - Closing: a reader gets every message (every byte of a [`stream`]) the writer sent and
 //!   then the end ([`Error::Closed`] without a cause, or a stream's `Ok(0)`), or an error,
@@ -128,6 +128,18 @@
 //! [`proto`] is the protocol core: per-connection state without I/O, tested on the host; its
 //! wire format is specified in `PROTOCOL.md`.
 #![forbid(unsafe_code)]
+
+/// A debug event through `tracing` with the `tracing` feature; nothing without it (the
+/// arguments are not evaluated).
+#[cfg(feature = "tracing")]
+macro_rules! debug_event {
+    ($($arg:tt)*) => { tracing::debug!(target: "transport", $($arg)*) };
+}
+#[cfg(not(feature = "tracing"))]
+macro_rules! debug_event {
+    ($($arg:tt)*) => {};
+}
+pub(crate) use debug_event;
 
 mod config;
 mod conn;

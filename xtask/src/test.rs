@@ -302,7 +302,6 @@ fn device_tier(
                 "RUST_BACKTRACE",
                 "RUST_LOG",
                 "RUST_MIN_STACK",
-                "TRANSPORT_DEBUG",
                 "TRANSPORT_FAULTS_REPORT",
             ] {
                 if let Ok(val) = std::env::var(v) {

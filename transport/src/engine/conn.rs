@@ -390,18 +390,19 @@ impl ConnShared {
                 }
             }
             Action::Closed { error } => {
-                if error.is_some() && std::env::var_os("TRANSPORT_DEBUG").is_some() {
-                    eprintln!(
-                        "transport: qp {} ended: {error:?}; srq in flight {}, deficit {:?}, recv pool {:?}; sq_ops {}, inbox {}, deferred reads {}, in flight {:?}\n{:?}",
-                        self.qp.qp_num(),
-                        self.shared.recv_ring.posted(),
-                        self.shared.srq_deficit,
-                        self.shared.recv_pool.stats(),
-                        st.sq_ops.len(),
-                        st.inbox.len(),
-                        st.deferred_reads.len(),
-                        self.qp.in_flight(),
-                        st.proto
+                #[cfg(feature = "tracing")]
+                if let Some(error) = &error {
+                    crate::debug_event!(
+                        qp = self.qp.qp_num(),
+                        srq_in_flight = self.shared.recv_ring.posted(),
+                        srq_deficit = ?self.shared.srq_deficit,
+                        recv_pool = ?self.shared.recv_pool.stats(),
+                        sq_ops = st.sq_ops.len(),
+                        inbox = st.inbox.len(),
+                        deferred_reads = st.deferred_reads.len(),
+                        in_flight = ?self.qp.in_flight(),
+                        proto = ?st.proto,
+                        "connection ended: {error:?}"
                     );
                 }
                 st.end = Some(error);
