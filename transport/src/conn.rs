@@ -206,28 +206,22 @@ impl Conn {
         frame: memory::Buffer,
         timeout: Option<Duration>,
     ) -> Result<Option<CallId>> {
-        self.send_frame_releasing(class, frame, timeout, false, None)
+        self.send_frame_held(class, frame, timeout, None)
     }
 
-    /// [`send_frame`](Self::send_frame), first releasing the receive credit of a message
-    /// just handled when `release` is set (under the same lock: the frame's header then
-    /// carries the credit back). `held`: the state lock, when the caller holds it already.
-    fn send_frame_releasing(
+    /// [`send_frame`](Self::send_frame); `held`: the state lock, when the caller holds it
+    /// already.
+    fn send_frame_held(
         &self,
         class: Class,
         frame: memory::Buffer,
         timeout: Option<Duration>,
-        mut release: bool,
         held: Option<StateGuard<'_>>,
     ) -> Result<Option<CallId>> {
         let mut frame = Some(frame);
         let mut waits = false;
         let mut attempt =
             |conn: &ConnShared, st: &mut ConnState| -> Option<Result<Option<CallId>>> {
-                let released = std::mem::take(&mut release);
-                if released {
-                    conn.release_one(st);
-                }
                 if let Some(e) = st.ended() {
                     return Some(Err(e));
                 }
@@ -243,11 +237,6 @@ impl Conn {
                         payload,
                     }) => {
                         frame = Some(payload);
-                        if released {
-                            // The credit goes back on its own if it is due (the frame
-                            // waits).
-                            conn.drive(st);
-                        }
                         None
                     }
                     Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
@@ -420,12 +409,12 @@ impl Conn {
             Err(st) => st,
         };
         let (frame, held) = self.eager_frame_in(st, data, Some(timeout))?;
-        self.send_frame_releasing(class, frame, Some(timeout), false, held)
+        self.send_frame_held(class, frame, Some(timeout), held)
     }
 
     /// Sends eager message `data` at once if it can go so
     /// ([`ConnShared::send_inline_at_once`]), under `st`, then lets go of the lock and polls as
-    /// after a queued send of `class` (see `send_frame_releasing`). `Err`: nothing was sent,
+    /// after a queued send of `class` (see `send_frame_held`). `Err`: nothing was sent,
     /// the lock handed back.
     fn send_at_once<'a>(
         &'a self,
@@ -557,7 +546,7 @@ impl Conn {
             Err(st) => st,
         };
         let (frame, held) = self.eager_frame_in(st, data, None)?;
-        self.send_frame_releasing(Class::Message, frame, None, false, held)
+        self.send_frame_held(Class::Message, frame, None, held)
             .map(drop)
     }
 
@@ -740,7 +729,7 @@ impl Conn {
         let sent = self
             .eager_frame_in(st, response, Some(DEFAULT_OP_TIMEOUT))
             .and_then(|(frame, held)| {
-                self.send_frame_releasing(class, frame, Some(DEFAULT_OP_TIMEOUT), false, held)
+                self.send_frame_held(class, frame, Some(DEFAULT_OP_TIMEOUT), held)
             });
         if let Some(d) = request {
             conn.shared.release_delivery(d);
