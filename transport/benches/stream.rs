@@ -29,6 +29,14 @@
 //! The rows are reports without goals (`goal: null`): timing under emulation varies more than
 //! the differences it would decide; decisions about speed go through `cargo xtask bench cost`.
 //!
+//! Concurrency (`stream/concurrency.rs`): the echo on 8 connections at once (one message in
+//! flight each, default endpoints, one multi-threaded runtime) against the same on 1
+//! connection and against rstream's latency test with 8 transfers in flight (`-C 8`), each
+//! the median of 3 rounds in the same run; and the p99 of the 8 connections' round trips
+//! against their median. These rows carry goals (8 connections at least as many messages per
+//! second as 1 and as rstream; a p99 within 10 times the median): the gaps they guard against
+//! were many times the control's spread.
+//!
 //! Two control rows measure the noise floor of the ratios in the same run: in every round
 //! rstream's 4 KiB throughput and 64 B latency tests each run a second time right after the
 //! first, and the second runs are compared with the first (no goal).
@@ -36,6 +44,8 @@
 #[path = "transport/baseline.rs"]
 #[allow(dead_code)]
 mod baseline;
+#[path = "stream/concurrency.rs"]
+mod concurrency;
 #[path = "stream/ours.rs"]
 mod ours;
 #[path = "transport/report.rs"]
@@ -467,9 +477,77 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
             goal: None,
         });
     }
+    concurrency_rows(rows, &rt, &hosts)?;
     // The controls: rstream's second runs against its first ones.
     rows.extend(controls);
     Ok(device)
+}
+
+/// Connections at once in the concurrency rows, and round trips each.
+const CONNS: usize = 8;
+const CONCURRENT_N: u64 = 1000;
+
+/// The concurrency rows (see the module docs): `CONNS` connections at once against one, and
+/// against rstream with `CONNS` transfers in flight; the p99 at `CONNS` against its median.
+fn concurrency_rows(rows: &mut Vec<Row>, rt: &tokio::runtime::Runtime, hosts: &Hosts) -> Res<()> {
+    let (sip, cip) = hosts.ips();
+    let (mut one, mut many, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        println!("concurrency, round {round}:");
+        for (conns, runs) in [(1, &mut one), (CONNS, &mut many)] {
+            let run = concurrency::echo(sip, cip, conns, ECHO_SIZE, ECHO_WARM, CONCURRENT_N);
+            runs.push(rt.block_on(run)?);
+            std::thread::sleep(SETTLE);
+        }
+        let got = hosts.rstream_in_flight(ECHO_SIZE, CONNS as u32, CONCURRENT_N as u32, 7583);
+        theirs.extend(baseline("rstream", got));
+        println!(
+            "rstream -C {CONNS}, round {round}: {:?} messages/s",
+            theirs.last()
+        );
+    }
+    let med = |runs: &[concurrency::Concurrent], f: fn(&concurrency::Concurrent) -> f64| {
+        median(runs.iter().map(f).collect())
+    };
+    let per_sec = |c: &concurrency::Concurrent| c.per_sec;
+    let case = format!("stream echo {ECHO_SIZE} B, {CONNS} connections at once");
+    let note = "median of 3 rounds";
+    rows.push(Row {
+        case: case.clone(),
+        metric: "messages/s",
+        unit: "msg/s",
+        ours: med(&many, per_sec),
+        polling: Some("adaptive"),
+        baseline: Some(med(&one, per_sec)),
+        baseline_name: format!("ours on 1 connection, default config, {note}"),
+        higher: true,
+        goal: Some(1.0),
+    });
+    rows.push(Row {
+        case: case.clone(),
+        metric: "messages/s",
+        unit: "msg/s",
+        ours: med(&many, per_sec),
+        polling: Some("adaptive"),
+        baseline: median_of(theirs),
+        baseline_name: format!(
+            "rstream -S {ECHO_SIZE} -C {CONNS} -I {CONCURRENT_N} ({CONNS} in flight), {note}"
+        ),
+        higher: true,
+        goal: Some(1.0),
+    });
+    rows.push(Row {
+        case,
+        metric: "round trip p99",
+        unit: "us",
+        ours: med(&many, |c| c.p99),
+        polling: Some("adaptive"),
+        baseline: Some(med(&many, |c| c.median)),
+        baseline_name: format!("our median at {CONNS} connections, {note}"),
+        higher: false,
+        goal: Some(10.0),
+    });
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -35,19 +35,26 @@ pub enum Polling {
     /// message come without a handoff, which counts most where a chunk's READ is slow (an
     /// emulated device).
     ///
-    /// Async waits (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),
-    /// [`Conn::call_async`](crate::Conn::call_async)) spin the same way in the waiting task
-    /// before it registers its waker, one task of the endpoint at a time (not on tokio's
-    /// current-thread runtime, whose one thread the spin would hold from every other task),
-    /// and stop as soon as an endpoint wakes another task: a wakeup through an executor is a
-    /// thread handoff too. The spinning task polls for every connection of the endpoint, so
-    /// the tasks it wakes are woken on its executor thread and run there next, with no
-    /// handoff either, with one connection or several: a round trip then costs a fraction
-    /// of one that waits for a wakeup. The other waiting tasks register their wakers at
-    /// once: more spinning tasks would hold executor threads and cores from each other.
-    /// Set [`EndpointConfig::busy_read`] to spin every waiting task anyway. With many busy
-    /// connections on few cores the spinning task holds a core the others could use:
-    /// [`Polling::Reactor`] then does better.
+    /// On a multi-threaded tokio runtime (feature `tokio`), the endpoint is driven from the
+    /// runtime itself: its first async connect or accept there spawns a driver task, as
+    /// [`Polling::Reactor`]'s `Endpoint::spawn_tokio_driver` does, which polls the
+    /// completion queue between the runtime's other tasks for 16 times `spin` after the last
+    /// completion, then waits for the completion channel on tokio's reactor. The completions
+    /// and the tasks they wake then meet on the runtime's threads, with no handoff from the
+    /// progress thread, whatever the number of connections: many connections at once carry
+    /// more messages than one, not fewer. The driver ends with its runtime (the progress
+    /// thread then polls again, and the next async connect or accept on another runtime
+    /// spawns a new driver).
+    ///
+    /// Elsewhere (another executor, tokio's current-thread runtime, no runtime), async waits
+    /// (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),
+    /// [`Conn::call_async`](crate::Conn::call_async)) spin the same way as blocked calls in
+    /// the waiting task before it registers its waker, one task of the endpoint at a time
+    /// (not on tokio's current-thread runtime, whose one thread the spin would hold from
+    /// every other task), and stop as soon as an endpoint wakes another task. The spinning
+    /// task polls for every connection of the endpoint, so the tasks it wakes are woken on
+    /// its executor thread and run there next. The other waiting tasks register their
+    /// wakers at once. Set [`EndpointConfig::busy_read`] to spin every waiting task anyway.
     Adaptive {
         /// How long to spin before sleeping (at least; see above).
         spin: Duration,

@@ -101,10 +101,12 @@ impl Conn {
             // One task of the endpoint spins at a time: it polls for every connection, and
             // the tasks it wakes run next on its thread (it stops spinning then). Several
             // would take turns holding executor threads (and cores) from each other.
-            _ if adaptive && !on_a_single_threaded_runtime() => match conn.spin.get() {
-                budget if budget.is_zero() => None,
-                budget => Spinning::task(shared).map(|spinner| (budget, spinner)),
-            },
+            _ if adaptive && !shared.reactor_drives() && !on_a_single_threaded_runtime() => {
+                match conn.spin.get() {
+                    budget if budget.is_zero() => None,
+                    budget => Spinning::task(shared).map(|spinner| (budget, spinner)),
+                }
+            }
             _ => None,
         };
         let Some((busy, spinner)) = spin else {

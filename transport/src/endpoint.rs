@@ -137,6 +137,7 @@ impl Endpoint {
     /// on a thread of its own (no runtime needed). Dropping the future lets the connect finish
     /// and closes the connection it made.
     pub async fn connect_async(&self, dst: SocketAddr) -> Result<Conn> {
+        self.drive_from_current_runtime();
         let ep = self.clone();
         crate::task::spawn_blocking("transport-connect", move || ep.connect(dst)).await
     }

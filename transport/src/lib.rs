@@ -73,8 +73,10 @@
 //! - Async: every operation has an async form, most also a `poll_*` function
 //!   ([`Conn::recv_async`], [`Conn::send_async`], [`Conn::call_async`], [`Conn::close_async`],
 //!   [`Endpoint::connect_async`], [`Listener::accept_async`], ...) woken by the progress
-//!   thread through `Waker`s, on any executor; each documents its cancel safety. Connect and
-//!   one-sided reads and writes run on a thread of their own behind their future.
+//!   thread through `Waker`s, on any executor; each documents its cancel safety. Connect runs
+//!   on a thread of its own behind its future. On a multi-threaded tokio runtime an endpoint
+//!   of the default (adaptive) polling is driven from the runtime itself (see
+//!   [`Polling::Adaptive`]).
 //! - [`stream`]: a byte stream (`TcpStream`-like) with std, `futures-io` and (feature `tokio`)
 //!   tokio I/O traits.
 //!

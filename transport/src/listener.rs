@@ -68,6 +68,7 @@ impl Listener {
     /// (up to a backlog of 64) until the listener is dropped; accepted connections wait in
     /// that backlog, so a dropped future loses none.
     pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<Result<Conn>> {
+        self.endpoint.drive_from_current_runtime();
         let acceptor = self.acceptor.get_or_init(|| self.start_acceptor());
         let mut q = acceptor.queue.lock();
         if let Some(r) = q.0.pop_front() {

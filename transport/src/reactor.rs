@@ -67,6 +67,12 @@ impl Endpoint {
     }
 }
 
+#[cfg(not(feature = "tokio"))]
+impl Endpoint {
+    /// Without the `tokio` feature there is no runtime to drive from.
+    pub(crate) fn drive_from_current_runtime(&self) {}
+}
+
 #[cfg(feature = "tokio")]
 mod tokio_driver {
     use std::future::poll_fn;
@@ -110,6 +116,38 @@ mod tokio_driver {
                     "no tokio runtime here ({e}): call spawn_tokio_driver from within one"
                 ))
             })?;
+            self.spawn_driver(&rt)
+        }
+
+        /// Under [`Polling::Adaptive`](crate::Polling::Adaptive), called by the async entry
+        /// points (connect, accept): when no driver task lives and the caller runs on a
+        /// multi-threaded tokio runtime, spawns one there, so that the endpoint's
+        /// completions and the tasks they wake meet on the runtime's threads. A driver ends
+        /// with its runtime; the next async entry point on another runtime spawns a new one,
+        /// and meanwhile the progress thread polls as configured.
+        pub(crate) fn drive_from_current_runtime(&self) {
+            let shared = &self.engine.shared;
+            if !matches!(shared.cfg.polling, crate::Polling::Adaptive { .. })
+                || shared.drivers.load(Ordering::Relaxed) > 0
+            {
+                return;
+            }
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            // A current-thread runtime's one thread would spin for the endpoint between
+            // every other task: the progress thread serves it better.
+            if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+                return;
+            }
+            // Two first callers at once spawn one driver.
+            let _spawning = shared.driver_spawn.lock();
+            if shared.drivers.load(Ordering::Relaxed) == 0 {
+                let _ = self.spawn_driver(&rt);
+            }
+        }
+
+        fn spawn_driver(&self, rt: &tokio::runtime::Handle) -> Result<tokio::task::JoinHandle<()>> {
             let shared = self.engine.shared.clone();
             let _enter = rt.enter();
             // tokio's safe constructor is deprecated because a type could close its fd while
@@ -122,13 +160,40 @@ mod tokio_driver {
                         "cannot register the completion channel with tokio's reactor: {e}"
                     ))
                 })?;
-            Ok(rt.spawn(drive(shared, fd)))
+            // Counted from now: a task dropped before it ran (its runtime shutting down)
+            // uncounts itself with it.
+            let alive = Alive::new(shared.clone());
+            Ok(rt.spawn(async move {
+                let _alive = alive;
+                drive(shared, fd).await
+            }))
+        }
+    }
+
+    /// A driver task, counted in `Shared::drivers` while it lives; the progress thread takes
+    /// over when the last goes.
+    struct Alive(Arc<Shared>);
+
+    impl Alive {
+        fn new(shared: Arc<Shared>) -> Self {
+            shared.drivers.fetch_add(1, Ordering::Relaxed);
+            Alive(shared)
+        }
+    }
+
+    impl Drop for Alive {
+        fn drop(&mut self) {
+            self.0.drivers.fetch_sub(1, Ordering::Relaxed);
+            self.0.unpark_progress();
         }
     }
 
     async fn drive(shared: Arc<Shared>, fd: AsyncFd<ChannelFd>) {
         let spin = match shared.cfg.polling {
             crate::Polling::Reactor { spin } => spin,
+            // As long as a blocked call's stretched spin lasts at most: a driver polls
+            // between other tasks, so its spin costs the runtime's threads only idle time.
+            crate::Polling::Adaptive { spin } => spin * crate::engine::GROWTH,
             _ => Duration::ZERO,
         };
         let mut last = Instant::now();

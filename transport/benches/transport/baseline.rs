@@ -274,6 +274,21 @@ impl Hosts {
         Ok(2.0 * self.rstream(size, 1, iters, port)?)
     }
 
+    /// Messages per second of rstream's latency test with `in_flight` transfers of `size`
+    /// bytes each way per iteration (`-C in_flight -I iters`): each iteration's transfers go
+    /// out before their echoes are read, as many clients' messages would.
+    #[allow(dead_code)] // the stream bench's
+    pub fn rstream_in_flight(
+        &self,
+        size: usize,
+        in_flight: u32,
+        iters: u32,
+        port: u16,
+    ) -> Result<f64, String> {
+        // Its usec/xfer is the time per transfer one way: a message and its echo take two.
+        Ok(1e6 / (2.0 * self.rstream(size, in_flight, iters, port)?))
+    }
+
     /// An `rstream` server for the latency test of `iters` round trips of `size` bytes on
     /// `port`, and `client` run against it (given the server's address) once it listens.
     pub fn against_rstream_server<T>(

@@ -23,7 +23,7 @@ use rustc_hash::FxHashMap;
 use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRing, Srq, WorkCompletion};
 
 pub(crate) use conn::{ConnShared, ConnState, SqOp};
-pub(crate) use spin::SpinBudget;
+pub(crate) use spin::{SpinBudget, GROWTH};
 
 use crate::config::{EndpointConfig, Polling, SRQ_SLACK};
 use crate::proto::{Delivery, Parts};
@@ -154,6 +154,12 @@ pub(crate) struct Shared {
     /// The task driving progress from a reactor ([`Polling::Reactor`]), woken when the
     /// endpoint stops.
     pub(crate) reactor_waker: Mutex<Option<std::task::Waker>>,
+    /// Tokio driver tasks alive (spawned and not yet dropped): while there is one, it polls
+    /// for the endpoint and the progress thread only runs the timers, as under
+    /// [`Polling::Reactor`], whatever the configured mode.
+    pub(crate) drivers: AtomicUsize,
+    /// Held while a driver task is spawned for the endpoint (one at a time).
+    pub(crate) driver_spawn: Mutex<()>,
     /// Completions handled, by who polled them.
     pub(crate) counts: Counts,
     /// Tasks waiting for something no connection signals (pool buffers): woken every tick.
@@ -296,6 +302,8 @@ impl Shared {
             tick_wakers: Mutex::new(Vec::new()),
             tick_soon: AtomicBool::new(false),
             reactor_waker: Mutex::new(None),
+            drivers: AtomicUsize::new(0),
+            driver_spawn: Mutex::new(()),
             counts: Counts::default(),
             _anchor: anchor,
             cfg,
@@ -435,6 +443,13 @@ impl Shared {
     pub(crate) fn reactor_drove_at(&self, at: Instant) {
         let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
         self.reactor_polled.store(at.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether a reactor drives progress: the endpoint polls [`Polling::Reactor`], or a tokio
+    /// driver task lives.
+    pub(crate) fn reactor_drives(&self) -> bool {
+        matches!(self.cfg.polling, Polling::Reactor { .. })
+            || self.drivers.load(Ordering::Relaxed) > 0
     }
 
     /// Whether a reactor drove progress within [`REACTOR_QUIET`].
@@ -928,7 +943,7 @@ fn progress_loop(shared: &Shared) {
             continue;
         }
         nap = CALLERS_ACTIVE;
-        if matches!(shared.cfg.polling, Polling::Reactor { .. }) {
+        if shared.reactor_drives() {
             // A reactor waits on the channel. Poll once per tick in case none does, but not
             // while one is at work: a completion taken here would wake its task from this
             // thread, a handoff the reactor avoids. Meanwhile wake only for the timers.
