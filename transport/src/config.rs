@@ -42,9 +42,11 @@ pub enum Polling {
     /// completion, then waits for the completion channel on tokio's reactor. The completions
     /// and the tasks they wake then meet on the runtime's threads, with no handoff from the
     /// progress thread, whatever the number of connections: many connections at once carry
-    /// more messages than one, not fewer. The driver ends with its runtime (the progress
-    /// thread then polls again, and the next async connect or accept on another runtime
-    /// spawns a new driver).
+    /// more messages than one, not fewer. While it lives, a waiting task spins as below only
+    /// when its connection is the endpoint's only one (it then catches its own message
+    /// without a wakeup; with several, a spinning task would hold a runtime thread from the
+    /// others). The driver ends with its runtime (the progress thread then polls again, and
+    /// the next async connect or accept on another runtime spawns a new driver).
     ///
     /// Elsewhere (another executor, tokio's current-thread runtime, no runtime), async waits
     /// (a byte stream's read, [`Conn::recv_async`](crate::Conn::recv_async),

@@ -101,7 +101,13 @@ impl Conn {
             // One task of the endpoint spins at a time: it polls for every connection, and
             // the tasks it wakes run next on its thread (it stops spinning then). Several
             // would take turns holding executor threads (and cores) from each other.
-            _ if adaptive && !shared.reactor_drives() && !on_a_single_threaded_runtime() => {
+            // Under a tokio driver only a lone connection's task spins: with several, the
+            // driver serves them all and a spinning task would hold a runtime thread from it
+            // (docs/benchmarks.md, "the tokio driver and a lone connection").
+            _ if adaptive
+                && (!shared.reactor_drives() || shared.conn_count() == 1)
+                && !on_a_single_threaded_runtime() =>
+            {
                 match conn.spin.get() {
                     budget if budget.is_zero() => None,
                     budget => Spinning::task(shared).map(|spinner| (budget, spinner)),
