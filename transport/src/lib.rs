@@ -155,8 +155,11 @@ mod one_sided;
 pub mod proto;
 mod reactor;
 mod region;
+mod send;
+mod send_async;
 pub mod stream;
 mod task;
+mod wait;
 
 pub use config::{Admission, EndpointConfig, IncomingRequest, Polling, DEFAULT_ACK_TIMEOUT};
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};

@@ -213,7 +213,7 @@ mod tokio_driver {
             // sees a completion sooner.
             turns = turns.wrapping_add(1);
             if !spin.is_zero()
-                && (turns % crate::conn::SPIN_TURNS_PER_CLOCK != 0 || last.elapsed() < spin)
+                && (turns % crate::wait::SPIN_TURNS_PER_CLOCK != 0 || last.elapsed() < spin)
             {
                 tokio::task::yield_now().await;
                 continue;

@@ -3,7 +3,6 @@
 //! waiters).
 
 use std::collections::VecDeque;
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,14 +12,12 @@ use std::time::Instant;
 use memory::Buffer;
 use parking_lot::{Condvar, Mutex};
 use rustc_hash::FxHashMap;
-use verbs::{Qp, RemoteSlice, SendRequest};
+use verbs::Qp;
 
+use super::calls::FinishedCalls;
 use super::spin::TRANSFER_STALL;
 use super::{wake_task, wake_tasks, Shared};
-use crate::proto::{
-    self, Action, Body, CallError, CallId, Class, ConnError, Delivery, PeerGone, ReadId,
-    RemoteChunk, HEADER_LEN,
-};
+use crate::proto::{self, Action, ConnError, Delivery, PeerGone, ReadId, RemoteChunk};
 
 /// What a posted send-queue request was, in post order. Frames are signaled one in
 /// [`signal_every`]; READs, keepalive probes and one-sided operations always. A completion finishes its
@@ -74,45 +71,6 @@ const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 /// A finished one-sided operation: the buffer (READ destination or WRITE source) or why it
 /// failed.
 pub(crate) type OneSidedResult = Result<Buffer, String>;
-
-/// What a finished call hands its caller: the response, or why there is none.
-pub(crate) type CallResult = Result<Delivery<Buffer>, CallError>;
-
-/// Finished calls not yet picked up, by call id: one in a slot of its own, so a caller with
-/// one call at a time finds its response without a trip through the map (the common case),
-/// the others in the map.
-#[derive(Debug)]
-pub(crate) struct FinishedCalls {
-    slot: Option<(u64, CallResult)>,
-    others: FxHashMap<u64, CallResult>,
-}
-
-impl Default for FinishedCalls {
-    fn default() -> Self {
-        FinishedCalls {
-            slot: None,
-            others: FxHashMap::with_capacity_and_hasher(64, Default::default()),
-        }
-    }
-}
-
-impl FinishedCalls {
-    pub(crate) fn insert(&mut self, id: u64, result: CallResult) {
-        match self.slot {
-            None => self.slot = Some((id, result)),
-            Some(_) => {
-                self.others.insert(id, result);
-            }
-        }
-    }
-
-    pub(crate) fn remove(&mut self, id: u64) -> Option<CallResult> {
-        if self.slot.as_ref().is_some_and(|(i, _)| *i == id) {
-            return self.slot.take().map(|(_, r)| r);
-        }
-        self.others.remove(&id)
-    }
-}
 
 /// Mutable state of a connection, behind its mutex.
 #[derive(Debug)]
@@ -188,7 +146,7 @@ impl ConnState {
 
     /// A kept frame buffer holding at least `len` bytes, set to that length, if there is one
     /// (see [`ConnShared::spare_frame`]).
-    fn take_spare_frame(&mut self, len: usize) -> Option<Buffer> {
+    pub(super) fn take_spare_frame(&mut self, len: usize) -> Option<Buffer> {
         if self.spare_frames.last()?.capacity() < len {
             return None;
         }
@@ -198,7 +156,7 @@ impl ConnState {
     }
 
     /// Keeps a frame buffer the device no longer needs for the next send, if there is room.
-    fn keep_spare_frame(&mut self, buf: Buffer) {
+    pub(super) fn keep_spare_frame(&mut self, buf: Buffer) {
         if self.spare_frames.len() < SPARE_FRAMES && self.end.is_none() {
             self.spare_frames.push(buf);
         }
@@ -444,245 +402,12 @@ impl ConnShared {
         }
     }
 
-    fn fail(&self, st: &mut ConnState, why: PeerGone) {
+    pub(super) fn fail(&self, st: &mut ConnState, why: PeerGone) {
         if let Some(p) = st.proto.as_mut() {
             p.on_peer_gone(why);
         } else if st.end.is_none() {
             st.end = Some(Some(ConnError::PeerGone(why)));
         }
-    }
-
-    /// Posts a frame: inline when it fits the QP's inline room (the device copies it while
-    /// posting, so a payload's buffer is free again at once and the device reads no
-    /// registered memory for it), else from its pool buffer. Signaled if the protocol asks
-    /// (`signal`) or the send queue's cadence wants it.
-    fn post_frame(
-        &self,
-        st: &mut ConnState,
-        header: [u8; HEADER_LEN],
-        body: Body<Buffer>,
-        signal: bool,
-    ) {
-        let signaled = signal || self.signal(st, &SqOp::Frame);
-        let inline_max = self.inline_room();
-        let request = match body {
-            Body::Payload(mut buf) => {
-                // A plain message goes as a compact frame: without its header, which the
-                // immediate data replaces (PROTOCOL.md).
-                let compact = st.proto.as_ref().and_then(|p| p.compact_imm(&header));
-                let (start, op) = match compact {
-                    Some(imm) => (HEADER_LEN, verbs::WrOp::SendWithImm(imm)),
-                    None => {
-                        buf[..HEADER_LEN].copy_from_slice(&header);
-                        (0, verbs::WrOp::Send)
-                    }
-                };
-                let len = buf.len();
-                if len - start <= inline_max {
-                    self.post_inline(st, &[IoSlice::new(&buf[start..len])], compact, signaled);
-                    st.keep_spare_frame(buf);
-                    return;
-                }
-                SendRequest::new(op).sge(buf, start..len)
-            }
-            Body::Control(bytes, n) => {
-                let mut frame = [0u8; HEADER_LEN + proto::CONTROL_BODY_MAX];
-                frame[..HEADER_LEN].copy_from_slice(&header);
-                frame[HEADER_LEN..HEADER_LEN + n].copy_from_slice(&bytes[..n]);
-                let frame = &frame[..HEADER_LEN + n];
-                if frame.len() <= inline_max {
-                    self.post_inline(st, &[IoSlice::new(frame)], None, signaled);
-                    return;
-                }
-                match self.shared.pool.try_alloc(frame.len()) {
-                    Ok(mut buf) => {
-                        buf.copy_from_slice(frame);
-                        let len = buf.len();
-                        SendRequest::send(buf, 0..len)
-                    }
-                    // The pool is exhausted: the request keeps a copy.
-                    Err(_) => SendRequest::inline(verbs::WrOp::Send, frame),
-                }
-            }
-        };
-        self.post_signaled(st, request, SqOp::Frame, signaled);
-    }
-
-    /// Has the device report whether the peer's device acknowledged every frame posted, for
-    /// a waiter that needs everything sent to have arrived: frames posted unsignaled since
-    /// the last signaled request complete only with a later signaled one, so once every
-    /// message went out a probe goes behind them (its completion finishes them too), unless
-    /// one is in flight.
-    pub(crate) fn request_acknowledgement(&self, st: &mut ConnState) {
-        let waits_for_device = st
-            .proto
-            .as_ref()
-            .is_some_and(|p| p.all_sent() && !p.delivered());
-        if waits_for_device && st.unsignaled > 0 && st.end.is_none() {
-            self.post_probe(st);
-        }
-    }
-
-    /// Posts a keepalive probe, a zero-length RDMA WRITE (no key is checked for zero bytes,
-    /// no receive is consumed), unless one is still in flight: its successful completion tells
-    /// the protocol the peer's device is alive.
-    fn post_probe(&self, st: &mut ConnState) {
-        if st.probe_in_flight {
-            return;
-        }
-        let remote = RemoteSlice {
-            addr: 0,
-            len: 0,
-            rkey: 0,
-        };
-        st.probe_in_flight = true;
-        self.post(
-            st,
-            Ok(SendRequest::new(verbs::WrOp::RdmaWrite(remote))),
-            SqOp::Probe,
-        );
-    }
-
-    /// Queues a READ behind any the pool had no buffer for, and posts what it can, in order.
-    fn post_read(&self, st: &mut ConnState, id: ReadId, remote: RemoteChunk, len: u32) {
-        st.deferred_reads.push_back((id, remote, len));
-        self.retry_deferred_reads(st);
-    }
-
-    fn retry_deferred_reads(&self, st: &mut ConnState) {
-        while let Some(&(id, remote, len)) = st.deferred_reads.front() {
-            let Ok(dest) = self.shared.pool.try_alloc(len as usize) else {
-                return;
-            };
-            st.deferred_reads.pop_front();
-            let remote = RemoteSlice {
-                addr: remote.addr,
-                len,
-                rkey: remote.rkey,
-            };
-            let request = SendRequest::rdma_read(dest, 0..len as usize, remote);
-            self.post(st, request, SqOp::Read(id));
-        }
-    }
-
-    /// Posts a send-queue request built by the caller; a failure fails the connection (the
-    /// protocol's accounting keeps the queue from filling, so this is a device error).
-    pub(crate) fn post(&self, st: &mut ConnState, request: verbs::Result<SendRequest>, op: SqOp) {
-        let signaled = self.signal(st, &op);
-        self.post_signaled(st, request, op, signaled);
-    }
-
-    /// [`post`](Self::post), signaled as told.
-    fn post_signaled(
-        &self,
-        st: &mut ConnState,
-        request: verbs::Result<SendRequest>,
-        op: SqOp,
-        signaled: bool,
-    ) {
-        let posted = request
-            .map_err(drop)
-            .and_then(|r| self.qp.post_send(r.signaled(signaled)).map_err(drop));
-        self.posted(st, posted.ok(), op, signaled);
-    }
-
-    /// Posts the bytes of `frame` inline (copied by the device during the call) as one SEND,
-    /// with immediate data `imm` if given (a compact frame), as
-    /// [`post_signaled`](Self::post_signaled) posts a request.
-    fn post_inline(
-        &self,
-        st: &mut ConnState,
-        frame: &[IoSlice<'_>],
-        imm: Option<u32>,
-        signaled: bool,
-    ) {
-        let flags = if signaled {
-            verbs::SendFlags::SIGNALED
-        } else {
-            verbs::SendFlags::empty()
-        };
-        let posted = match imm {
-            None => self.qp.post_inline_send(frame, flags),
-            Some(imm) => self.qp.post_inline_send_with_imm(frame, imm, flags),
-        };
-        self.posted(st, posted.ok(), SqOp::Frame, signaled);
-    }
-
-    /// Sends eager message `data` of `class` as one frame posted inline at once, when the
-    /// protocol takes it straight to the wire ([`proto::Connection::send_at_once`]: nothing
-    /// ahead of it) and the frame fits the QP's inline room. The device copies the header and
-    /// the message from where they are: no pool buffer, no copy, no queued action. Returns the
-    /// call id of a request; `None`: nothing was sent, send it the queued way.
-    pub(crate) fn send_inline_at_once(
-        &self,
-        st: &mut ConnState,
-        class: Class,
-        data: &[u8],
-    ) -> Option<Option<CallId>> {
-        self.post_at_once(st, data, |p| p.send_at_once(class, data.len()))
-    }
-
-    /// [`send_inline_at_once`](Self::send_inline_at_once) for a byte-stream write
-    /// ([`proto::Connection::write_at_once`]); true if it went.
-    pub(crate) fn write_inline_at_once(&self, st: &mut ConnState, data: &[u8]) -> bool {
-        self.post_at_once(st, data, |p| p.write_at_once(data.len()))
-            .is_some()
-    }
-
-    /// Posts `data` inline behind the header of the frame `take` gets from the protocol, if
-    /// the frame fits the inline room (two slices gathered) and the protocol lets it go at
-    /// once.
-    fn post_at_once(
-        &self,
-        st: &mut ConnState,
-        data: &[u8],
-        take: impl FnOnce(&mut proto::Connection<Buffer>) -> Option<proto::FrameAtOnce>,
-    ) -> Option<Option<CallId>> {
-        let fits = HEADER_LEN + data.len() <= self.inline_room() && self.qp.cap().max_send_sge >= 2;
-        if !fits || !st.deferred_reads.is_empty() {
-            return None;
-        }
-        let p = st.proto.as_mut()?;
-        let frame = take(p)?;
-        let compact = p.compact_imm(&frame.header);
-        let signaled = frame.signal || self.signal(st, &SqOp::Frame);
-        // A plain message goes without its header (PROTOCOL.md, compact DATA frames): an
-        // empty slice gathers nothing.
-        let header: &[u8] = if compact.is_some() {
-            &[]
-        } else {
-            &frame.header
-        };
-        self.post_inline(
-            st,
-            &[IoSlice::new(header), IoSlice::new(data)],
-            compact,
-            signaled,
-        );
-        if st.proto.as_ref().is_some_and(|p| p.has_actions()) {
-            // The post failed and failed the connection: carry out what that queued.
-            self.drive(st);
-        }
-        Some(frame.call)
-    }
-
-    /// Whether the next request, `op`, is signaled: one frame in [`signal_every`], and every
-    /// other request. The CLOSE (and anything after it) is signaled: teardown waits for it
-    /// to complete.
-    fn signal(&self, st: &ConnState, op: &SqOp) -> bool {
-        !matches!(op, SqOp::Frame)
-            || st.unsignaled + 1 >= signal_every(self.shared.cfg.proto.sq_depth)
-            || st.proto.as_ref().is_some_and(|p| p.close_sent())
-    }
-
-    /// Records a request posted (or fails the connection if the post failed).
-    fn posted(&self, st: &mut ConnState, wr_id: Option<u64>, op: SqOp, signaled: bool) {
-        let Some(wr_id) = wr_id else {
-            self.fail(st, PeerGone::QueuePairError);
-            return;
-        };
-        st.sq_ops.push_back((wr_id, op));
-        st.unsignaled = if signaled { 0 } else { st.unsignaled + 1 };
     }
 
     /// A send-queue completion of this connection, for request `wr_id`, with what it hands
@@ -808,40 +533,5 @@ impl ConnShared {
         for (buf, len, imm) in std::mem::take(&mut st.early) {
             self.on_frame(st, buf, len, imm);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn kind(r: Option<CallResult>) -> Option<String> {
-        r.map(|r| {
-            r.map(|_| "response".to_string())
-                .unwrap_or_else(|e| e.to_string())
-        })
-    }
-
-    #[test]
-    fn finished_calls_come_out_once_by_id_whichever_finished_first() {
-        let mut calls = FinishedCalls::default();
-        calls.insert(1, Err(CallError::TimedOut));
-        calls.insert(2, Err(CallError::NoHandler));
-        calls.insert(3, Err(CallError::Closed));
-        assert_eq!(kind(calls.remove(9)), None);
-        assert_eq!(
-            kind(calls.remove(2)),
-            Some(CallError::NoHandler.to_string())
-        );
-        assert_eq!(kind(calls.remove(2)), None);
-        assert_eq!(kind(calls.remove(1)), Some(CallError::TimedOut.to_string()));
-        // The slot is free again: the next finished call takes it.
-        calls.insert(4, Err(CallError::NoHandler));
-        assert_eq!(kind(calls.remove(3)), Some(CallError::Closed.to_string()));
-        assert_eq!(
-            kind(calls.remove(4)),
-            Some(CallError::NoHandler.to_string())
-        );
-        assert_eq!(kind(calls.remove(1)), None);
     }
 }

@@ -1,0 +1,292 @@
+//! Polling the completion queue: who polls (a waiting caller, the progress thread, a reactor),
+//! how none of them loses a completion (arm, poll again, then wait), and what each completion
+//! does (its connection found by QP number, its work request's buffer reclaimed).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use verbs::{Reclaimed, WorkCompletion};
+
+use super::{ConnShared, LastConn, Progress, Shared, REACTOR_QUIET};
+use crate::config::Polling;
+
+impl Shared {
+    /// Whether application threads poll the queue now (one spins in a call, or one polled
+    /// since the progress thread's last nap began): the progress thread then stands aside.
+    pub(super) fn callers_poll(&self) -> bool {
+        self.spinners.load(Ordering::SeqCst) > 0 || self.caller_polled.load(Ordering::Relaxed)
+    }
+
+    /// Whether `stamp` was recorded less than `window` ago (never, if it is 0).
+    pub(super) fn within(&self, stamp: &AtomicU64, window: Duration) -> bool {
+        let at = stamp.load(Ordering::Relaxed);
+        at > 0
+            && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(at)
+                < window.as_nanos() as u64
+    }
+
+    /// Makes sure the progress thread polls: call before waiting without polling yourself
+    /// (sleeping, or returning `Pending` with a waker registered). Costs a store and a load
+    /// unless the progress thread stood aside for polling callers.
+    pub(crate) fn wake_progress(&self) {
+        // Someone now depends on the progress thread: earlier polls by callers no longer
+        // excuse it (a spinning caller still does).
+        self.caller_polled.store(false, Ordering::Relaxed);
+        if self.standing_aside.load(Ordering::SeqCst) {
+            self.unpark_progress();
+        }
+    }
+
+    /// Polls the completion queue once and handles what it finds; returns how many
+    /// completions. Does nothing (0) while another thread is polling.
+    pub(crate) fn progress(&self) -> usize {
+        self.caller_polled.store(true, Ordering::Relaxed);
+        self.caller_poll()
+    }
+
+    /// One poll by an application thread, counted as the callers'.
+    pub(super) fn caller_poll(&self) -> usize {
+        let n = self.try_poll();
+        if n > 0 {
+            self.counts.callers.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// [`progress`](Self::progress) without counting (the progress thread counts its own).
+    pub(super) fn try_poll(&self) -> usize {
+        match self.progress.try_lock() {
+            Some(guard) => self.poll_with(guard),
+            None => 0,
+        }
+    }
+
+    /// One poll by a reactor's spin (counted as the reactor's); 0 while another polls. A
+    /// reactor that found completions records when with
+    /// [`reactor_drove_at`](Self::reactor_drove_at) (it reads the clock for its spin anyway).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn reactor_poll(&self) -> usize {
+        let n = self.try_poll();
+        if n > 0 {
+            self.counts.reactor.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        n
+    }
+
+    /// A reactor drove progress at `at` (see [`reactor_active`](Self::reactor_active)):
+    /// recorded as nanoseconds after `epoch`, at least 1 (0 means never).
+    pub(crate) fn reactor_drove_at(&self, at: Instant) {
+        let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
+        self.reactor_polled.store(at.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether a reactor drives progress: the endpoint polls [`Polling::Reactor`], or a tokio
+    /// driver task lives.
+    pub(crate) fn reactor_drives(&self) -> bool {
+        matches!(self.cfg.polling, Polling::Reactor { .. })
+            || self.drivers.load(Ordering::Relaxed) > 0
+    }
+
+    /// Whether a reactor drove progress within [`REACTOR_QUIET`].
+    pub(super) fn reactor_active(&self) -> bool {
+        self.within(&self.reactor_polled, REACTOR_QUIET)
+    }
+
+    /// The completion channel's fd (every endpoint's CQ has one).
+    pub(crate) fn channel_fd(&self) -> std::os::fd::RawFd {
+        self.cq
+            .channel_fd()
+            .expect("an endpoint's completion queue has a channel")
+    }
+
+    /// The completion channel is readable (or may be): consumes and acknowledges every
+    /// event on it, re-arms the queue, then polls until it is empty (a completion that came
+    /// before the re-arm raised no event). Lossless whatever the reactor's wakeups: a
+    /// spurious call only polls. Returns the completions handled.
+    pub(crate) fn on_channel_ready(&self) -> usize {
+        while matches!(self.cq.get_event(Some(Duration::ZERO)), Ok(true)) {}
+        self.cq.ack_events();
+        let _ = self.cq.req_notify(false);
+        let mut total = 0;
+        loop {
+            let n = self.progress_after_arm();
+            if n == 0 {
+                break;
+            }
+            total += n;
+        }
+        self.counts
+            .reactor
+            .fetch_add(total as u64, Ordering::Relaxed);
+        self.reactor_drove_at(Instant::now());
+        total
+    }
+
+    /// Polls once, waiting for the progress lock if another thread holds it (so every
+    /// completion queued before the call is seen, by this poll or by the other thread's).
+    /// Waits by yielding, not parking: a poll is short, and the first time a thread parks on
+    /// a lock, parking_lot allocates its bookkeeping, which would land in the data path at
+    /// a random moment.
+    pub(super) fn progress_after_arm(&self) -> usize {
+        let guard = match self.progress.try_lock() {
+            Some(guard) => guard,
+            None => self.wait_progress_lock(),
+        };
+        self.poll_with(guard)
+    }
+
+    /// Yields until the progress lock is free, and takes it: the wait of
+    /// [`progress_after_arm`](Self::progress_after_arm), a function of its own so that a
+    /// profile (the cost bench) can tell waiting from work.
+    #[inline(never)]
+    pub(super) fn wait_progress_lock(&self) -> parking_lot::MutexGuard<'_, Progress> {
+        loop {
+            std::thread::yield_now();
+            if let Some(guard) = self.progress.try_lock() {
+                return guard;
+            }
+        }
+    }
+
+    pub(super) fn count_thread(&self, n: usize) {
+        if n > 0 {
+            self.counts
+                .progress_thread
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Handles every completion queued now, waiting for the poller if another thread polls.
+    pub(super) fn progress_all(&self) {
+        while self.poll_with(self.progress.lock()) > 0 {}
+    }
+
+    pub(super) fn poll_with(&self, mut guard: parking_lot::MutexGuard<'_, Progress>) -> usize {
+        let Progress {
+            wcs,
+            reclaimed,
+            last,
+        } = &mut *guard;
+        let Ok(polled) = self.cq.poll(wcs) else {
+            return 0;
+        };
+        let n = polled.len();
+        for wc in polled.iter() {
+            self.on_completion(wc, reclaimed, last);
+        }
+        drop(guard);
+        // Nothing came: replace the receives taken since the last idle poll (and what the
+        // pool could not give before), off the path of the frames themselves.
+        if n == 0 && self.srq_deficit.load(Ordering::Relaxed) > 0 {
+            self.repay_receives();
+        }
+        n
+    }
+
+    /// The connection of QP `qp_num`: the cached one while no connection came or went since
+    /// it was looked up, else from the map (and cached). Inlined into the poll of every
+    /// completion, as [`ConnShared::wake`] is into every drive.
+    #[inline(always)]
+    pub(super) fn conn_of<'c>(
+        &self,
+        last: &'c mut Option<LastConn>,
+        qp_num: u32,
+    ) -> Option<&'c Arc<ConnShared>> {
+        // Read before the map: a change after this read bumps it again, so a stale entry is
+        // never taken for current.
+        let gen = self.conns_gen.load(Ordering::Acquire);
+        let current = last
+            .as_ref()
+            .is_some_and(|l| l.qp_num == qp_num && l.gen == gen);
+        if !current {
+            let conn = self.conns.read().get(&qp_num).cloned()?;
+            *last = Some(LastConn { qp_num, gen, conn });
+        }
+        last.as_ref().map(|l| &l.conn)
+    }
+
+    pub(super) fn on_completion(
+        &self,
+        wc: &WorkCompletion,
+        reclaimed: &mut Vec<Reclaimed>,
+        last: &mut Option<LastConn>,
+    ) {
+        if let Some(buf) = self.recv_ring.reclaim(wc) {
+            // A receive: it is replaced later, on an idle poll, unless `srq_slack` are owed
+            // now. The SRQ holds that many beyond every credit granted, so the receives owed
+            // never leave a credit without a receive behind it.
+            if self.srq_deficit.fetch_add(1, Ordering::Relaxed) + 1 >= self.srq_slack {
+                self.repay_receives();
+            }
+            let conn = self.conn_of(last, wc.qp_num());
+            if let (Some(conn), Ok(())) = (conn, wc.status()) {
+                let mut st = conn.state.lock();
+                conn.on_frame(&mut st, buf, wc.byte_len() as usize, wc.imm());
+            }
+            return;
+        }
+        let Some(conn) = self.conn_of(last, wc.qp_num()) else {
+            return;
+        };
+        reclaimed.clear();
+        conn.qp.reclaim_into(wc, reclaimed);
+        let mut st = conn.state.lock();
+        conn.on_send_completion(&mut st, wc.wr_id(), wc.status(), reclaimed.drain(..));
+    }
+}
+
+/// Completions handled, by who polled them (see [`ProgressCounts`](crate::ProgressCounts)).
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub progress_thread: AtomicU64,
+    pub reactor: AtomicU64,
+    pub callers: AtomicU64,
+}
+
+/// A thread that polls the completion queue itself while it waits (busy or adaptive
+/// polling): while one exists, the progress thread runs only the timers. A spinner that stops
+/// to sleep calls [`Shared::wake_progress`] first; one whose wait ended needs not.
+pub(crate) struct Spinning<'a> {
+    shared: &'a Shared,
+    /// It holds the endpoint's one task slot (`task_spinning`).
+    task: bool,
+}
+
+impl<'a> Spinning<'a> {
+    pub(crate) fn new(shared: &'a Shared) -> Self {
+        shared.spinners.fetch_add(1, Ordering::SeqCst);
+        Spinning {
+            shared,
+            task: false,
+        }
+    }
+
+    /// A spinning async task, if no other task of the endpoint spins now.
+    pub(crate) fn task(shared: &'a Shared) -> Option<Self> {
+        shared
+            .task_spinning
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        let mut spinning = Spinning::new(shared);
+        spinning.task = true;
+        Some(spinning)
+    }
+
+    /// One poll of the spinner's ([`Shared::progress`] without the time stamp: while it
+    /// spins, the progress thread stands aside anyway).
+    pub(crate) fn poll(&self) -> usize {
+        self.shared.caller_poll()
+    }
+}
+
+impl Drop for Spinning<'_> {
+    fn drop(&mut self) {
+        // Its last poll counts as recent, as a caller's poll does.
+        self.shared.caller_polled.store(true, Ordering::Relaxed);
+        self.shared.spinners.fetch_sub(1, Ordering::SeqCst);
+        if self.task {
+            self.shared.task_spinning.store(false, Ordering::Release);
+        }
+    }
+}

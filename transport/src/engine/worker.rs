@@ -1,0 +1,351 @@
+//! The endpoint's threads: the progress loop (polling as the mode says, standing aside for
+//! callers that poll, timers and teardown), the CM thread (disconnects of established
+//! connections), and shutting both down when the last handle goes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::{
+    wake_tasks, Shared, ASIDE_NAP_MAX, CALLERS_ACTIVE, CM_RETRY, IDLE_TICK, IDLE_TURNS_PER_YIELD,
+    MIN_TICK, TICK,
+};
+use crate::config::Polling;
+use crate::{Error, Result};
+
+impl Shared {
+    /// Runs the protocol timers of every connection and tears down those that ended; returns
+    /// when it needs to run next: the earliest protocol deadline, within [`TICK`] while a
+    /// connection is being set up or torn down or a task waits for the pool, and within
+    /// [`IDLE_TICK`] in any case.
+    /// Allocates nothing unless a connection goes (`gone` is the caller's reused list).
+    pub(super) fn tick(&self, now: Instant, gone: &mut Vec<u32>) -> Instant {
+        gone.clear();
+        let mut next = now + IDLE_TICK;
+        let soon = now + TICK;
+        let mut waiting = std::mem::take(&mut *self.tick_wakers.lock());
+        if !waiting.is_empty() {
+            next = soon;
+        }
+        wake_tasks(&mut waiting);
+        for conn in self.conns.read().values() {
+            let mut st = conn.state.lock();
+            if let Some(p) = st.proto.as_mut() {
+                if p.poll_timeout().is_some_and(|t| t <= now) {
+                    p.on_timeout(now);
+                    conn.drive(&mut st);
+                }
+            }
+            match st.proto.as_ref() {
+                Some(p) => {
+                    if let Some(t) = p.poll_timeout() {
+                        next = next.min(t);
+                    }
+                }
+                None => next = next.min(soon),
+            }
+            if st.end.is_some() {
+                next = next.min(soon);
+                // Kept frame buffers go back to the pool: the connection sends no more.
+                st.spare_frames.clear();
+                if st.teardown.is_none() && st.ready_for_teardown(now) {
+                    st.teardown = Some(now);
+                    // Flush what is still queued; the peer learns through the CM.
+                    let _ = conn.qp.to_error();
+                    let _ = conn.id.disconnect();
+                    conn.wake(&mut st);
+                }
+                if st.teardown.is_some() && st.drained(now) {
+                    gone.push(conn.qp.qp_num());
+                }
+            }
+        }
+        if !gone.is_empty() {
+            self.remove_conns(gone.drain(..));
+        }
+        next.max(now + MIN_TICK)
+    }
+
+    /// Has the progress thread run its timers within [`TICK`] even if they are far off (it
+    /// may sleep up to [`IDLE_TICK`]): for a task waiting on a tick, or a connection that
+    /// ended and is to be torn down (its slot is taken until then).
+    pub(crate) fn tick_soon(&self) {
+        self.tick_soon.store(true, Ordering::Relaxed);
+        self.unpark_progress();
+    }
+
+    /// Unparks the progress thread whatever it waits for (to stop, or to run the timers).
+    pub(crate) fn unpark_progress(&self) {
+        if let Some(t) = self.progress_thread.get() {
+            t.unpark();
+        }
+    }
+
+    /// A CM event of an established connection (a disconnect).
+    pub(super) fn on_cm_event(&self, ev: &cm::CmEvent) {
+        let Some(id) = ev.id() else { return };
+        if !matches!(
+            ev.kind(),
+            Ok(cm::EventKind::Disconnected | cm::EventKind::DeviceRemoval)
+        ) {
+            return;
+        }
+        let conn = self
+            .conns
+            .read()
+            .values()
+            .find(|c| c.id.as_raw() == id.as_raw())
+            .cloned();
+        if let Some(conn) = conn {
+            // What the peer sent before disconnecting is already in the completion queue
+            // (its device acknowledged it first): handle it before the disconnect.
+            self.progress_all();
+            let mut st = conn.state.lock();
+            match st.proto.as_mut() {
+                // The end of stream if the peer closed and nothing it announced is missing,
+                // else a failure (the protocol decides).
+                Some(p) => p.on_peer_gone(crate::proto::PeerGone::Disconnected),
+                None => {
+                    st.end.get_or_insert(Some(crate::proto::ConnError::PeerGone(
+                        crate::proto::PeerGone::Disconnected,
+                    )));
+                }
+            }
+            conn.drive(&mut st);
+        }
+    }
+}
+
+/// The endpoint's threads; stopping them when the last handle goes breaks the reference cycle
+/// between the shared state and its connections.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Engine {
+    pub(crate) fn start(shared: Arc<Shared>) -> Result<Arc<Engine>> {
+        let progress = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("transport-progress".into())
+                .spawn(move || progress_loop(&shared))
+                .map_err(Error::Thread)?
+        };
+        let _ = shared.progress_thread.set(progress.thread().clone());
+        let cm = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("transport-cm".into())
+                .spawn(move || {
+                    // Sleeps until an event comes or the endpoint stops: an idle endpoint's
+                    // CM thread never wakes.
+                    while !shared.stop.load(Ordering::Relaxed) {
+                        match shared.cm_channel.get_event_unless(&shared.cm_stop, None) {
+                            Ok(Some(ev)) => shared.on_cm_event(&ev),
+                            Ok(None) => {}
+                            // Whatever broke the channel, do not spin on it.
+                            Err(_) => std::thread::sleep(CM_RETRY),
+                        }
+                    }
+                })
+                .map_err(Error::Thread)?
+        };
+        Ok(Arc::new(Engine {
+            shared,
+            threads: vec![progress, cm],
+        }))
+    }
+}
+
+/// How long dropping the last handle of an endpoint waits for its connections to finish
+/// closing gracefully (their last messages delivered) before cutting them.
+const LINGER: Duration = Duration::from_secs(2);
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Let connections that are closing (their handles dropped, CLOSE queued behind the
+        // last messages) finish, and what they sent reach the peer, so nothing sent is lost,
+        // within a bound.
+        let deadline = Instant::now() + LINGER;
+        while Instant::now() < deadline {
+            let open = self
+                .shared
+                .conns
+                .read()
+                .values()
+                .any(|c| !c.state.lock().settled());
+            if !open {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.cm_stop.wake();
+        self.shared.unpark_progress();
+        if let Some(w) = self.shared.reactor_waker.lock().take() {
+            w.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        // End every connection still known, and let go of them (they hold the shared state).
+        let conns: Vec<_> = self.shared.conns.read().values().cloned().collect();
+        self.shared
+            .remove_conns(conns.iter().map(|c| c.qp.qp_num()));
+        for conn in conns {
+            let mut st = conn.state.lock();
+            let _ = conn.qp.to_error();
+            let _ = conn.id.disconnect();
+            st.end.get_or_insert(Some(crate::proto::ConnError::PeerGone(
+                crate::proto::PeerGone::Disconnected,
+            )));
+            conn.wake(&mut st);
+        }
+    }
+}
+
+/// When the progress thread runs the timers ([`Shared::tick`]) next, and when it last did.
+struct Timers {
+    next: Instant,
+    last: Instant,
+    /// Connections gone at the last run (reused, so a run allocates nothing).
+    gone: Vec<u32>,
+}
+
+impl Timers {
+    fn new() -> Self {
+        let now = Instant::now();
+        Timers {
+            next: now,
+            last: now,
+            gone: Vec::with_capacity(16),
+        }
+    }
+
+    /// Runs the timers if they are due at `now`; returns whether they ran.
+    fn run_if_due(&mut self, shared: &Shared, now: Instant) -> bool {
+        if now < self.next {
+            return false;
+        }
+        self.next = shared.tick(now, &mut self.gone);
+        self.last = now;
+        true
+    }
+
+    /// How long from `now` until the next run.
+    fn until_next(&self, now: Instant) -> Duration {
+        self.next.saturating_duration_since(now)
+    }
+}
+
+fn progress_loop(shared: &Shared) {
+    let mut timers = Timers::new();
+    let mut idle_since: Option<Instant> = None;
+    // How long to nap while callers poll: grows from CALLERS_ACTIVE to ASIDE_NAP_MAX.
+    let mut nap = CALLERS_ACTIVE;
+    let mut idle_turns = 0u32;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if shared.tick_soon.load(Ordering::Relaxed)
+            && shared.tick_soon.swap(false, Ordering::Relaxed)
+        {
+            timers.next = timers.next.min(timers.last + TICK);
+        }
+        let spins = matches!(shared.cfg.polling, Polling::Busy | Polling::Adaptive { .. });
+        if spins && shared.callers_poll() {
+            // Application threads poll the queue themselves (for everyone): leave the core
+            // to them and run the timers when due, until someone waits without polling
+            // (`wake_progress`) or they stop polling.
+            let now = Instant::now();
+            timers.run_if_due(shared, now);
+            let until_tick = timers.until_next(now);
+            shared.standing_aside.store(true, Ordering::SeqCst);
+            if shared.spinners.load(Ordering::SeqCst) > 0 {
+                std::thread::park_timeout(until_tick);
+            } else if shared.caller_polled.swap(false, Ordering::Relaxed) {
+                // Callers polled since the last look (and nobody waited without polling
+                // since, which clears the flag): nap, and look again whether they polled
+                // during the nap.
+                std::thread::park_timeout(nap.min(until_tick));
+                nap = (nap * 2).min(ASIDE_NAP_MAX);
+            }
+            shared.standing_aside.store(false, Ordering::SeqCst);
+            idle_since = None;
+            continue;
+        }
+        nap = CALLERS_ACTIVE;
+        if shared.reactor_drives() {
+            // A reactor waits on the channel. Poll once per tick in case none does, but not
+            // while one is at work: a completion taken here would wake its task from this
+            // thread, a handoff the reactor avoids. Meanwhile wake only for the timers.
+            let active = shared.reactor_active();
+            if !active {
+                let n = shared.try_poll();
+                shared.count_thread(n);
+            }
+            let now = Instant::now();
+            timers.run_if_due(shared, now);
+            let until_tick = timers.until_next(now);
+            std::thread::park_timeout(if active {
+                until_tick
+            } else {
+                until_tick.min(TICK)
+            });
+            continue;
+        }
+        let n = shared.try_poll();
+        shared.count_thread(n);
+        let now = Instant::now();
+        // Protocol timers are seconds apart (keepalive, call deadlines): a tick every few
+        // milliseconds serves them all without looking at every connection on every spin.
+        if timers.run_if_due(shared, now) {
+            timers.next = timers.next.min(now + TICK);
+        }
+        if n > 0 {
+            idle_since = None;
+            continue;
+        }
+        let idle = *idle_since.get_or_insert(now);
+        // Without a connection nothing can complete: no spinning then (an endpoint that only
+        // listens, or one setting up its first connection, would take a core from the
+        // handshake itself).
+        let sleep = match shared.cfg.polling {
+            Polling::Busy => shared.conn_count() == 0,
+            Polling::Event | Polling::Reactor { .. } => true,
+            Polling::Adaptive { spin } => {
+                now.duration_since(idle) >= spin || shared.conn_count() == 0
+            }
+        };
+        if !sleep {
+            // A busy poller that finds nothing lets any other thread waiting for this core
+            // run now and then (an application thread just started, say), rather than only
+            // when the scheduler's tick preempts it.
+            idle_turns = idle_turns.wrapping_add(1);
+            if idle_turns % IDLE_TURNS_PER_YIELD == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
+        }
+        // Lossless sleep: arm, poll again (a completion may have come before arming), and
+        // only then wait on the channel, no longer than the next tick. The poll after arming
+        // waits for a thread polling at that moment and polls once more: that thread may
+        // have looked at the queue before a completion that came before the arm (which raises
+        // no event), and without this poll the completion would wait a whole tick.
+        if shared.cq.req_notify(false).is_err() {
+            std::thread::sleep(TICK);
+            continue;
+        }
+        let n = shared.progress_after_arm();
+        shared.count_thread(n);
+        if n > 0 {
+            idle_since = None;
+            continue;
+        }
+        let _ = shared.cq.get_event(Some(TICK));
+        shared.cq.ack_events();
+    }
+}

@@ -1,0 +1,361 @@
+//! Async sends of [`Conn`]: `poll_send` (a message queued whole or not at all), byte-stream
+//! writes that join a waiting message, and `send_async` for messages of any size.
+
+use std::future::poll_fn;
+use std::task::{ready, Context, Poll};
+
+use crate::conn::StateGuard;
+use crate::engine::{pool_error, ConnShared, ConnState};
+use crate::proto::{CallId, Class, SendError, SendErrorKind, HEADER_LEN};
+use crate::send::{remote_chunk, send_error};
+use crate::task::{register, register_tick};
+use crate::{Conn, Error, Result};
+
+/// Why the protocol is there after [`Conn::open_state`]: it checked, under the same lock.
+const OPEN: &str = "open_state found the protocol set up, under this lock";
+
+impl Conn {
+    /// Largest message [`poll_send`](Self::poll_send) queues in one step: the eager limit, or
+    /// as many rendezvous chunks as may be in flight at once.
+    pub fn max_whole_send(&self) -> usize {
+        let p = &self.inner.shared.cfg.proto;
+        self.eager_limit()
+            .max(p.rndv_chunk_size as usize * p.max_chunks_in_flight as usize)
+    }
+
+    /// Queues `data` as one message if the connection can take it whole now (credit, queue
+    /// room, pool buffers): `Ready(Ok(()))` means queued (it will be delivered unless the
+    /// connection fails); `Pending` means nothing was queued and the task is woken when it
+    /// may be retried. Longer than [`max_whole_send`](Self::max_whole_send):
+    /// [`Error::TooLarge`] (use [`send_async`](Self::send_async)).
+    pub fn poll_send(&self, cx: &mut Context<'_>, data: &[u8]) -> Poll<Result<()>> {
+        self.poll_send_class(cx, Class::Message, data)
+            .map(|r| r.map(drop))
+    }
+
+    pub(crate) fn poll_send_class(
+        &self,
+        cx: &mut Context<'_>,
+        class: Class,
+        data: &[u8],
+    ) -> Poll<Result<Option<CallId>>> {
+        let conn = &*self.inner;
+        let pool = &conn.shared.pool;
+        let eager = self.eager_limit();
+        let frame_len = HEADER_LEN + data.len();
+        if class == Class::Message {
+            if let Some(r) = self.batch(data) {
+                return Poll::Ready(r.map(|()| None));
+            }
+        }
+        let spare = {
+            // Wait without copying while the queue is full (many tasks may be waiting).
+            let mut st = conn.state.lock();
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            match st.proto.as_ref() {
+                Some(p) if p.queue_full() => {
+                    register(&self.inner.shared, &mut st, cx);
+                    return Poll::Pending;
+                }
+                None => {
+                    register(&self.inner.shared, &mut st, cx);
+                    return Poll::Pending;
+                }
+                Some(_) => {}
+            }
+            if let Some(id) = conn.send_inline_at_once(&mut st, class, data) {
+                let waits = class == Class::Message && st.waits_for_completion();
+                drop(st);
+                conn.after_send(waits);
+                return Poll::Ready(Ok(id));
+            }
+            // A frame the device copies while posting: the buffer of the last one serves
+            // again.
+            if data.len() <= eager {
+                conn.spare_frame(&mut st, frame_len)
+            } else {
+                None
+            }
+        };
+        if data.len() <= eager {
+            let mut frame = match spare.map_or_else(|| pool.try_alloc(frame_len), Ok) {
+                Ok(b) => b,
+                Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
+                Err(e) => return Poll::Ready(Err(pool_error(e))),
+            };
+            frame[HEADER_LEN..].copy_from_slice(data);
+            let mut st = ready!(self.open_state(cx))?;
+            let p = st.proto.as_mut().expect(OPEN);
+            return match p.send(class, frame) {
+                Ok(id) => {
+                    conn.drive(&mut st);
+                    let waits = class == Class::Message && st.waits_for_completion();
+                    drop(st);
+                    // As a blocking sender does (see `ConnShared::after_send`).
+                    conn.after_send(waits);
+                    Poll::Ready(Ok(id))
+                }
+                Err(SendError { kind, .. }) => self.refused(&mut st, cx, kind),
+            };
+        }
+        let limit = self.max_whole_send();
+        if data.len() > limit {
+            return Poll::Ready(Err(Error::TooLarge {
+                len: data.len() as u64,
+                limit: limit as u64,
+            }));
+        }
+        // Rendezvous, queued whole: every chunk copied first, then announced and added under
+        // one lock, so the message is never left half announced.
+        let chunk = conn.shared.cfg.proto.rndv_chunk_size as usize;
+        let mut chunks = Vec::with_capacity(data.len().div_ceil(chunk));
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let mut buf = match pool.try_alloc(part.len()) {
+                Ok(b) => b,
+                Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
+                Err(e) => return Poll::Ready(Err(pool_error(e))),
+            };
+            buf.copy_from_slice(part);
+            let remote = match remote_chunk(&buf) {
+                Ok(r) => r,
+                Err(e) => return Poll::Ready(Err(e)),
+            };
+            chunks.push(((i * chunk) as u64, remote, buf));
+        }
+        let mut st = ready!(self.open_state(cx))?;
+        let p = st.proto.as_mut().expect(OPEN);
+        if !p.can_take_whole(chunks.len()) {
+            register(&self.inner.shared, &mut st, cx);
+            return Poll::Pending;
+        }
+        let large = match p.send_large(class, data.len() as u64) {
+            Ok(l) => l,
+            Err(kind) => return self.refused(&mut st, cx, kind),
+        };
+        for (offset, remote, buf) in chunks {
+            if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, offset, remote, buf) {
+                return Poll::Ready(Err(send_error(kind, &st)));
+            }
+        }
+        conn.drive(&mut st);
+        Poll::Ready(Ok(large.call))
+    }
+
+    /// Queues the first bytes of `data` (at most the eager limit) as byte-stream data: appended
+    /// to the stream's message still waiting to go if there is one, else as a new message
+    /// that later writes may join (see [`crate::proto::Connection::send_mergeable`]). Returns
+    /// how many bytes were queued (at least one, for non-empty `data`); `Pending` queued
+    /// nothing and the task is woken when it may retry. Cancel safe as
+    /// [`poll_send`](Self::poll_send).
+    pub(crate) fn poll_write_merging(
+        &self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<Result<usize>> {
+        let conn = &*self.inner;
+        let data = &data[..data.len().min(self.eager_limit())];
+        let mut st = ready!(self.open_state(cx))?;
+        let p = st.proto.as_mut().expect(OPEN);
+        let appended = p.append(data);
+        if appended == data.len() {
+            return Poll::Ready(Ok(appended));
+        }
+        if appended > 0 {
+            // The waiting message is full: it goes unless credit or the send queue stop it.
+            conn.drive(&mut st);
+            return Poll::Ready(Ok(appended));
+        }
+        if p.queue_full() {
+            register(&self.inner.shared, &mut st, cx);
+            return Poll::Pending;
+        }
+        if conn.write_inline_at_once(&mut st, data) {
+            let waits = st.waits_for_completion();
+            drop(st);
+            conn.after_send(waits);
+            return Poll::Ready(Ok(data.len()));
+        }
+        let p = st.proto.as_mut().expect(OPEN);
+        // A message that will wait gets room for the writes that follow.
+        let room = if p.would_hold() {
+            self.eager_limit()
+        } else {
+            data.len()
+        };
+        let spare = conn.spare_frame(&mut st, HEADER_LEN + room);
+        let mut frame =
+            match spare.map_or_else(|| conn.shared.pool.try_alloc(HEADER_LEN + room), Ok) {
+                Ok(b) => b,
+                Err(memory::Error::Exhausted { .. }) => {
+                    drop(st);
+                    return self.pool_pending(cx);
+                }
+                Err(e) => return Poll::Ready(Err(pool_error(e))),
+            };
+        let len = HEADER_LEN + data.len();
+        if let Err(e) = frame.set_len(len) {
+            return Poll::Ready(Err(Error::Memory(e)));
+        }
+        frame[HEADER_LEN..len].copy_from_slice(data);
+        let p = st.proto.as_mut().expect(OPEN);
+        match p.send_mergeable(frame) {
+            Ok(()) => {
+                conn.drive(&mut st);
+                let waits = st.waits_for_completion();
+                drop(st);
+                conn.after_send(waits);
+                Poll::Ready(Ok(data.len()))
+            }
+            Err(SendError { kind, .. }) => self.refused(&mut st, cx, kind),
+        }
+    }
+
+    /// A send the protocol refused: backpressure (`WouldBlock`) waits for this connection's
+    /// progress, anything else is the error.
+    pub(crate) fn refused<T>(
+        &self,
+        st: &mut ConnState,
+        cx: &mut Context<'_>,
+        kind: SendErrorKind,
+    ) -> Poll<Result<T>> {
+        if matches!(kind, SendErrorKind::WouldBlock) {
+            register(&self.inner.shared, st, cx);
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(send_error(kind, st)))
+    }
+
+    /// The connection's state, locked, once its protocol is set up: the connection's end as
+    /// the error, or `Pending` (the task registered) while it is still being set up.
+    pub(crate) fn open_state(&self, cx: &mut Context<'_>) -> Poll<Result<StateGuard<'_>>> {
+        let mut st = self.inner.state.lock();
+        if let Some(e) = st.ended() {
+            return Poll::Ready(Err(e));
+        }
+        if st.proto.is_none() {
+            register(&self.inner.shared, &mut st, cx);
+            return Poll::Pending;
+        }
+        Poll::Ready(Ok(st))
+    }
+
+    /// The pool is exhausted: retry when this connection makes progress or at the next tick.
+    pub(crate) fn pool_pending<T>(&self, cx: &mut Context<'_>) -> Poll<T> {
+        register(&self.inner.shared, &mut self.inner.state.lock(), cx);
+        register_tick(&self.inner.shared, cx);
+        Poll::Pending
+    }
+
+    /// Sends `data` as one message, of any size. Cancel safe: a message up to
+    /// [`max_whole_send`](Self::max_whole_send) is queued whole or not at all; a longer one,
+    /// once started, is finished on a thread if the future is dropped. Waits for credit as
+    /// long as the peer is alive (bound it with your executor's timeout).
+    pub async fn send_async(&self, data: &[u8]) -> Result<()> {
+        self.send_class_async(Class::Message, data).await.map(drop)
+    }
+
+    pub(crate) async fn send_class_async(
+        &self,
+        class: Class,
+        data: &[u8],
+    ) -> Result<Option<CallId>> {
+        if data.len() <= self.max_whole_send() {
+            return poll_fn(|cx| self.poll_send_class(cx, class, data)).await;
+        }
+        let total = data.len() as u64;
+        let large = self
+            .poll_state(|conn, st| {
+                let p = st.proto.as_mut()?;
+                match p.send_large(class, total) {
+                    Ok(l) => {
+                        conn.drive(st);
+                        Some(Ok(l))
+                    }
+                    Err(SendErrorKind::WouldBlock) => None,
+                    Err(kind) => Some(Err(send_error(kind, st))),
+                }
+            })
+            .await?;
+        let mut rest = Finish {
+            conn: self,
+            msg: large.msg,
+            data,
+            offset: 0,
+        };
+        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
+        while rest.offset < data.len() {
+            let n = chunk.min(data.len() - rest.offset);
+            let mut buf = poll_fn(|cx| match self.inner.shared.pool.try_alloc(n) {
+                Ok(b) => Poll::Ready(Ok(b)),
+                Err(memory::Error::Exhausted { .. }) => self.pool_pending(cx),
+                Err(e) => Poll::Ready(Err(pool_error(e))),
+            })
+            .await?;
+            buf.copy_from_slice(&data[rest.offset..rest.offset + n]);
+            let remote = remote_chunk(&buf)?;
+            let mut buf = Some(buf);
+            let offset = rest.offset as u64;
+            self.poll_state(|conn, st| {
+                let p = st.proto.as_mut()?;
+                if !p.can_add_chunk(large.msg) {
+                    return None;
+                }
+                let b = buf.take().expect("until added");
+                Some(match p.add_chunk(large.msg, offset, remote, b) {
+                    Ok(()) => {
+                        conn.drive(st);
+                        Ok(())
+                    }
+                    Err(SendError { kind, .. }) => Err(send_error(kind, st)),
+                })
+            })
+            .await?;
+            rest.offset += n;
+        }
+        Ok(large.call)
+    }
+
+    /// Waits until `check` gives a result (it runs with the state locked; it is not called
+    /// once the connection ended, which gives the end's error).
+    pub(crate) async fn poll_state<T>(
+        &self,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        poll_fn(|cx| {
+            let conn = &*self.inner;
+            let mut st = conn.state.lock();
+            if let Some(e) = st.ended() {
+                return Poll::Ready(Err(e));
+            }
+            match check(conn, &mut st) {
+                Some(r) => Poll::Ready(r),
+                None => {
+                    register(&self.inner.shared, &mut st, cx);
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// The rest of a rendezvous message whose future was dropped mid-way: copied and finished on
+/// a thread, so the peer gets the whole message.
+struct Finish<'a> {
+    conn: &'a Conn,
+    msg: crate::proto::MsgId,
+    data: &'a [u8],
+    offset: usize,
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        if self.offset >= self.data.len() || self.conn.is_closed() {
+            return;
+        }
+        self.conn
+            .finish_in_background(self.msg, self.offset, self.data[self.offset..].to_vec());
+    }
+}

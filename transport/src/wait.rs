@@ -1,0 +1,147 @@
+//! How a blocking call waits: one bounded wait around a non-blocking attempt over the
+//! connection's state, spinning or sleeping as the endpoint's polling mode says, and driving
+//! progress meanwhile.
+
+use std::time::{Duration, Instant};
+
+use crate::conn::StateGuard;
+use crate::engine::{ConnShared, ConnState, Spinning};
+use crate::{Conn, Error, Polling, Result};
+
+/// Turns of a spinning wait per look at the clock.
+///
+/// A spinning turn has no `spin_loop` hint (PAUSE): each turn already polls the completion
+/// queue, and under emulation (qemu's TCG) a PAUSE leaves the translated code, making every
+/// turn longer and the completion's discovery later. perftest's and rsocket's polling
+/// loops have none either.
+pub(crate) const SPIN_TURNS_PER_CLOCK: u32 = 8;
+
+impl Conn {
+    /// Waits (up to `timeout`) until `check` gives a result, driving progress meanwhile.
+    pub(crate) fn wait<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        self.wait_until(op, timeout, None, check)
+    }
+
+    /// [`wait`](Self::wait), the first look taken under `st`, a lock the caller holds
+    /// already (a send that took its frame under it then needs no second lock).
+    pub(crate) fn wait_held<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        mut st: StateGuard<'_>,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        if let Some(r) = check(&self.inner, &mut st) {
+            return r;
+        }
+        drop(st);
+        self.wait_until(op, timeout, None, check)
+    }
+
+    /// [`wait`](Self::wait) until `deadline` when given (a caller that read the clock
+    /// already), else until `timeout` after the first look at the clock. A `check` that
+    /// succeeds at once costs no look at the clock: most sends find room, most receives a
+    /// message.
+    pub(crate) fn wait_until<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        deadline: Option<Instant>,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let conn = &*self.inner;
+        if let Some(r) = check(conn, &mut conn.state.lock()) {
+            return r;
+        }
+        self.wait_blocked((op, timeout, deadline), check)
+    }
+
+    /// The rest of [`wait_until`](Self::wait_until) once its first look found nothing: the
+    /// wait itself (spinning, sleeping, driving progress). A function of its own, so that a
+    /// profile (the cost bench) can tell waiting from work.
+    #[inline(never)]
+    pub(crate) fn wait_blocked<T>(
+        &self,
+        (op, timeout, deadline): (&'static str, Duration, Option<Instant>),
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        let start = Instant::now();
+        let conn = &*self.inner;
+        let deadline = deadline.unwrap_or(start + timeout);
+        // How long this thread polls the queue itself before it sleeps until the progress
+        // thread wakes it: no handoff between threads while it spins.
+        let adaptive = matches!(conn.shared.cfg.polling, Polling::Adaptive { .. });
+        let spin_until = match conn.shared.cfg.polling {
+            Polling::Busy => deadline,
+            Polling::Adaptive { .. } => start + conn.spin.get(),
+            Polling::Event | Polling::Reactor { .. } => start,
+        };
+        let mut spinning = (start < spin_until).then(|| Spinning::new(&conn.shared));
+        let mut turns = 0u32;
+        // The last look at the clock, and whether the wait slept: how it ended tunes the
+        // adaptive spin.
+        let (mut looked, mut slept) = (start, false);
+        let ended = |r: Result<T>, st: &ConnState, looked: Instant, slept: bool| {
+            if adaptive {
+                if slept {
+                    conn.wait_slept(st, start);
+                } else {
+                    conn.spin.spun(looked.duration_since(start));
+                }
+            }
+            r
+        };
+        loop {
+            let polled = match &spinning {
+                Some(s) => s.poll(),
+                None => conn.shared.progress(),
+            };
+            // While spinning, look at the clock (deadline, spin time) only every few turns:
+            // a shorter turn sees a completion sooner.
+            turns = turns.wrapping_add(1);
+            if polled > 0 || (spinning.is_some() && turns % SPIN_TURNS_PER_CLOCK != 0) {
+                let mut st = conn.state.lock();
+                if let Some(r) = check(conn, &mut st) {
+                    return ended(r, &st, looked, slept);
+                }
+                // No spin hint: see `SPIN_TURNS_PER_CLOCK`.
+                drop(st);
+                continue;
+            }
+            let mut st = conn.state.lock();
+            if let Some(r) = check(conn, &mut st) {
+                return ended(r, &st, looked, slept);
+            }
+            let now = Instant::now();
+            looked = now;
+            if now >= deadline {
+                crate::debug_event!(
+                    qp = conn.qp.qp_num(),
+                    sq_ops = st.sq_ops.len(),
+                    unsignaled = st.unsignaled,
+                    in_flight = ?conn.qp.in_flight(),
+                    ended = ?st.end,
+                    proto = ?st.proto,
+                    "{op} timed out"
+                );
+                return Err(Error::TimedOut { op, after: timeout });
+            }
+            if now < spin_until || conn.spins_through_transfer(&st, now) {
+                drop(st);
+                spinning.get_or_insert_with(|| Spinning::new(&conn.shared));
+                continue;
+            }
+            // Hand polling back to the progress thread before sleeping.
+            spinning = None;
+            slept = true;
+            conn.shared.wake_progress();
+            let nap = deadline.min(now + Duration::from_millis(2));
+            conn.cond.wait_until(&mut st, nap);
+        }
+    }
+}
