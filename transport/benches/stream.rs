@@ -511,42 +511,45 @@ fn concurrency_rows(rows: &mut Vec<Row>, rt: &tokio::runtime::Runtime, hosts: &H
     };
     let per_sec = |c: &concurrency::Concurrent| c.per_sec;
     let case = format!("stream echo {ECHO_SIZE} B, {CONNS} connections at once");
-    let note = "median of 3 rounds";
-    rows.push(Row {
+    let row = |metric, unit, ours, baseline, name: String, higher, goal| Row {
         case: case.clone(),
-        metric: "messages/s",
-        unit: "msg/s",
-        ours: med(&many, per_sec),
+        metric,
+        unit,
+        ours,
         polling: Some("adaptive"),
-        baseline: Some(med(&one, per_sec)),
-        baseline_name: format!("ours on 1 connection, default config, {note}"),
-        higher: true,
-        goal: Some(1.0),
-    });
-    rows.push(Row {
-        case: case.clone(),
-        metric: "messages/s",
-        unit: "msg/s",
-        ours: med(&many, per_sec),
-        polling: Some("adaptive"),
-        baseline: median_of(theirs),
-        baseline_name: format!(
-            "rstream -S {ECHO_SIZE} -C {CONNS} -I {CONCURRENT_N} ({CONNS} in flight), {note}"
-        ),
-        higher: true,
-        goal: Some(1.0),
-    });
-    rows.push(Row {
-        case,
-        metric: "round trip p99",
-        unit: "us",
-        ours: med(&many, |c| c.p99),
-        polling: Some("adaptive"),
-        baseline: Some(med(&many, |c| c.median)),
-        baseline_name: format!("our median at {CONNS} connections, {note}"),
-        higher: false,
-        goal: Some(10.0),
-    });
+        baseline,
+        baseline_name: format!("{name}, median of 3 rounds"),
+        higher,
+        goal: Some(goal),
+    };
+    let many_per_sec = med(&many, per_sec);
+    rows.push(row(
+        "messages/s",
+        "msg/s",
+        many_per_sec,
+        Some(med(&one, per_sec)),
+        "ours on 1 connection, default config".into(),
+        true,
+        1.0,
+    ));
+    rows.push(row(
+        "messages/s",
+        "msg/s",
+        many_per_sec,
+        median_of(theirs),
+        format!("rstream -S {ECHO_SIZE} -C {CONNS} -I {CONCURRENT_N} ({CONNS} in flight)"),
+        true,
+        1.0,
+    ));
+    rows.push(row(
+        "round trip p99",
+        "us",
+        med(&many, |c| c.p99),
+        Some(med(&many, |c| c.median)),
+        format!("our median at {CONNS} connections"),
+        false,
+        10.0,
+    ));
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! waits around it, the async one registers its waker. No thread of its own either way.
 
 use std::future::poll_fn;
+use std::ops::Range;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -20,23 +21,34 @@ const PIECE: usize = 1 << 20;
 /// One one-sided request on a pool buffer: posted when the connection has a free one-sided
 /// slot, finished when its completion came back. Dropped unfinished (timed out, cancelled),
 /// it forgets the request: its buffer is dropped with the completion's entry.
-struct OneSided<'a, F> {
+struct OneSided<'a> {
     conn: &'a ConnShared,
+    /// "read" (RDMA READ into `buf`) or "write" (RDMA WRITE from `buf`).
     op: &'static str,
-    make: F,
+    /// Where at the peer.
+    at: RemoteSlice,
     buf: Option<memory::Buffer>,
     /// The request's number once posted, until its completion is taken.
     posted: Option<u64>,
 }
 
-impl<'a, F: FnMut(memory::Buffer) -> verbs::Result<SendRequest>> OneSided<'a, F> {
-    fn new(conn: &'a ConnShared, op: &'static str, make: F, buf: memory::Buffer) -> Self {
+impl<'a> OneSided<'a> {
+    fn new(conn: &'a ConnShared, op: &'static str, at: RemoteSlice, buf: memory::Buffer) -> Self {
         OneSided {
             conn,
             op,
-            make,
+            at,
             buf: Some(buf),
             posted: None,
+        }
+    }
+
+    /// The work request of this operation on `buf`.
+    fn request(&self, buf: memory::Buffer) -> verbs::Result<SendRequest> {
+        let n = buf.len();
+        match self.op {
+            "read" => SendRequest::rdma_read(buf, 0..n, self.at),
+            _ => SendRequest::rdma_write(buf, 0..n, self.at),
         }
     }
 
@@ -54,7 +66,7 @@ impl<'a, F: FnMut(memory::Buffer) -> verbs::Result<SendRequest>> OneSided<'a, F>
             st.next_one_sided += 1;
             st.one_sided_in_flight += 1;
             let buf = self.buf.take().expect("posted once");
-            self.conn.post(st, (self.make)(buf), SqOp::OneSided(id));
+            self.conn.post(st, self.request(buf), SqOp::OneSided(id));
             self.posted = Some(id);
         }
         let id = self.posted?;
@@ -67,7 +79,7 @@ impl<'a, F: FnMut(memory::Buffer) -> verbs::Result<SendRequest>> OneSided<'a, F>
     }
 }
 
-impl<F> Drop for OneSided<'_, F> {
+impl Drop for OneSided<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.posted {
             // Completed meanwhile: drop the buffer now, else with its entry when it comes.
@@ -104,14 +116,24 @@ impl Deadline {
     }
 }
 
-/// Where one piece of an access goes: the peer's `addr` (checked against the token),
-/// `len` bytes.
-fn remote(token: &Token, addr: u64, len: usize) -> RemoteSlice {
-    RemoteSlice {
-        addr,
-        len: len as u32,
-        rkey: token.rkey,
-    }
+/// The pieces of an access of `len` bytes at `offset` of the region `token` names (checked
+/// for `op` first): each piece's range in the local bytes and where it goes at the peer.
+fn pieces(
+    token: &Token,
+    op: &'static str,
+    offset: u64,
+    len: usize,
+) -> Result<impl Iterator<Item = (Range<usize>, RemoteSlice)>> {
+    let (addr, rkey) = (token.check(op, offset, len as u64)?, token.rkey);
+    Ok((0..len).step_by(PIECE).map(move |start| {
+        let end = len.min(start + PIECE);
+        let at = RemoteSlice {
+            addr: addr + start as u64,
+            len: (end - start) as u32,
+            rkey,
+        };
+        (start..end, at)
+    }))
 }
 
 impl Conn {
@@ -124,15 +146,11 @@ impl Conn {
         dst: &mut [u8],
         timeout: Duration,
     ) -> Result<()> {
-        let addr = token.check("read", offset, dst.len() as u64)?;
         let deadline = Deadline::after(timeout);
-        for (i, out) in dst.chunks_mut(PIECE).enumerate() {
-            let n = out.len();
-            let at = remote(token, addr + (i * PIECE) as u64, n);
-            let buf = self.alloc_until(n, deadline)?;
-            let read = |b| SendRequest::rdma_read(b, 0..n, at);
-            let buf = self.one_sided(OneSided::new(&self.inner, "read", read, buf), deadline)?;
-            out.copy_from_slice(&buf[..n]);
+        for (range, at) in pieces(token, "read", offset, dst.len())? {
+            let buf = self.alloc_until(range.len(), deadline)?;
+            let buf = self.one_sided(OneSided::new(&self.inner, "read", at, buf), deadline)?;
+            dst[range.clone()].copy_from_slice(&buf[..range.len()]);
         }
         Ok(())
     }
@@ -140,15 +158,11 @@ impl Conn {
     /// Writes `src` at `offset` of the peer's region named by `token` (RDMA WRITE), waiting up
     /// to `timeout`. Out of range or not writable: refused here, nothing sent.
     pub fn write(&self, token: &Token, offset: u64, src: &[u8], timeout: Duration) -> Result<()> {
-        let addr = token.check("write", offset, src.len() as u64)?;
         let deadline = Deadline::after(timeout);
-        for (i, part) in src.chunks(PIECE).enumerate() {
-            let n = part.len();
-            let at = remote(token, addr + (i * PIECE) as u64, n);
-            let mut buf = self.alloc_until(n, deadline)?;
-            buf.copy_from_slice(part);
-            let write = |b| SendRequest::rdma_write(b, 0..n, at);
-            self.one_sided(OneSided::new(&self.inner, "write", write, buf), deadline)?;
+        for (range, at) in pieces(token, "write", offset, src.len())? {
+            let mut buf = self.alloc_until(range.len(), deadline)?;
+            buf.copy_from_slice(&src[range]);
+            self.one_sided(OneSided::new(&self.inner, "write", at, buf), deadline)?;
         }
         Ok(())
     }
@@ -162,20 +176,12 @@ impl Conn {
         dst: &mut [u8],
         timeout: Duration,
     ) -> Result<()> {
-        let addr = token.check("read", offset, dst.len() as u64)?;
         let deadline = Deadline::after(timeout);
-        for (i, out) in dst.chunks_mut(PIECE).enumerate() {
-            let n = out.len();
-            let at = remote(token, addr + (i * PIECE) as u64, n);
-            let buf = poll_fn(|cx| self.poll_alloc(cx, n, deadline)).await?;
-            let mut read = OneSided::new(
-                &self.inner,
-                "read",
-                |b| SendRequest::rdma_read(b, 0..n, at),
-                buf,
-            );
+        for (range, at) in pieces(token, "read", offset, dst.len())? {
+            let buf = poll_fn(|cx| self.poll_alloc(cx, range.len(), deadline)).await?;
+            let mut read = OneSided::new(&self.inner, "read", at, buf);
             let buf = poll_fn(|cx| self.poll_one_sided(cx, &mut read, deadline)).await?;
-            out.copy_from_slice(&buf[..n]);
+            dst[range.clone()].copy_from_slice(&buf[..range.len()]);
         }
         Ok(())
     }
@@ -189,19 +195,11 @@ impl Conn {
         src: &[u8],
         timeout: Duration,
     ) -> Result<()> {
-        let addr = token.check("write", offset, src.len() as u64)?;
         let deadline = Deadline::after(timeout);
-        for (i, part) in src.chunks(PIECE).enumerate() {
-            let n = part.len();
-            let at = remote(token, addr + (i * PIECE) as u64, n);
-            let mut buf = poll_fn(|cx| self.poll_alloc(cx, n, deadline)).await?;
-            buf.copy_from_slice(part);
-            let mut write = OneSided::new(
-                &self.inner,
-                "write",
-                |b| SendRequest::rdma_write(b, 0..n, at),
-                buf,
-            );
+        for (range, at) in pieces(token, "write", offset, src.len())? {
+            let mut buf = poll_fn(|cx| self.poll_alloc(cx, range.len(), deadline)).await?;
+            buf.copy_from_slice(&src[range]);
+            let mut write = OneSided::new(&self.inner, "write", at, buf);
             poll_fn(|cx| self.poll_one_sided(cx, &mut write, deadline)).await?;
         }
         Ok(())
@@ -213,21 +211,17 @@ impl Conn {
     }
 
     /// Blocks until `request` finished, or `deadline`.
-    fn one_sided<F: FnMut(memory::Buffer) -> verbs::Result<SendRequest>>(
-        &self,
-        mut request: OneSided<'_, F>,
-        deadline: Deadline,
-    ) -> Result<memory::Buffer> {
+    fn one_sided(&self, mut request: OneSided<'_>, deadline: Deadline) -> Result<memory::Buffer> {
         let (op, Deadline { at, timeout }) = (request.op, deadline);
         self.wait_until(op, timeout, Some(at), |_, st| request.attempt(st))
     }
 
     /// Polls `request`: `Pending` until it finished, woken by the engine (and by its ticks,
     /// to notice `deadline`).
-    fn poll_one_sided<F: FnMut(memory::Buffer) -> verbs::Result<SendRequest>>(
+    fn poll_one_sided(
         &self,
         cx: &mut Context<'_>,
-        request: &mut OneSided<'_, F>,
+        request: &mut OneSided<'_>,
         deadline: Deadline,
     ) -> Poll<Result<memory::Buffer>> {
         let mut st = self.inner.state.lock();
