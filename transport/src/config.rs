@@ -161,11 +161,7 @@ pub struct EndpointConfig {
 impl Default for EndpointConfig {
     fn default() -> Self {
         EndpointConfig {
-            proto: proto::Config {
-                window: 32,
-                sq_depth: 64,
-                ..proto::Config::default()
-            },
+            proto: proto::Config::default(),
             polling: Polling::Adaptive {
                 spin: Duration::from_micros(50),
             },

@@ -57,9 +57,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            window: 64,
+            window: 32,
             reserved_credits: 2,
-            sq_depth: 128,
+            sq_depth: 64,
             frame_size: 4096 + HEADER_LEN as u32,
             rndv_chunk_size: 64 << 10,
             max_chunks_in_flight: 16,
