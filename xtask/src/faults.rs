@@ -18,28 +18,15 @@ use serde_json::{json, Value};
 
 use crate::util::{self, Context, Error, Result};
 
-/// The scenarios the suite records, by the name they write under. A scenario missing from its
+/// The scenarios the suite records, by the name they write under, one a line: the one place
+/// the names live (each test checks its own name against it). A scenario missing from its
 /// records crashed or hung; records of scenarios not listed here are reported after these.
-const SCENARIOS: &[&str] = &[
-    "loss 1%",
-    "loss 5%",
-    "delay 5 ms jitter 2 ms",
-    "reorder 25%",
-    "duplicate 5%",
-    "corrupt 1%",
-    "link blackholed 1 s",
-    "link blackholed 15 s",
-    "peer killed: server",
-    "peer killed: client",
-    "key: invalid rkey",
-    "key: out of range",
-    "key: read of write-only",
-    "key: write after revoke",
-    "malformed frames",
-    "pool exhausted",
-    "send queue full",
-    "peer not reading",
-];
+const SCENARIOS_LIST: &str = include_str!("../../transport/tests/it/fault_suite/scenarios.txt");
+
+/// The scenarios, in report order.
+fn listed_scenarios() -> impl Iterator<Item = &'static str> {
+    SCENARIOS_LIST.lines().filter(|l| !l.trim().is_empty())
+}
 
 /// Least goodput against the clean link each netem scenario should keep.
 const GOODPUT_GOALS: &[(&str, f64)] = &[("loss 1%", 0.5), ("loss 5%", 0.2), ("duplicate 5%", 0.9)];
@@ -80,7 +67,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     let mut device = Value::Null;
     let mut scenarios = Vec::new();
     let mut all_pass = tests == ExitCode::SUCCESS;
-    for name in SCENARIOS {
+    for name in listed_scenarios() {
         let file = records.join(format!("{}.json", file_name(name)));
         let record = fs::read_to_string(&file)
             .ok()
@@ -94,8 +81,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         all_pass &= record["pass"] == true;
         scenarios.push(record);
     }
-    let listed: Vec<String> = SCENARIOS
-        .iter()
+    let listed: Vec<String> = listed_scenarios()
         .map(|n| format!("{}.json", file_name(n)))
         .collect();
     let mut unlisted: Vec<_> = fs::read_dir(&records)
@@ -165,4 +151,22 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scenario_is_listed_once_and_every_goal_names_a_listed_one() {
+        let names: Vec<&str> = listed_scenarios().collect();
+        assert!(!names.is_empty());
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a scenario is listed twice");
+        for (goal, _) in GOODPUT_GOALS {
+            assert!(names.contains(goal), "goodput goal for unlisted {goal:?}");
+        }
+    }
 }

@@ -127,7 +127,13 @@ pub struct Figures {
 }
 
 impl Figures {
+    /// The figures of scenario `name`, which must be listed in `scenarios.txt` (the list
+    /// `cargo xtask faults` reports from).
     pub fn new(name: &'static str, traffic: &'static str, tally: Tally) -> Figures {
+        assert!(
+            include_str!("scenarios.txt").lines().any(|l| l == name),
+            "fault scenario {name:?} is not listed in tests/it/fault_suite/scenarios.txt"
+        );
         Figures {
             name,
             traffic,
