@@ -61,7 +61,7 @@
 //!   then the end ([`Error::Closed`] without a cause, or a stream's `Ok(0)`), or an error,
 //!   never a short clean end: a peer that goes away (its process ends, its queue pair fails)
 //!   before everything it announced was received and read is an error
-//!   ([`proto::ConnError::PeerGone`]), even after its CLOSE. [`Conn::close`],
+//!   ([`ConnError::PeerGone`]), even after its CLOSE. [`Conn::close`],
 //!   [`Conn::close_async`] and the stream's `shutdown` return `Ok` only once the peer has
 //!   everything (received, or pulled by RDMA READ and acknowledged), so a writer may exit
 //!   right after them; they give up with [`Error::TimedOut`] past their bound
@@ -92,11 +92,11 @@
 //!   come (the last packet of a burst, a lost acknowledgement) costs one ACK timeout,
 //!   [`EndpointConfig::ack_timeout`], 67 ms by default instead of the half second to a second
 //!   the CM derives on RoCE. Rendezvous READs are kept small
-//!   ([`proto::Config::rndv_chunk_size`]) because a lost packet makes the device send again
+//!   ([`ProtocolConfig::rndv_chunk_size`]) because a lost packet makes the device send again
 //!   everything after it.
 //! - **The link gone**: an outage shorter than the keepalive timeout is survived with nothing
 //!   lost. A longer one ends the connection on both sides with [`Error::Closed`] naming
-//!   [`proto::ConnError::PeerDead`] (or the queue pair's error) within the keepalive timeout;
+//!   [`ConnError::PeerDead`] (or the queue pair's error) within the keepalive timeout;
 //!   what arrived is an intact prefix of what was sent, the rest is reported as that error, and
 //!   a new connection works once the link is back.
 //! - **The peer process killed**: every pending operation of that connection fails with a
@@ -108,7 +108,7 @@
 //!   [`Error::Completion`] with a remote access error); the target memory is unchanged and the
 //!   victim keeps serving. What a token allows is checked locally before anything is sent.
 //! - **Broken frames** from a peer that passed the handshake end only that connection, with
-//!   [`proto::ConnError::Protocol`] naming the violation; nothing panics, other connections
+//!   [`ConnError::Protocol`] naming the violation; nothing panics, other connections
 //!   lose nothing. The frame decoder is fuzzed on the host (100,000 cases a run).
 //! - **Exhaustion** (the pool, the send queue, a peer that stops reading) is backpressure:
 //!   `try_*` says [`Error::WouldBlock`], blocking calls wait up to their timeout and then say
@@ -116,7 +116,7 @@
 //!   and in order.
 //! - **Keepalive**: a connection whose peer shows no sign of life for `keepalive_timeout` (no
 //!   frame, and its device acknowledges none of our frames, READs or keepalive probes) fails
-//!   with [`proto::ConnError::PeerDead`]. A peer whose frames are only held back is alive. A
+//!   with [`ConnError::PeerDead`]. A peer whose frames are only held back is alive. A
 //!   hung process whose device still answers is not detected (as with TCP): bound calls with
 //!   timeouts.
 //!
@@ -127,7 +127,9 @@
 //! acknowledgements) goes to the error state at once (the connection ends with a typed error),
 //! and the device could not connect again for tens of seconds after the interface returned.
 //!
-//! [`proto`] is the protocol core: per-connection state without I/O, tested on the host; its
+//! The protocol core (module `proto`: per-connection state without I/O, tested on the host
+//! against a simulated wire) is not part of the API; the types of it that the API uses are
+//! re-exported here ([`ConnError`], [`CallError`], [`ProtocolConfig`], [`Stats`], ...). Its
 //! wire format is specified in `PROTOCOL.md`.
 #![forbid(unsafe_code)]
 
@@ -152,6 +154,9 @@ mod error;
 mod listener;
 mod message;
 mod one_sided;
+// The protocol core: public for the crate's own simulated-wire tests and benches, not part of
+// the API (its types the API uses are re-exported at the crate root).
+#[doc(hidden)]
 pub mod proto;
 mod reactor;
 mod region;
@@ -167,5 +172,8 @@ pub use endpoint::{Endpoint, EndpointBuilder};
 pub use error::{Error, Result};
 pub use listener::Listener;
 pub use message::{Message, MessageBuf, Request};
+pub use proto::{
+    CallError, Config as ProtocolConfig, ConnError, HandshakeError, PeerGone, ProtocolError, Stats,
+};
 pub use reactor::ProgressCounts;
 pub use region::{Access, Region, Token};
