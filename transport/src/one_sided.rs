@@ -59,18 +59,13 @@ impl<'a> OneSided<'a> {
             if let Some(e) = st.ended() {
                 return Some(Err(e));
             }
-            if st.one_sided_in_flight >= self.conn.shared.cfg.max_one_sided {
-                return None;
-            }
-            let id = st.next_one_sided;
-            st.next_one_sided += 1;
-            st.one_sided_in_flight += 1;
+            let id = st.one_sided.start(self.conn.shared.cfg.max_one_sided)?;
             let buf = self.buf.take().expect("posted once");
             self.conn.post(st, self.request(buf), SqOp::OneSided(id));
             self.posted = Some(id);
         }
         let id = self.posted?;
-        if let Some(r) = st.one_sided_done.remove(&id) {
+        if let Some(r) = st.one_sided.take(id) {
             self.posted = None;
             let op = self.op;
             return Some(r.map_err(|status| Error::Completion { op, status }));
@@ -82,8 +77,8 @@ impl<'a> OneSided<'a> {
 impl Drop for OneSided<'_> {
     fn drop(&mut self) {
         if let Some(id) = self.posted {
-            // Completed meanwhile: drop the buffer now, else with its entry when it comes.
-            self.conn.state.lock().one_sided_done.remove(&id);
+            // Its buffer is dropped now if it completed, else when it does.
+            self.conn.state.lock().one_sided.forget(id);
         }
     }
 }

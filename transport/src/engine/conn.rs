@@ -15,6 +15,7 @@ use rustc_hash::FxHashMap;
 use verbs::Qp;
 
 use super::calls::FinishedCalls;
+use super::one_sided_ops::OneSidedOps;
 use super::spin::TRANSFER_STALL;
 use super::{wake_task, wake_tasks, Shared};
 use crate::proto::{self, Action, ConnError, Delivery, PeerGone, ReadId, RemoteChunk};
@@ -68,10 +69,6 @@ pub(crate) const CLOSE_FLUSH: std::time::Duration = std::time::Duration::from_se
 /// it is forgotten although unsignaled frames that finished without a completion remain.
 const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// A finished one-sided operation: the buffer (READ destination or WRITE source) or why it
-/// failed.
-pub(crate) type OneSidedResult = Result<Buffer, String>;
-
 /// Mutable state of a connection, behind its mutex.
 #[derive(Debug)]
 pub(crate) struct ConnState {
@@ -97,12 +94,10 @@ pub(crate) struct ConnState {
     pub ended_at: Option<Instant>,
     /// When teardown began (QP to error, disconnect sent).
     pub teardown: Option<Instant>,
-    /// One-sided operations in flight, and finished ones by id.
-    pub one_sided_in_flight: u32,
+    /// One-sided operations in flight, and finished ones by number.
+    pub one_sided: OneSidedOps<Buffer>,
     /// A keepalive probe is in flight (in the send-queue slot kept for it).
     pub probe_in_flight: bool,
-    pub one_sided_done: FxHashMap<u64, OneSidedResult>,
-    pub next_one_sided: u64,
     /// Async tasks to wake on any change.
     pub wakers: Vec<Waker>,
     /// Async receivers of messages, woken only when a message is delivered or the connection
@@ -132,10 +127,8 @@ impl ConnState {
             end: None,
             ended_at: None,
             teardown: None,
-            one_sided_in_flight: 0,
+            one_sided: OneSidedOps::default(),
             probe_in_flight: false,
-            one_sided_done: FxHashMap::default(),
-            next_one_sided: 1,
             wakers: Vec::new(),
             recv_wakers: Vec::new(),
             call_wakers: FxHashMap::default(),
@@ -457,14 +450,13 @@ impl ConnShared {
                     }
                 }
                 (SqOp::OneSided(op), status) => {
-                    st.one_sided_in_flight -= 1;
                     let failed = status.is_err();
                     let result = match (status, buf) {
                         (Ok(()), Some(buf)) => Ok(buf),
                         (Ok(()), None) => Err("the operation's buffer did not come back".into()),
                         (Err(e), _) => Err(e.to_string()),
                     };
-                    st.one_sided_done.insert(op, result);
+                    st.one_sided.finish(op, result);
                     if failed {
                         // RC moves the QP to error on any failed request: the connection is
                         // gone.

@@ -10,6 +10,7 @@
 mod batch;
 mod calls;
 mod conn;
+mod one_sided_ops;
 mod poll;
 mod post;
 mod spin;
