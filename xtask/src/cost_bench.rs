@@ -565,10 +565,12 @@ pub fn callgrind_total(text: &str) -> Option<u64> {
 /// in these (and in everything they call) is taken out of the count, as the poll shim takes
 /// out waits for the device. Ours name their waits (`wait_blocked`, `park_until_ready`,
 /// `wait_progress_lock`); a reactor's sleep on its fd, and the event it wakes for, are waits.
+/// The names follow the module the function is defined in: a test checks that ours are still
+/// defined there (`waits_of_ours_are_defined_where_their_names_say`).
 pub const WAITS: [&str; 15] = [
-    "transport::conn::Conn::wait_blocked",
+    "transport::wait::<impl transport::conn::Conn>::wait_blocked",
     "transport::stream::blocking::park_until_ready",
-    "transport::engine::Shared::wait_progress_lock",
+    "transport::engine::poll::<impl transport::engine::Shared>::wait_progress_lock",
     "verbs_sys::fd::wait",
     "verbs::cq::Cq::get_event",
     "parking_lot::condvar::Condvar::notify_all_slow",
@@ -1270,11 +1272,46 @@ mod tests {
     }
 
     #[test]
+    fn waits_of_ours_are_defined_where_their_names_say() {
+        // A wait renamed or moved to another module would no longer be subtracted: every
+        // count would silently grow by the waits' instructions.
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for name in WAITS {
+            let segments: Vec<&str> = name.split("::").collect();
+            let krate = segments[0];
+            if !["transport", "verbs", "verbs_sys"].contains(&krate) {
+                continue;
+            }
+            let function = segments[segments.len() - 1];
+            let module: Vec<&str> = segments[1..segments.len() - 1]
+                .iter()
+                .take_while(|s| s.starts_with(|c: char| c.is_ascii_lowercase()))
+                .copied()
+                .collect();
+            let src = root.join(krate.replace('_', "-")).join("src");
+            let path = module.join("/");
+            let file = [
+                src.join(format!("{path}.rs")),
+                src.join(path).join("mod.rs"),
+            ]
+            .into_iter()
+            .find(|f| f.is_file())
+            .unwrap_or_else(|| panic!("{name}: no file for its module"));
+            let text = std::fs::read_to_string(&file).unwrap();
+            assert!(
+                text.contains(&format!("fn {function}")),
+                "{name}: {} defines no fn {function}",
+                file.display()
+            );
+        }
+    }
+
+    #[test]
     fn calls_into_waits_are_counted_once_with_what_they_call() {
         let text = "events: Ir\n\
                     fn=(1) cost::measured_work\n\
                     5 100\n\
-                    cfn=(2) transport::conn::Conn::wait_blocked::<u8, {closure#0}>\n\
+                    cfn=(2) transport::wait::<impl transport::conn::Conn>::wait_blocked::<u8, {closure#0}>\n\
                     calls=3 40\n\
                     7 900\n\
                     cfn=(3) transport::conn::Conn::recv\n\
