@@ -142,8 +142,13 @@ impl Token {
         if !allowed {
             return Err(Error::AccessDenied { op });
         }
+        self.check_range(offset, len).map(|()| self.addr + offset)
+    }
+
+    /// Checks that `len` bytes at `offset` lie inside the region (whatever its access).
+    fn check_range(&self, offset: u64, len: u64) -> Result<()> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.addr + offset),
+            Some(end) if end <= self.len => Ok(()),
             _ => Err(Error::OutOfRange {
                 offset,
                 len,
@@ -196,15 +201,9 @@ impl Region {
 
     /// The offset of a local copy of `len` bytes at `offset`, checked against the region.
     fn local_range(&self, offset: u64, len: usize) -> Result<usize> {
-        let len = len as u64;
-        match offset.checked_add(len) {
-            Some(end) if end <= self.token.len => Ok(offset as usize),
-            _ => Err(Error::OutOfRange {
-                offset,
-                len,
-                region_len: self.token.len,
-            }),
-        }
+        self.token
+            .check_range(offset, len as u64)
+            .map(|()| offset as usize)
     }
 
     /// Revokes the token: the memory is deregistered and freed.

@@ -50,9 +50,7 @@ impl StreamListener {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "no address to bind to")
-        }))
+        Err(last.unwrap_or_else(|| super::no_address("bind to")))
     }
 
     fn bind_one(addr: SocketAddr) -> io::Result<StreamListener> {

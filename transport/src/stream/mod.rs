@@ -113,7 +113,7 @@ impl Stream {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(no_address))
+        Err(last.unwrap_or_else(|| no_address("connect to")))
     }
 
     /// Connects to `addr` from the RDMA device that has the local address `src`, on that
@@ -246,8 +246,9 @@ pub struct ReadHalf<'a>(&'a mut OwnedReadHalf);
 #[derive(Debug)]
 pub struct WriteHalf<'a>(&'a mut OwnedWriteHalf);
 
-fn no_address() -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")
+/// What `connect` and `bind` give when the addresses they were given resolve to none.
+fn no_address(to: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("no address to {to}"))
 }
 
 /// The local address the kernel would send to `addr` from (no packet is sent).
