@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::engine::{ConnShared, ConnState, Engine};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class, Received, SendErrorKind};
+use crate::send_core::{Eager, EagerSend};
 use crate::{Error, Result};
 
 /// The lock of a connection's state, held.
@@ -180,26 +181,14 @@ impl Conn {
         let conn = &*self.inner;
         let request = request.and_then(Message::into_delivery);
         let mut st = conn.state.lock();
-        let credit = request.as_ref().is_some_and(|d| d.holds_credit());
-        if credit {
+        let mut send = EagerSend::new(Eager::Message(class), response);
+        // The response carries the request's credit back; if it waits, the credit goes on its
+        // own when due.
+        send.release_due = request.as_ref().is_some_and(|d| d.holds_credit());
+        if send.release_due {
             conn.release_one(&mut st);
         }
-        if conn.send_inline_at_once(&mut st, class, response).is_some() {
-            drop(st);
-            if let Some(d) = request {
-                conn.shared.release_delivery(d);
-            }
-            return Ok(());
-        }
-        // The response waits: the credit goes back on its own if it is due.
-        if credit {
-            conn.drive_if_release_due(&mut st);
-        }
-        let sent = self
-            .eager_frame_in(st, response, Some(DEFAULT_OP_TIMEOUT))
-            .and_then(|(frame, held)| {
-                self.send_frame_held(class, frame, Some(DEFAULT_OP_TIMEOUT), held)
-            });
+        let sent = self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st);
         if let Some(d) = request {
             conn.shared.release_delivery(d);
         }
@@ -231,14 +220,17 @@ impl Conn {
     /// [`EndpointConfig::linger`](crate::EndpointConfig::linger) for the bound
     /// [`close_async`](Self::close_async) uses.
     pub fn close(&self, timeout: Duration) -> Result<()> {
-        {
-            let mut st = self.inner.state.lock();
-            if let Some(p) = st.proto.as_mut() {
-                p.close();
-            }
-            self.inner.drive(&mut st);
-        }
+        self.begin_close();
         self.wait("close", timeout, |_, st| st.delivery(true))
+    }
+
+    /// Starts a graceful close: the CLOSE frame queued behind everything sent so far.
+    pub(crate) fn begin_close(&self) {
+        let mut st = self.inner.state.lock();
+        if let Some(p) = st.proto.as_mut() {
+            p.close();
+        }
+        self.inner.drive(&mut st);
     }
 
     /// Whether the connection ended (closed by either side, or failed).
@@ -262,10 +254,6 @@ impl Drop for Conn {
         {
             return;
         }
-        let mut st = self.inner.state.lock();
-        if let Some(p) = st.proto.as_mut() {
-            p.close();
-        }
-        self.inner.drive(&mut st);
+        self.begin_close();
     }
 }

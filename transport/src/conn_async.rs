@@ -267,13 +267,7 @@ impl Conn {
     /// [`linger`](crate::EndpointConfig::linger) (then [`Error::TimedOut`]; the close goes
     /// on). The close is queued at the first poll; dropping the future only stops the wait.
     pub async fn close_async(&self) -> Result<()> {
-        {
-            let mut st = self.inner.state.lock();
-            if let Some(p) = st.proto.as_mut() {
-                p.close();
-            }
-            self.inner.drive(&mut st);
-        }
+        self.begin_close();
         let linger = self.inner.shared.cfg.linger;
         let deadline = Instant::now() + linger;
         poll_fn(|cx| self.poll_delivered(cx, true, "close", deadline, linger)).await

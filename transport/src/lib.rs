@@ -162,6 +162,7 @@ mod reactor;
 mod region;
 mod send;
 mod send_async;
+mod send_core;
 pub mod stream;
 mod task;
 mod wait;

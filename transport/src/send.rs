@@ -1,79 +1,17 @@
-//! Blocking sends of [`Conn`]: plain messages (batched, at once, or in a frame from the pool),
-//! rendezvous messages chunk by chunk, zero-copy buffers, and the settings that shape them
-//! (`nodelay`, the eager limit).
+//! Blocking sends of [`Conn`]: eager messages and rendezvous messages chunk by chunk, each a
+//! wait around the attempts of [`crate::send_core`]; zero-copy buffers; and the settings that
+//! shape sends (`nodelay`, the eager limit).
 
-use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::conn::{StateGuard, DEFAULT_OP_TIMEOUT};
-use crate::engine::{frame_from, ConnShared, ConnState};
+use crate::conn::DEFAULT_OP_TIMEOUT;
 use crate::message::MessageBuf;
-use crate::proto::{CallId, Class, MsgId, RemoteChunk, SendError, SendErrorKind, HEADER_LEN};
+use crate::proto::{CallId, Class, MsgId};
+use crate::send_core::{announce, AddChunk, Eager, EagerSend};
 use crate::{Conn, Error, Result};
 
 impl Conn {
-    /// Queues an eager frame: waiting up to `timeout` for room, or (`None`) only if it can go now.
-    pub(crate) fn send_frame(
-        &self,
-        class: Class,
-        frame: memory::Buffer,
-        timeout: Option<Duration>,
-    ) -> Result<Option<CallId>> {
-        self.send_frame_held(class, frame, timeout, None)
-    }
-
-    /// [`send_frame`](Self::send_frame); `held`: the state lock, when the caller holds it
-    /// already.
-    pub(crate) fn send_frame_held(
-        &self,
-        class: Class,
-        frame: memory::Buffer,
-        timeout: Option<Duration>,
-        held: Option<StateGuard<'_>>,
-    ) -> Result<Option<CallId>> {
-        let mut frame = Some(frame);
-        let mut waits = false;
-        let mut attempt =
-            |conn: &ConnShared, st: &mut ConnState| -> Option<Result<Option<CallId>>> {
-                if let Some(e) = st.ended() {
-                    return Some(Err(e));
-                }
-                let p = st.proto.as_mut()?;
-                match p.send(class, frame.take().expect("frame until sent")) {
-                    Ok(id) => {
-                        conn.drive(st);
-                        waits = st.waits_for_completion();
-                        Some(Ok(id))
-                    }
-                    Err(SendError {
-                        kind: SendErrorKind::WouldBlock,
-                        payload,
-                    }) => {
-                        frame = Some(payload);
-                        None
-                    }
-                    Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
-                }
-            };
-        let sent = match (timeout, held) {
-            (Some(t), Some(st)) => self.wait_held("send", t, st, attempt),
-            (Some(t), None) => self.wait("send", t, attempt),
-            (None, held) => {
-                let conn = &*self.inner;
-                let mut st = held.unwrap_or_else(|| conn.state.lock());
-                attempt(conn, &mut st).unwrap_or(Err(Error::WouldBlock))
-            }
-        };
-        // A sender handles what came back itself (see `ConnShared::after_send`). Not after a
-        // request or a response: their senders poll next anyway, waiting for the response or
-        // the next request.
-        if matches!(class, Class::Message) {
-            self.inner.after_send(waits);
-        }
-        sent
-    }
-
     /// Sends a rendezvous message: the peer reads it with RDMA READ, chunk by chunk, while
     /// this side copies the next chunks into the pool. All or nothing: the first chunk is
     /// copied into the pool before the message is announced, so a timeout while waiting for
@@ -93,20 +31,7 @@ impl Conn {
         let first = chunk.min(data.len());
         let mut buf = self.inner.shared.alloc(first, left())?;
         buf.copy_from_slice(&data[..first]);
-        let large = self.wait("send", left(), |conn, st| {
-            if let Some(e) = st.ended() {
-                return Some(Err(e));
-            }
-            let p = st.proto.as_mut()?;
-            match p.send_large(class, total) {
-                Ok(l) => {
-                    conn.drive(st);
-                    Some(Ok(l))
-                }
-                Err(SendErrorKind::WouldBlock) => None,
-                Err(kind) => Some(Err(send_error(kind, st))),
-            }
-        })?;
+        let large = self.wait("send", left(), |conn, st| announce(conn, st, class, total))?;
         let mut next = Some(buf);
         for (i, part) in data.chunks(chunk).enumerate() {
             let offset = i * chunk;
@@ -182,31 +107,8 @@ impl Conn {
         buf: memory::Buffer,
         timeout: Duration,
     ) -> Result<()> {
-        let chunk = remote_chunk(&buf)?;
-        let mut buf = Some(buf);
-        self.wait("send", timeout, |conn, st| {
-            if let Some(e) = st.ended() {
-                return Some(Err(e));
-            }
-            let p = st.proto.as_mut()?;
-            if !p.can_add_chunk(msg) {
-                return None;
-            }
-            match p.add_chunk(msg, offset as u64, chunk, buf.take().expect("once")) {
-                Ok(()) => {
-                    conn.drive(st);
-                    Some(Ok(()))
-                }
-                Err(SendError {
-                    kind: SendErrorKind::WouldBlock,
-                    payload,
-                }) => {
-                    buf = Some(payload);
-                    None
-                }
-                Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
-            }
-        })
+        let mut add = AddChunk::new(msg, offset, buf)?;
+        self.wait("send", timeout, |conn, st| add.attempt(conn, st))
     }
 
     pub(crate) fn send_class(
@@ -219,74 +121,9 @@ impl Conn {
         if data.len() > eager {
             return self.send_large(class, data, timeout);
         }
-        // One lock for the batch, the frame and the send when they can go at once.
-        let conn = &*self.inner;
-        let mut st = conn.state.lock();
-        if class == Class::Message && conn.batches_messages() {
-            match self.batch_in(st, data) {
-                ControlFlow::Break(r) => return r.map(|()| None),
-                ControlFlow::Continue(held) => st = held,
-            }
-        }
-        let st = match self.send_at_once(st, class, data) {
-            Ok(id) => return Ok(id),
-            Err(st) => st,
-        };
-        let (frame, held) = self.eager_frame_in(st, data, Some(timeout))?;
-        self.send_frame_held(class, frame, Some(timeout), held)
-    }
-
-    /// Sends eager message `data` at once if it can go so
-    /// ([`ConnShared::send_inline_at_once`]), under `st`, then lets go of the lock and polls as
-    /// after a queued send of `class` (see `send_frame_held`). `Err`: nothing was sent,
-    /// the lock handed back.
-    pub(crate) fn send_at_once<'a>(
-        &'a self,
-        mut st: StateGuard<'a>,
-        class: Class,
-        data: &[u8],
-    ) -> std::result::Result<Option<CallId>, StateGuard<'a>> {
-        let conn = &*self.inner;
-        let Some(id) = conn.send_inline_at_once(&mut st, class, data) else {
-            return Err(st);
-        };
-        let waits = st.waits_for_completion();
-        drop(st);
-        if class == Class::Message {
-            conn.after_send(waits);
-        }
-        Ok(id)
-    }
-
-    /// Queues plain message `data` in a batch if that is how it goes now (see
-    /// [`ConnShared::try_batch`](crate::engine::ConnShared::try_batch)). A connection that
-    /// does not batch costs an atomic load, not the state lock.
-    pub(crate) fn batch(&self, data: &[u8]) -> Option<Result<()>> {
-        if !self.inner.batches_messages() {
-            return None;
-        }
-        match self.batch_in(self.inner.state.lock(), data) {
-            ControlFlow::Break(r) => Some(r),
-            ControlFlow::Continue(_) => None,
-        }
-    }
-
-    /// [`batch`](Self::batch) under `st`, a lock the caller holds: `Break` with the outcome
-    /// when the message went into a batch (the lock let go, then the sender's poll), else
-    /// `Continue` with the lock, for the caller to send the message on its own.
-    pub(crate) fn batch_in<'a>(
-        &'a self,
-        mut st: StateGuard<'a>,
-        data: &[u8],
-    ) -> ControlFlow<Result<()>, StateGuard<'a>> {
-        let conn = &*self.inner;
-        let Some(r) = conn.try_batch(&mut st, data) else {
-            return ControlFlow::Continue(st);
-        };
-        let waits = st.waits_for_completion();
-        drop(st);
-        conn.after_send(waits);
-        ControlFlow::Break(r)
+        let send = EagerSend::new(Eager::Message(class), data);
+        self.send_eager(send, Some(timeout), self.inner.state.lock())
+            .map(|s| s.call)
     }
 
     /// Whether messages and stream writes go on their own at once (see
@@ -365,32 +202,9 @@ impl Conn {
                 limit: self.eager_limit() as u64,
             });
         }
-        let st = match self.send_at_once(self.inner.state.lock(), Class::Message, data) {
-            Ok(_) => return Ok(()),
-            Err(st) => st,
-        };
-        let (frame, held) = self.eager_frame_in(st, data, None)?;
-        self.send_frame_held(Class::Message, frame, None, held)
+        let send = EagerSend::new(Eager::Message(Class::Message), data);
+        self.send_eager(send, None, self.inner.state.lock())
             .map(drop)
-    }
-
-    /// The frame of an eager message: `data` copied after the header room, into the buffer
-    /// of the last frame the device copied while posting (inline) if this one is as small,
-    /// with the lock `st` still held for the send; else, the lock let go first, into a
-    /// buffer from the pool, waiting up to `timeout` for one (`None`: not at all).
-    pub(crate) fn eager_frame_in<'a>(
-        &'a self,
-        mut st: StateGuard<'a>,
-        data: &[u8],
-        timeout: Option<Duration>,
-    ) -> Result<(memory::Buffer, Option<StateGuard<'a>>)> {
-        let len = HEADER_LEN + data.len();
-        if let Some(mut buf) = self.inner.spare_frame(&mut st, len) {
-            buf[HEADER_LEN..].copy_from_slice(data);
-            return Ok((buf, Some(st)));
-        }
-        drop(st);
-        Ok((frame_from(&self.inner.shared, data, timeout)?, None))
     }
 
     /// A pool buffer for `len` bytes to fill and [`send_buf`](Self::send_buf) without a copy
@@ -411,29 +225,8 @@ impl Conn {
 
     /// Sends a buffer from [`alloc`](Self::alloc) without copying it.
     pub fn send_buf(&self, buf: MessageBuf) -> Result<()> {
-        self.send_frame(Class::Message, buf.buf, Some(DEFAULT_OP_TIMEOUT))
+        let send = EagerSend::with_frame(Eager::Message(Class::Message), buf.buf);
+        self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), self.inner.state.lock())
             .map(drop)
-    }
-}
-
-/// The descriptor a peer reads a rendezvous chunk by: the whole of `buf`.
-pub(crate) fn remote_chunk(buf: &memory::Buffer) -> Result<RemoteChunk> {
-    let remote = buf.remote().ok_or(Error::Config(
-        "the endpoint's pool has no remote read access".into(),
-    ))?;
-    Ok(RemoteChunk {
-        addr: remote.addr,
-        rkey: remote.rkey,
-        len: buf.len() as u32,
-    })
-}
-
-/// A refused send as the API's error.
-pub(crate) fn send_error(kind: SendErrorKind, st: &ConnState) -> Error {
-    match kind {
-        SendErrorKind::WouldBlock => Error::WouldBlock,
-        SendErrorKind::Closed => st.ended().unwrap_or(Error::ClosedLocally),
-        SendErrorKind::TooLarge { len, limit, .. } => Error::TooLarge { len, limit },
-        other => Error::Config(other.to_string()),
     }
 }

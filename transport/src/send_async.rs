@@ -6,8 +6,10 @@ use std::task::{ready, Context, Poll};
 
 use crate::conn::StateGuard;
 use crate::engine::{pool_error, ConnShared, ConnState};
-use crate::proto::{CallId, Class, SendError, SendErrorKind, HEADER_LEN};
-use crate::send::{remote_chunk, send_error};
+use crate::proto::{CallId, Class, SendError, SendErrorKind};
+use crate::send_core::{
+    announce, remote_chunk, send_error, AddChunk, Alloc, Eager, EagerSend, Sent, Step,
+};
 use crate::task::{register, register_tick};
 use crate::{Conn, Error, Result};
 
@@ -40,65 +42,9 @@ impl Conn {
         data: &[u8],
     ) -> Poll<Result<Option<CallId>>> {
         let conn = &*self.inner;
-        let pool = &conn.shared.pool;
-        let eager = self.eager_limit();
-        let frame_len = HEADER_LEN + data.len();
-        if class == Class::Message {
-            if let Some(r) = self.batch(data) {
-                return Poll::Ready(r.map(|()| None));
-            }
-        }
-        let spare = {
-            // Wait without copying while the queue is full (many tasks may be waiting).
-            let mut st = conn.state.lock();
-            if let Some(e) = st.ended() {
-                return Poll::Ready(Err(e));
-            }
-            match st.proto.as_ref() {
-                Some(p) if p.queue_full() => {
-                    register(&self.inner.shared, &mut st, cx);
-                    return Poll::Pending;
-                }
-                None => {
-                    register(&self.inner.shared, &mut st, cx);
-                    return Poll::Pending;
-                }
-                Some(_) => {}
-            }
-            if let Some(id) = conn.send_inline_at_once(&mut st, class, data) {
-                let waits = class == Class::Message && st.waits_for_completion();
-                drop(st);
-                conn.after_send(waits);
-                return Poll::Ready(Ok(id));
-            }
-            // A frame the device copies while posting: the buffer of the last one serves
-            // again.
-            if data.len() <= eager {
-                conn.spare_frame(&mut st, frame_len)
-            } else {
-                None
-            }
-        };
-        if data.len() <= eager {
-            let mut frame = match spare.map_or_else(|| pool.try_alloc(frame_len), Ok) {
-                Ok(b) => b,
-                Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
-                Err(e) => return Poll::Ready(Err(pool_error(e))),
-            };
-            frame[HEADER_LEN..].copy_from_slice(data);
-            let mut st = ready!(self.open_state(cx))?;
-            let p = st.proto.as_mut().expect(OPEN);
-            return match p.send(class, frame) {
-                Ok(id) => {
-                    conn.drive(&mut st);
-                    let waits = class == Class::Message && st.waits_for_completion();
-                    drop(st);
-                    // As a blocking sender does (see `ConnShared::after_send`).
-                    conn.after_send(waits);
-                    Poll::Ready(Ok(id))
-                }
-                Err(SendError { kind, .. }) => self.refused(&mut st, cx, kind),
-            };
+        if data.len() <= self.eager_limit() {
+            let send = EagerSend::new(Eager::Message(class), data);
+            return self.poll_eager(cx, send).map_ok(|s| s.call);
         }
         let limit = self.max_whole_send();
         if data.len() > limit {
@@ -112,7 +58,7 @@ impl Conn {
         let chunk = conn.shared.cfg.proto.rndv_chunk_size as usize;
         let mut chunks = Vec::with_capacity(data.len().div_ceil(chunk));
         for (i, part) in data.chunks(chunk).enumerate() {
-            let mut buf = match pool.try_alloc(part.len()) {
+            let mut buf = match conn.shared.pool.try_alloc(part.len()) {
                 Ok(b) => b,
                 Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
                 Err(e) => return Poll::Ready(Err(pool_error(e))),
@@ -154,61 +100,29 @@ impl Conn {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<Result<usize>> {
-        let conn = &*self.inner;
         let data = &data[..data.len().min(self.eager_limit())];
-        let mut st = ready!(self.open_state(cx))?;
-        let p = st.proto.as_mut().expect(OPEN);
-        let appended = p.append(data);
-        if appended == data.len() {
-            return Poll::Ready(Ok(appended));
-        }
-        if appended > 0 {
-            // The waiting message is full: it goes unless credit or the send queue stop it.
-            conn.drive(&mut st);
-            return Poll::Ready(Ok(appended));
-        }
-        if p.queue_full() {
-            register(&self.inner.shared, &mut st, cx);
-            return Poll::Pending;
-        }
-        if conn.write_inline_at_once(&mut st, data) {
-            let waits = st.waits_for_completion();
-            drop(st);
-            conn.after_send(waits);
-            return Poll::Ready(Ok(data.len()));
-        }
-        let p = st.proto.as_mut().expect(OPEN);
-        // A message that will wait gets room for the writes that follow.
-        let room = if p.would_hold() {
-            self.eager_limit()
-        } else {
-            data.len()
-        };
-        let spare = conn.spare_frame(&mut st, HEADER_LEN + room);
-        let mut frame =
-            match spare.map_or_else(|| conn.shared.pool.try_alloc(HEADER_LEN + room), Ok) {
-                Ok(b) => b,
-                Err(memory::Error::Exhausted { .. }) => {
-                    drop(st);
-                    return self.pool_pending(cx);
-                }
-                Err(e) => return Poll::Ready(Err(pool_error(e))),
-            };
-        let len = HEADER_LEN + data.len();
-        if let Err(e) = frame.set_len(len) {
-            return Poll::Ready(Err(Error::Memory(e)));
-        }
-        frame[HEADER_LEN..len].copy_from_slice(data);
-        let p = st.proto.as_mut().expect(OPEN);
-        match p.send_mergeable(frame) {
-            Ok(()) => {
-                conn.drive(&mut st);
-                let waits = st.waits_for_completion();
+        self.poll_eager(cx, EagerSend::new(Eager::StreamWrite, data))
+            .map_ok(|s| s.len)
+    }
+
+    /// One attempt of `send` ([`EagerSend::attempt`]), taking a pool buffer only if one is
+    /// free: `Pending` (the task registered) while it waits for progress or a buffer.
+    fn poll_eager(&self, cx: &mut Context<'_>, mut send: EagerSend<'_>) -> Poll<Result<Sent>> {
+        let conn = &*self.inner;
+        let mut st = conn.state.lock();
+        match send.attempt(conn, &mut st, Alloc::Now) {
+            Step::Done(r) => {
                 drop(st);
-                conn.after_send(waits);
-                Poll::Ready(Ok(data.len()))
+                Poll::Ready(r.map(|s| s.poll(conn)))
             }
-            Err(SendError { kind, .. }) => self.refused(&mut st, cx, kind),
+            Step::Progress => {
+                register(&conn.shared, &mut st, cx);
+                Poll::Pending
+            }
+            Step::Pool => {
+                drop(st);
+                self.pool_pending(cx)
+            }
         }
     }
 
@@ -266,17 +180,7 @@ impl Conn {
         }
         let total = data.len() as u64;
         let large = self
-            .poll_state(|conn, st| {
-                let p = st.proto.as_mut()?;
-                match p.send_large(class, total) {
-                    Ok(l) => {
-                        conn.drive(st);
-                        Some(Ok(l))
-                    }
-                    Err(SendErrorKind::WouldBlock) => None,
-                    Err(kind) => Some(Err(send_error(kind, st))),
-                }
-            })
+            .poll_state(|conn, st| announce(conn, st, class, total))
             .await?;
         let mut rest = Finish {
             conn: self,
@@ -294,24 +198,8 @@ impl Conn {
             })
             .await?;
             buf.copy_from_slice(&data[rest.offset..rest.offset + n]);
-            let remote = remote_chunk(&buf)?;
-            let mut buf = Some(buf);
-            let offset = rest.offset as u64;
-            self.poll_state(|conn, st| {
-                let p = st.proto.as_mut()?;
-                if !p.can_add_chunk(large.msg) {
-                    return None;
-                }
-                let b = buf.take().expect("until added");
-                Some(match p.add_chunk(large.msg, offset, remote, b) {
-                    Ok(()) => {
-                        conn.drive(st);
-                        Ok(())
-                    }
-                    Err(SendError { kind, .. }) => Err(send_error(kind, st)),
-                })
-            })
-            .await?;
+            let mut add = AddChunk::new(large.msg, rest.offset, buf)?;
+            self.poll_state(|conn, st| add.attempt(conn, st)).await?;
             rest.offset += n;
         }
         Ok(large.call)

@@ -22,7 +22,7 @@ impl Conn {
         &self,
         op: &'static str,
         timeout: Duration,
-        check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+        check: impl FnMut(&ConnShared, &mut StateGuard<'_>) -> Option<Result<T>>,
     ) -> Result<T> {
         self.wait_until(op, timeout, None, check)
     }
@@ -34,7 +34,7 @@ impl Conn {
         op: &'static str,
         timeout: Duration,
         mut st: StateGuard<'_>,
-        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+        mut check: impl FnMut(&ConnShared, &mut StateGuard<'_>) -> Option<Result<T>>,
     ) -> Result<T> {
         if let Some(r) = check(&self.inner, &mut st) {
             return r;
@@ -52,7 +52,7 @@ impl Conn {
         op: &'static str,
         timeout: Duration,
         deadline: Option<Instant>,
-        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+        mut check: impl FnMut(&ConnShared, &mut StateGuard<'_>) -> Option<Result<T>>,
     ) -> Result<T> {
         let conn = &*self.inner;
         if let Some(r) = check(conn, &mut conn.state.lock()) {
@@ -68,7 +68,7 @@ impl Conn {
     pub(crate) fn wait_blocked<T>(
         &self,
         (op, timeout, deadline): (&'static str, Duration, Option<Instant>),
-        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+        mut check: impl FnMut(&ConnShared, &mut StateGuard<'_>) -> Option<Result<T>>,
     ) -> Result<T> {
         let start = Instant::now();
         let conn = &*self.inner;

@@ -411,21 +411,6 @@ impl Shared {
     }
 }
 
-/// Copies `data` into a pool buffer with header room first: the frame of an eager message.
-pub(crate) fn frame_from(
-    shared: &Shared,
-    data: &[u8],
-    timeout: Option<Duration>,
-) -> Result<Buffer> {
-    let len = crate::proto::HEADER_LEN + data.len();
-    let mut buf = match timeout {
-        None => shared.pool.try_alloc(len).map_err(pool_error)?,
-        Some(t) => shared.alloc(len, t)?,
-    };
-    buf[crate::proto::HEADER_LEN..].copy_from_slice(data);
-    Ok(buf)
-}
-
 /// Pool exhaustion is backpressure; anything else is an error.
 pub(crate) fn pool_error(e: memory::Error) -> Error {
     match e {

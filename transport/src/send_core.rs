@@ -1,0 +1,394 @@
+//! The sends of a [`Conn`] as non-blocking attempts over its state, each written once and
+//! shared by the blocking and the async calls: an eager message or byte-stream write
+//! ([`EagerSend`]), the announcement of a rendezvous message ([`announce`]) and the addition
+//! of one of its chunks ([`AddChunk`]). An attempt either finishes or says what it waits for
+//! ([`Step`]); a blocking call waits around it ([`Conn::wait`]), an async one registers its
+//! waker and returns `Pending`.
+
+use std::time::Duration;
+
+use crate::conn::StateGuard;
+use crate::engine::{pool_error, ConnShared, ConnState};
+use crate::proto::{
+    CallId, Class, LargeSend, MsgId, RemoteChunk, SendError, SendErrorKind, HEADER_LEN,
+};
+use crate::{Conn, Error, Result};
+
+/// How an attempt ended.
+pub(crate) enum Step<T> {
+    /// Finished: sent, or the error.
+    Done(Result<T>),
+    /// Waits for this connection's progress (credit, room in the queue, the connection set
+    /// up).
+    Progress,
+    /// Waits for a pool buffer (only when the attempt may not wait for one itself).
+    Pool,
+}
+
+impl<T> Step<T> {
+    /// The outcome for a blocking wait: waiting of either kind is "not yet".
+    pub(crate) fn done(self) -> Option<Result<T>> {
+        match self {
+            Step::Done(r) => Some(r),
+            Step::Progress | Step::Pool => None,
+        }
+    }
+}
+
+/// How an attempt gets a pool buffer when the device cannot copy the frame itself.
+#[derive(Clone, Copy)]
+pub(crate) enum Alloc {
+    /// Only if one is free now ([`Step::Pool`] otherwise).
+    Now,
+    /// Waiting up to this long, the state's lock let go meanwhile.
+    Within(Duration),
+}
+
+impl Alloc {
+    /// The frame of eager message `data`: a pool buffer with room for `room` bytes after the
+    /// header, taken as this says and filled, with `st` let go of meanwhile.
+    fn frame(
+        self,
+        conn: &ConnShared,
+        st: &mut StateGuard<'_>,
+        room: usize,
+        data: &[u8],
+    ) -> Step<memory::Buffer> {
+        let len = HEADER_LEN + room;
+        StateGuard::unlocked(st, || {
+            let taken = match self {
+                Alloc::Now => conn.shared.pool.try_alloc(len).map_err(|e| match e {
+                    memory::Error::Exhausted { .. } => None,
+                    e => Some(pool_error(e)),
+                }),
+                Alloc::Within(timeout) => conn.shared.alloc(len, timeout).map_err(Some),
+            };
+            match taken {
+                Ok(frame) => Step::Done(fill(frame, data)),
+                Err(None) => Step::Pool,
+                Err(Some(e)) => Step::Done(Err(e)),
+            }
+        })
+    }
+}
+
+/// `data` copied after the header room of `frame`, cut to that length.
+fn fill(mut frame: memory::Buffer, data: &[u8]) -> Result<memory::Buffer> {
+    let len = HEADER_LEN + data.len();
+    frame.set_len(len).map_err(Error::Memory)?;
+    frame[HEADER_LEN..].copy_from_slice(data);
+    Ok(frame)
+}
+
+/// What an eager send is: a message of a class, or byte-stream data that a message still
+/// waiting to go may take in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Eager {
+    Message(Class),
+    StreamWrite,
+}
+
+/// What an eager send sent: the call id of a request, and how many bytes went (all of a
+/// message; at least one of a stream write).
+pub(crate) struct Sent {
+    pub call: Option<CallId>,
+    pub len: usize,
+    /// The sender's poll that is due once the lock is let go (see [`Sent::poll`]): whether
+    /// the next sends wait for the frame just sent.
+    poll: Option<bool>,
+}
+
+impl Sent {
+    /// The sender's poll after a plain message or stream write went
+    /// ([`ConnShared::after_send`]), to call with the state's lock let go.
+    pub(crate) fn poll(self, conn: &ConnShared) -> Self {
+        if let Some(waits) = self.poll {
+            conn.after_send(waits);
+        }
+        self
+    }
+}
+
+/// One eager send, tried as often as it takes. In order: into a batch (plain messages, when
+/// the connection batches them), into the stream's waiting message (stream writes), posted
+/// inline at once with no copy, then copied into a frame (the spare one of the last inline
+/// post, else a pool buffer, copied with the lock let go) and queued. A frame that found no
+/// room is kept for the next attempt.
+pub(crate) struct EagerSend<'d> {
+    kind: Eager,
+    data: &'d [u8],
+    /// The message's length (of `data`, or of the frame given filled).
+    len: usize,
+    frame: Option<memory::Buffer>,
+    /// A response that carries a released credit back: if it cannot go at once, the credit
+    /// goes on its own when due.
+    pub release_due: bool,
+}
+
+impl<'d> EagerSend<'d> {
+    /// A send of `data`, at most the eager limit long.
+    pub(crate) fn new(kind: Eager, data: &'d [u8]) -> Self {
+        EagerSend {
+            kind,
+            data,
+            len: data.len(),
+            frame: None,
+            release_due: false,
+        }
+    }
+
+    /// A send of `frame`, filled already after its header room: queued as it is.
+    pub(crate) fn with_frame(kind: Eager, frame: memory::Buffer) -> Self {
+        EagerSend {
+            kind,
+            data: &[],
+            len: frame.len() - HEADER_LEN,
+            frame: Some(frame),
+            release_due: false,
+        }
+    }
+
+    /// One attempt under `st`, the connection's state locked. What went is followed by
+    /// [`Sent::poll`], the lock let go.
+    pub(crate) fn attempt(
+        &mut self,
+        conn: &ConnShared,
+        st: &mut StateGuard<'_>,
+        alloc: Alloc,
+    ) -> Step<Sent> {
+        if self.frame.is_none() {
+            match self.without_frame(conn, st, alloc) {
+                Some(step) => return step,
+                None if self.frame.is_none() => return Step::Progress,
+                None => {}
+            }
+        }
+        if let Some(e) = st.ended() {
+            return Step::Done(Err(e));
+        }
+        let Some(p) = st.proto.as_mut() else {
+            return Step::Progress;
+        };
+        let frame = self.frame.take().expect("copied above");
+        let sent = match self.kind {
+            Eager::Message(class) => p.send(class, frame),
+            Eager::StreamWrite => p.send_mergeable(frame).map(|()| None),
+        };
+        match sent {
+            Ok(call) => {
+                conn.drive(st);
+                self.went(st, call)
+            }
+            Err(SendError {
+                kind: SendErrorKind::WouldBlock,
+                payload,
+            }) => {
+                self.frame = Some(payload);
+                Step::Progress
+            }
+            Err(SendError { kind, .. }) => Step::Done(Err(send_error(kind, st))),
+        }
+    }
+
+    /// The steps before a frame is queued: `Some` when the send finished (or must wait
+    /// without a frame), `None` with `self.frame` set when a frame is ready to queue.
+    fn without_frame(
+        &mut self,
+        conn: &ConnShared,
+        st: &mut StateGuard<'_>,
+        alloc: Alloc,
+    ) -> Option<Step<Sent>> {
+        let data = self.data;
+        if matches!(self.kind, Eager::Message(Class::Message)) && conn.batches_messages() {
+            if let Some(r) = conn.try_batch(st, data) {
+                return Some(match r {
+                    Ok(()) => self.went(st, None),
+                    Err(e) => Step::Done(Err(e)),
+                });
+            }
+        }
+        if let Some(e) = st.ended() {
+            return Some(Step::Done(Err(e)));
+        }
+        let p = st.proto.as_mut()?;
+        if self.kind == Eager::StreamWrite {
+            let appended = p.append(data);
+            if appended > 0 {
+                if appended < data.len() {
+                    // The waiting message is full: it goes unless credit or the queue stop it.
+                    conn.drive(st);
+                }
+                return Some(Step::Done(Ok(Sent {
+                    call: None,
+                    len: appended,
+                    poll: None,
+                })));
+            }
+        }
+        // Waits without copying while the queue is full (many tasks may be waiting).
+        if p.queue_full() {
+            return None;
+        }
+        let at_once = match self.kind {
+            Eager::Message(class) => conn.send_inline_at_once(st, class, data),
+            Eager::StreamWrite => conn.write_inline_at_once(st, data).then_some(None),
+        };
+        if let Some(call) = at_once {
+            return Some(self.went(st, call));
+        }
+        if self.release_due {
+            conn.drive_if_release_due(st);
+        }
+        // A stream's message that will wait gets room for the writes that follow.
+        let room = match self.kind {
+            Eager::StreamWrite if st.proto.as_ref().is_some_and(|p| p.would_hold()) => {
+                conn.eager_limit.load(std::sync::atomic::Ordering::Acquire)
+            }
+            _ => data.len(),
+        };
+        let frame = match conn.spare_frame(st, HEADER_LEN + room) {
+            Some(spare) => fill(spare, data),
+            None => match alloc.frame(conn, st, room, data) {
+                Step::Done(frame) => frame,
+                Step::Progress => return Some(Step::Progress),
+                Step::Pool => return Some(Step::Pool),
+            },
+        };
+        match frame {
+            Ok(frame) => self.frame = Some(frame),
+            Err(e) => return Some(Step::Done(Err(e))),
+        }
+        None
+    }
+
+    /// The send went: the outcome, with the sender's poll due for plain messages and stream
+    /// writes (not after requests and responses: their senders poll next anyway, waiting
+    /// for the response or the next request).
+    fn went(&self, st: &ConnState, call: Option<CallId>) -> Step<Sent> {
+        let polls = matches!(
+            self.kind,
+            Eager::Message(Class::Message) | Eager::StreamWrite
+        );
+        Step::Done(Ok(Sent {
+            call,
+            len: self.len,
+            poll: polls.then(|| st.waits_for_completion()),
+        }))
+    }
+}
+
+/// Announces a rendezvous message of `total` bytes if the protocol takes it now (`None`:
+/// wait for progress).
+pub(crate) fn announce(
+    conn: &ConnShared,
+    st: &mut ConnState,
+    class: Class,
+    total: u64,
+) -> Option<Result<LargeSend>> {
+    if let Some(e) = st.ended() {
+        return Some(Err(e));
+    }
+    let p = st.proto.as_mut()?;
+    match p.send_large(class, total) {
+        Ok(l) => {
+            conn.drive(st);
+            Some(Ok(l))
+        }
+        Err(SendErrorKind::WouldBlock) => None,
+        Err(kind) => Some(Err(send_error(kind, st))),
+    }
+}
+
+/// One chunk of an announced rendezvous message, copied into a pool buffer, added when the
+/// message has room for it.
+pub(crate) struct AddChunk {
+    msg: MsgId,
+    offset: u64,
+    remote: RemoteChunk,
+    buf: Option<memory::Buffer>,
+}
+
+impl AddChunk {
+    /// Bytes `offset..` of message `msg`, in `buf`.
+    pub(crate) fn new(msg: MsgId, offset: usize, buf: memory::Buffer) -> Result<Self> {
+        Ok(AddChunk {
+            msg,
+            offset: offset as u64,
+            remote: remote_chunk(&buf)?,
+            buf: Some(buf),
+        })
+    }
+
+    /// One attempt under `st`: added, the error, or `None` (wait for progress).
+    pub(crate) fn attempt(&mut self, conn: &ConnShared, st: &mut ConnState) -> Option<Result<()>> {
+        if let Some(e) = st.ended() {
+            return Some(Err(e));
+        }
+        let p = st.proto.as_mut()?;
+        if !p.can_add_chunk(self.msg) {
+            return None;
+        }
+        let buf = self.buf.take().expect("kept until added");
+        match p.add_chunk(self.msg, self.offset, self.remote, buf) {
+            Ok(()) => {
+                conn.drive(st);
+                Some(Ok(()))
+            }
+            Err(SendError {
+                kind: SendErrorKind::WouldBlock,
+                payload,
+            }) => {
+                self.buf = Some(payload);
+                None
+            }
+            Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
+        }
+    }
+}
+
+impl Conn {
+    /// Sends `send`, the first attempt under `st`, waiting up to `timeout` for room and for
+    /// a buffer (`None`: only if it can go now, else [`Error::WouldBlock`]).
+    pub(crate) fn send_eager(
+        &self,
+        mut send: EagerSend<'_>,
+        timeout: Option<Duration>,
+        mut st: StateGuard<'_>,
+    ) -> Result<Sent> {
+        let sent = match timeout {
+            None => match send.attempt(&self.inner, &mut st, Alloc::Now) {
+                Step::Done(r) => {
+                    drop(st);
+                    r
+                }
+                Step::Progress | Step::Pool => Err(Error::WouldBlock),
+            },
+            Some(t) => self.wait_held("send", t, st, |conn, st| {
+                send.attempt(conn, st, Alloc::Within(t)).done()
+            }),
+        };
+        sent.map(|s| s.poll(&self.inner))
+    }
+}
+
+/// The descriptor a peer reads a rendezvous chunk by: the whole of `buf`.
+pub(crate) fn remote_chunk(buf: &memory::Buffer) -> Result<RemoteChunk> {
+    let remote = buf.remote().ok_or(Error::Config(
+        "the endpoint's pool has no remote read access".into(),
+    ))?;
+    Ok(RemoteChunk {
+        addr: remote.addr,
+        rkey: remote.rkey,
+        len: buf.len() as u32,
+    })
+}
+
+/// A refused send as the API's error.
+pub(crate) fn send_error(kind: SendErrorKind, st: &ConnState) -> Error {
+    match kind {
+        SendErrorKind::WouldBlock => Error::WouldBlock,
+        SendErrorKind::Closed => st.ended().unwrap_or(Error::ClosedLocally),
+        SendErrorKind::TooLarge { len, limit, .. } => Error::TooLarge { len, limit },
+        other => Error::Config(other.to_string()),
+    }
+}
