@@ -65,7 +65,7 @@ impl Conn {
     /// message was received: [`Error::Closed`] with no cause (end of stream).
     pub fn recv(&self, timeout: Duration) -> Result<Message> {
         self.wait("recv", timeout, |_, st| {
-            if let Some(d) = st.inbox.pop_front() {
+            if let Some(d) = st.user.inbox.pop_front() {
                 return Some(Ok(Message::new(self.inner.clone(), d)));
             }
             st.ended().map(Err)
@@ -76,7 +76,7 @@ impl Conn {
     pub fn try_recv(&self) -> Result<Message> {
         self.inner.shared.progress();
         let mut st = self.inner.state.lock();
-        if let Some(d) = st.inbox.pop_front() {
+        if let Some(d) = st.user.inbox.pop_front() {
             return Ok(Message::new(self.inner.clone(), d));
         }
         Err(st.ended().unwrap_or(Error::WouldBlock))
@@ -93,7 +93,7 @@ impl Conn {
         // A little past the call's deadline: the protocol fails the call at the deadline.
         let wait_deadline = deadline + Duration::from_millis(50);
         let result = self.wait_until("call", timeout, Some(wait_deadline), |_, st| {
-            if let Some(r) = st.calls.remove(id.0) {
+            if let Some(r) = st.user.calls.remove(id.0) {
                 return Some(match r {
                     Ok(d) => Ok(Message::new(self.inner.clone(), d)),
                     Err(e) => Err(Error::Call(e)),
@@ -106,7 +106,7 @@ impl Conn {
             if let Some(p) = st.proto.as_mut() {
                 p.cancel_call(id);
             }
-            st.calls.remove(id.0);
+            st.user.calls.remove(id.0);
         }
         result
     }
@@ -115,7 +115,7 @@ impl Conn {
     /// [`Request::respond`].
     pub fn recv_request(&self, timeout: Duration) -> Result<Request> {
         self.wait("recv_request", timeout, |_, st| {
-            if let Some(d) = st.requests.pop_front() {
+            if let Some(d) = st.user.requests.pop_front() {
                 let Received::Request { call } = d.class else {
                     unreachable!("only requests are queued here")
                 };

@@ -56,7 +56,7 @@ impl Conn {
         self.poll_busy(
             cx,
             |st| {
-                if let Some(d) = st.inbox.pop_front() {
+                if let Some(d) = st.user.inbox.pop_front() {
                     return Some(Ok(Some(Message::new(self.inner.clone(), d))));
                 }
                 st.ended().map(end_or_error)
@@ -172,7 +172,7 @@ impl Conn {
             self.poll_busy(
                 cx,
                 |st| {
-                    if let Some(d) = st.requests.pop_front() {
+                    if let Some(d) = st.user.requests.pop_front() {
                         let Received::Request { call } = d.class else {
                             unreachable!("only requests are queued here")
                         };
@@ -207,7 +207,7 @@ impl Conn {
             self.poll_busy(
                 cx,
                 |st| {
-                    if let Some(r) = st.calls.remove(id.0) {
+                    if let Some(r) = st.user.calls.remove(id.0) {
                         return Some(match r {
                             Ok(d) => Ok(Message::new(self.inner.clone(), d)),
                             Err(e) => Err(Error::Call(e)),
@@ -216,17 +216,17 @@ impl Conn {
                     st.ended().map(Err)
                 },
                 // Woken by this call's end only, not by every change of a busy connection.
-                |st, cx| match st.call_wakers.get(&id.0) {
+                |st, cx| match st.wakers.calls.get(&id.0) {
                     Some(w) if w.will_wake(cx.waker()) => {}
                     _ => {
-                        st.call_wakers.insert(id.0, cx.waker().clone());
+                        st.wakers.calls.insert(id.0, cx.waker().clone());
                         self.inner.shared.wake_progress();
                     }
                 },
             )
         })
         .await;
-        self.inner.state.lock().call_wakers.remove(&id.0);
+        self.inner.state.lock().wakers.calls.remove(&id.0);
         if result.is_ok() {
             pending.id = None;
         }
@@ -305,8 +305,8 @@ impl Drop for ForgetCall<'_> {
             if let Some(p) = st.proto.as_mut() {
                 p.cancel_call(id);
             }
-            st.calls.remove(id.0);
-            st.call_wakers.remove(&id.0);
+            st.user.calls.remove(id.0);
+            st.wakers.calls.remove(&id.0);
         }
     }
 }

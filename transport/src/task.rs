@@ -16,14 +16,14 @@ use crate::{Error, Result};
 /// locked, after checking the condition under the same lock, so no wakeup falls between the
 /// check and the registration.
 pub(crate) fn register(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
-    push_waker(&mut st.wakers, cx.waker());
+    push_waker(&mut st.wakers.any, cx.waker());
     shared.wake_progress();
 }
 
 /// Adds the task's waker to the connection's receivers, woken when a message is delivered
 /// or the connection ends (same locking rule as [`register`]).
 pub(crate) fn register_recv(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
-    push_waker(&mut st.recv_wakers, cx.waker());
+    push_waker(&mut st.wakers.recv, cx.waker());
     shared.wake_progress();
 }
 

@@ -122,8 +122,8 @@ impl Conn {
             if now >= deadline {
                 crate::debug_event!(
                     qp = conn.qp.qp_num(),
-                    sq_ops = st.sq_ops.len(),
-                    unsignaled = st.unsignaled,
+                    sq_ops = st.sq.len(),
+                    unsignaled = st.sq.unsignaled(),
                     in_flight = ?conn.qp.in_flight(),
                     ended = ?st.end,
                     proto = ?st.proto,

@@ -6,34 +6,18 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::Waker;
 use std::time::Instant;
 
 use memory::Buffer;
 use parking_lot::{Condvar, Mutex};
-use rustc_hash::FxHashMap;
 use verbs::Qp;
 
-use super::calls::FinishedCalls;
 use super::one_sided_ops::OneSidedOps;
+use super::send_queue::{SendQueue, SqOp};
 use super::spin::TRANSFER_STALL;
-use super::{wake_task, wake_tasks, Shared};
-use crate::proto::{self, Action, ConnError, Delivery, PeerGone, ReadId, RemoteChunk};
-
-/// What a posted send-queue request was, in post order. Frames are signaled one in
-/// [`signal_every`]; READs, keepalive probes and one-sided operations always. A completion finishes its
-/// request and every unsignaled one before it (the send queue completes in order).
-#[derive(Debug)]
-pub(crate) enum SqOp {
-    /// A protocol frame.
-    Frame,
-    /// A rendezvous READ.
-    Read(ReadId),
-    /// A keepalive probe: a zero-length RDMA WRITE the peer's device acknowledges.
-    Probe,
-    /// A one-sided operation of the user, finished into `ConnState::one_sided_done`.
-    OneSided(u64),
-}
+use super::user::{UserQueues, Wakers};
+use super::Shared;
+use crate::proto::{self, Action, ConnError, PeerGone, ReadId, RemoteChunk};
 
 /// What carrying out one action of the protocol did, beyond the action itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,16 +27,6 @@ enum Carried {
     Delivered,
     /// The protocol has more to send (a refused request's answer): drive it.
     Queued,
-}
-
-/// At most this many frames are posted per signaled one: the device writes one completion
-/// for that many sends, which is what a message rate pays for.
-const SIGNAL_EVERY_MAX: u32 = 16;
-
-/// Frames per signaled frame for a send queue of `sq_depth`: at most a quarter of it, so
-/// the slots the protocol may fill with data always hold a signaled request that frees them.
-pub(crate) fn signal_every(sq_depth: u32) -> u32 {
-    (sq_depth / 4).clamp(1, SIGNAL_EVERY_MAX)
 }
 
 /// Frame buffers a connection keeps after posting them inline (the device copied them, so
@@ -76,16 +50,10 @@ pub(crate) struct ConnState {
     pub proto: Option<proto::Connection<Buffer>>,
     /// Frames that arrived before the protocol existed, replayed in order.
     pub early: Vec<(Buffer, usize, Option<u32>)>,
-    /// Requests posted and not known complete, oldest first, with their `wr_id`s.
-    pub sq_ops: VecDeque<(u64, SqOp)>,
-    /// Requests posted unsignaled since the last signaled one (the tail of `sq_ops`).
-    pub unsignaled: u32,
-    /// Messages delivered and not yet taken.
-    pub inbox: VecDeque<Delivery<Buffer>>,
-    /// RPC requests delivered and not yet taken.
-    pub requests: VecDeque<Delivery<Buffer>>,
-    /// Finished calls not yet picked up by their caller.
-    pub calls: FinishedCalls,
+    /// The requests of the send queue that may still complete.
+    pub sq: SendQueue,
+    /// What was delivered and not yet taken.
+    pub user: UserQueues,
     /// READs the pool had no buffer for yet.
     pub deferred_reads: VecDeque<(ReadId, RemoteChunk, u32)>,
     /// Set once the protocol ended: `Some(None)` graceful end of stream, else the failure.
@@ -96,15 +64,8 @@ pub(crate) struct ConnState {
     pub teardown: Option<Instant>,
     /// One-sided operations in flight, and finished ones by number.
     pub one_sided: OneSidedOps<Buffer>,
-    /// A keepalive probe is in flight (in the send-queue slot kept for it).
-    pub probe_in_flight: bool,
-    /// Async tasks to wake on any change.
-    pub wakers: Vec<Waker>,
-    /// Async receivers of messages, woken only when a message is delivered or the connection
-    /// ends (a send completion does not wake them).
-    pub recv_wakers: Vec<Waker>,
-    /// Async callers by call id, woken when their call finishes or the connection ends.
-    pub call_wakers: FxHashMap<u64, Waker>,
+    /// The async tasks waiting on the connection.
+    pub wakers: Wakers,
     /// Small frame buffers kept for the next sends (see [`SPARE_FRAMES`]).
     pub spare_frames: Vec<Buffer>,
     /// When the async wait under way began (a task that found nothing, spun and registered
@@ -118,20 +79,14 @@ impl ConnState {
         ConnState {
             proto,
             early: Vec::new(),
-            sq_ops: VecDeque::with_capacity(128),
-            unsignaled: 0,
-            inbox: VecDeque::with_capacity(64),
-            requests: VecDeque::new(),
-            calls: FinishedCalls::default(),
+            sq: SendQueue::default(),
+            user: UserQueues::default(),
             deferred_reads: VecDeque::new(),
             end: None,
             ended_at: None,
             teardown: None,
             one_sided: OneSidedOps::default(),
-            probe_in_flight: false,
-            wakers: Vec::new(),
-            recv_wakers: Vec::new(),
-            call_wakers: FxHashMap::default(),
+            wakers: Wakers::default(),
             spare_frames: Vec::with_capacity(SPARE_FRAMES),
             async_wait: None,
         }
@@ -160,15 +115,15 @@ impl ConnState {
     pub(crate) fn ready_for_teardown(&mut self, now: Instant) -> bool {
         let ended = *self.ended_at.get_or_insert(now);
         let graceful = matches!(self.end, Some(None));
-        !graceful || self.sq_ops.is_empty() || now.duration_since(ended) >= CLOSE_FLUSH
+        !graceful || self.sq.is_empty() || now.duration_since(ended) >= CLOSE_FLUSH
     }
 
     /// Whether a torn-down connection may be forgotten: nothing of its send queue can still
     /// complete. Every request completed, or only unsignaled frames that finished without a
     /// completion remain (their flush completions, if any, had the grace period to come).
     pub(crate) fn drained(&self, now: Instant) -> bool {
-        self.sq_ops.is_empty()
-            || (self.sq_ops.len() <= self.unsignaled as usize
+        self.sq.is_empty()
+            || (self.sq.only_unsignaled_left()
                 && self
                     .teardown
                     .is_some_and(|t| now.duration_since(t) >= FLUSH_GRACE))
@@ -297,7 +252,7 @@ impl ConnShared {
             delivered |= self.carry_out(st, action) == Carried::Delivered;
         }
         if delivered {
-            wake_tasks(&mut st.recv_wakers);
+            st.wakers.delivered();
         }
         self.wake(st);
     }
@@ -316,12 +271,12 @@ impl ConnShared {
             Action::Release(buf) => drop(buf),
             Action::Deliver(d) => match d.class {
                 proto::Received::Message => {
-                    st.inbox.push_back(d);
+                    st.user.inbox.push_back(d);
                     return Carried::Delivered;
                 }
                 proto::Received::Request { call } => {
                     if self.shared.cfg.serve_requests {
-                        st.requests.push_back(d);
+                        st.user.requests.push_back(d);
                     } else {
                         drop(d);
                         self.release_one(st);
@@ -333,12 +288,8 @@ impl ConnShared {
                 }
             },
             Action::CallDone { id, result } => {
-                st.calls.insert(id.0, result);
-                if !st.call_wakers.is_empty() {
-                    if let Some(w) = st.call_wakers.remove(&id.0) {
-                        wake_task(w);
-                    }
-                }
+                st.user.calls.insert(id.0, result);
+                st.wakers.call_done(id.0);
             }
             Action::Closed { error } => {
                 #[cfg(feature = "tracing")]
@@ -348,8 +299,8 @@ impl ConnShared {
                         srq_in_flight = self.shared.recv_ring.posted(),
                         srq_deficit = ?self.shared.srq_deficit,
                         recv_pool = ?self.shared.recv_pool.stats(),
-                        sq_ops = st.sq_ops.len(),
-                        inbox = st.inbox.len(),
+                        sq_ops = st.sq.len(),
+                        inbox = st.user.inbox.len(),
                         deferred_reads = st.deferred_reads.len(),
                         in_flight = ?self.qp.in_flight(),
                         proto = ?st.proto,
@@ -371,13 +322,7 @@ impl ConnShared {
     #[inline(always)]
     pub(crate) fn wake(&self, st: &mut ConnState) {
         self.cond.notify_all();
-        wake_tasks(&mut st.wakers);
-        if st.end.is_some() {
-            wake_tasks(&mut st.recv_wakers);
-            for (_, w) in st.call_wakers.drain() {
-                wake_task(w);
-            }
-        }
+        st.wakers.changed(st.end.is_some());
     }
 
     /// Drives the connection if a release made something due (a credit update; see
@@ -418,14 +363,8 @@ impl ConnShared {
     ) {
         let mut finished = finished.peekable();
         let mut frames = 0;
-        while st.sq_ops.front().is_some_and(|(id, _)| *id <= wr_id) {
-            let Some((id, op)) = st.sq_ops.pop_front() else {
-                break;
-            };
+        while let Some((id, op)) = st.sq.finish_through(wr_id) {
             let status = if id == wr_id { status } else { Ok(()) };
-            if st.sq_ops.len() < st.unsignaled as usize {
-                st.unsignaled = st.sq_ops.len() as u32;
-            }
             let buf = finished
                 .next_if(|r| r.wr_id == id)
                 .and_then(|mut r| r.take::<Buffer>().ok());
@@ -434,14 +373,11 @@ impl ConnShared {
                     drop(buf);
                     frames += 1;
                 }
-                (SqOp::Probe, status) => {
-                    st.probe_in_flight = false;
-                    match (status, st.proto.as_mut()) {
-                        (Ok(()), Some(p)) => p.on_peer_acknowledged(Instant::now()),
-                        (Ok(()), None) => {}
-                        (Err(_), _) => self.fail(st, PeerGone::QueuePairError),
-                    }
-                }
+                (SqOp::Probe, status) => match (status, st.proto.as_mut()) {
+                    (Ok(()), Some(p)) => p.on_peer_acknowledged(Instant::now()),
+                    (Ok(()), None) => {}
+                    (Err(_), _) => self.fail(st, PeerGone::QueuePairError),
+                },
                 (SqOp::Read(id), Ok(())) => {
                     if let (Some(p), Some(buf)) = (st.proto.as_mut(), buf) {
                         // The peer's device answered the READ: a sign of life too.
@@ -509,7 +445,7 @@ impl ConnShared {
         };
         if let Some(action) = lone {
             match self.carry_out(st, action) {
-                Carried::Delivered => wake_tasks(&mut st.recv_wakers),
+                Carried::Delivered => st.wakers.delivered(),
                 Carried::Done => {}
                 // What it queued (a refused request's answer) goes out with the drive.
                 Carried::Queued => return self.drive(st),

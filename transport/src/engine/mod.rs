@@ -13,7 +13,9 @@ mod conn;
 mod one_sided_ops;
 mod poll;
 mod post;
+mod send_queue;
 mod spin;
+mod user;
 mod worker;
 
 use std::net::IpAddr;
@@ -26,8 +28,9 @@ use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRing, Srq};
 
-pub(crate) use conn::{ConnShared, ConnState, SqOp};
+pub(crate) use conn::{ConnShared, ConnState};
 pub(crate) use poll::{Counts, Spinning};
+pub(crate) use send_queue::SqOp;
 pub(crate) use spin::{SpinBudget, GROWTH};
 pub(crate) use worker::Engine;
 

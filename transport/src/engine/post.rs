@@ -8,8 +8,8 @@ use std::io::IoSlice;
 use memory::Buffer;
 use verbs::{RemoteSlice, SendRequest};
 
-use super::conn::signal_every;
-use super::conn::{ConnShared, ConnState, SqOp};
+use super::conn::{ConnShared, ConnState};
+use super::send_queue::{signal_every, SqOp};
 use crate::proto::{self, Body, CallId, Class, PeerGone, ReadId, RemoteChunk, HEADER_LEN};
 
 impl ConnShared {
@@ -79,7 +79,7 @@ impl ConnShared {
             .proto
             .as_ref()
             .is_some_and(|p| p.all_sent() && !p.delivered());
-        if waits_for_device && st.unsignaled > 0 && st.end.is_none() {
+        if waits_for_device && st.sq.has_unsignaled() && st.end.is_none() {
             self.post_probe(st);
         }
     }
@@ -88,7 +88,7 @@ impl ConnShared {
     /// no receive is consumed), unless one is still in flight: its successful completion tells
     /// the protocol the peer's device is alive.
     pub(super) fn post_probe(&self, st: &mut ConnState) {
-        if st.probe_in_flight {
+        if st.sq.probe_in_flight() {
             return;
         }
         let remote = RemoteSlice {
@@ -96,7 +96,6 @@ impl ConnShared {
             len: 0,
             rkey: 0,
         };
-        st.probe_in_flight = true;
         self.post(
             st,
             Ok(SendRequest::new(verbs::WrOp::RdmaWrite(remote))),
@@ -231,9 +230,9 @@ impl ConnShared {
     /// other request. The CLOSE (and anything after it) is signaled: teardown waits for it
     /// to complete.
     pub(super) fn signal(&self, st: &ConnState, op: &SqOp) -> bool {
-        !matches!(op, SqOp::Frame)
-            || st.unsignaled + 1 >= signal_every(self.shared.cfg.proto.sq_depth)
-            || st.proto.as_ref().is_some_and(|p| p.close_sent())
+        let every = signal_every(self.shared.cfg.proto.sq_depth);
+        st.sq
+            .must_signal(op, every, st.proto.as_ref().is_some_and(|p| p.close_sent()))
     }
 
     /// Records a request posted (or fails the connection if the post failed).
@@ -242,7 +241,6 @@ impl ConnShared {
             self.fail(st, PeerGone::QueuePairError);
             return;
         };
-        st.sq_ops.push_back((wr_id, op));
-        st.unsignaled = if signaled { 0 } else { st.unsignaled + 1 };
+        st.sq.posted(wr_id, op, signaled);
     }
 }
