@@ -79,7 +79,7 @@ impl Endpoint {
 
     /// Connections currently known (open, closing, or being torn down).
     pub fn connections(&self) -> usize {
-        self.shared().conns.read().len()
+        self.shared().conn_count()
     }
 
     /// Listens on `port` of the local address (0: any free port).

@@ -10,6 +10,7 @@
 mod batch;
 mod calls;
 mod conn;
+mod conn_table;
 mod one_sided_ops;
 mod poll;
 mod post;
@@ -24,8 +25,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use memory::{Buffer, ClassConfig, Pool, PoolAccess, PoolConfig};
-use parking_lot::{Mutex, RwLock};
-use rustc_hash::FxHashMap;
+use parking_lot::Mutex;
 use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRing, Srq};
 
 pub(crate) use conn::{ConnShared, ConnState};
@@ -33,6 +33,8 @@ pub(crate) use poll::{Counts, Spinning};
 pub(crate) use send_queue::SqOp;
 pub(crate) use spin::{SpinBudget, GROWTH};
 pub(crate) use worker::Engine;
+
+use conn_table::ConnTable;
 
 use crate::config::{EndpointConfig, SRQ_SLACK};
 use crate::proto::{Delivery, Parts};
@@ -122,14 +124,8 @@ pub(crate) struct Shared {
     /// Stops the thread serving `cm_channel`, which otherwise sleeps until an event comes.
     cm_stop: cm::Wakeup,
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
-    /// [`remove_conns`](Shared::remove_conns), which keep `conns_gen` in step.
-    pub conns: RwLock<FxHashMap<u32, Arc<ConnShared>>>,
-    /// Bumped after every change of `conns`: the poller's cached connection is good while it
-    /// stays the same.
-    conns_gen: AtomicU64,
-    /// How many connections `conns` holds, for readers that may not take its lock (one who
-    /// holds a connection's state lock: the ticker locks states under the map's lock).
-    conn_count: AtomicUsize,
+    /// [`remove_conns`](Shared::remove_conns), which keep the poller's cache in step.
+    pub conns: ConnTable<Arc<ConnShared>>,
     progress: Mutex<Progress>,
     /// Receives owed to the SRQ: consumed and not yet replaced (replacing waits for an idle
     /// poll), or not posted because the pool had no buffer.
@@ -290,9 +286,7 @@ impl Shared {
             pool,
             cm_channel: cm::EventChannel::new()?,
             cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
-            conns: RwLock::new(FxHashMap::default()),
-            conns_gen: AtomicU64::new(0),
-            conn_count: AtomicUsize::new(0),
+            conns: ConnTable::new(),
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),
                 reclaimed: Vec::with_capacity(64),
@@ -387,29 +381,18 @@ impl Shared {
 
     /// Adds a connection, known by its QP number from now on.
     pub(crate) fn add_conn(&self, conn: Arc<ConnShared>) {
-        let mut map = self.conns.write();
-        map.insert(conn.qp.qp_num(), conn);
-        self.conn_count.store(map.len(), Ordering::Relaxed);
-        drop(map);
-        self.conns_gen.fetch_add(1, Ordering::Release);
+        self.conns.insert(conn.qp.qp_num(), conn);
     }
 
     /// How many connections the endpoint has (lock-free).
     pub(crate) fn conn_count(&self) -> usize {
-        self.conn_count.load(Ordering::Relaxed)
+        self.conns.count()
     }
 
     /// Removes the connections of `qp_nums`, and lets go of the poller's cached one (it would
     /// keep a removed connection's queue pair alive).
     pub(crate) fn remove_conns(&self, qp_nums: impl IntoIterator<Item = u32>) {
-        {
-            let mut map = self.conns.write();
-            for qpn in qp_nums {
-                map.remove(&qpn);
-            }
-            self.conn_count.store(map.len(), Ordering::Relaxed);
-        }
-        self.conns_gen.fetch_add(1, Ordering::Release);
+        self.conns.remove(qp_nums);
         self.progress.lock().last = None;
     }
 }

@@ -195,12 +195,12 @@ impl Shared {
     ) -> Option<&'c Arc<ConnShared>> {
         // Read before the map: a change after this read bumps it again, so a stale entry is
         // never taken for current.
-        let gen = self.conns_gen.load(Ordering::Acquire);
+        let gen = self.conns.generation();
         let current = last
             .as_ref()
             .is_some_and(|l| l.qp_num == qp_num && l.gen == gen);
         if !current {
-            let conn = self.conns.read().get(&qp_num).cloned()?;
+            let conn = self.conns.get(qp_num)?;
             *last = Some(LastConn { qp_num, gen, conn });
         }
         last.as_ref().map(|l| &l.conn)

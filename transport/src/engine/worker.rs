@@ -192,7 +192,7 @@ impl Drop for Engine {
             let _ = t.join();
         }
         // End every connection still known, and let go of them (they hold the shared state).
-        let conns: Vec<_> = self.shared.conns.read().values().cloned().collect();
+        let conns = self.shared.conns.all();
         self.shared
             .remove_conns(conns.iter().map(|c| c.qp.qp_num()));
         for conn in conns {
