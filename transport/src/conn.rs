@@ -190,7 +190,7 @@ impl Conn {
         }
         let sent = self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st);
         if let Some(d) = request {
-            conn.shared.release_delivery(d);
+            conn.shared.res.release_delivery(d);
         }
         sent.map(drop)
     }

@@ -69,12 +69,12 @@ impl Endpoint {
     /// The memory pool every connection's buffers come from (its statistics show what the
     /// endpoint holds).
     pub fn pool(&self) -> &memory::Pool {
-        &self.shared().pool
+        &self.shared().res.pool
     }
 
     /// The protection domain (to register memory of your own for this endpoint's peers).
     pub fn pd(&self) -> &verbs::Pd {
-        &self.shared().pd
+        &self.shared().res.pd
     }
 
     /// Connections currently known (open, closing, or being torn down).
@@ -176,9 +176,9 @@ impl Endpoint {
             param = param.private_data(data)?;
         }
         Ok(ConnOptions::new()
-            .pd(&s.pd)
-            .cq(&s.cq)
-            .srq(&s.srq)
+            .pd(&s.res.pd)
+            .cq(&s.res.cq)
+            .srq(&s.res.srq)
             .cap(QpCap {
                 max_send_wr: s.cfg.qp_send_depth(),
                 max_recv_wr: 1,

@@ -120,7 +120,7 @@ impl Drop for Message {
         let Some(d) = self.delivery.take() else {
             return;
         };
-        if self.conn.shared.release_delivery(d) {
+        if self.conn.shared.res.release_delivery(d) {
             let mut st = self.conn.state.lock();
             self.conn.release_one(&mut st);
             self.conn.drive_if_release_due(&mut st);

@@ -240,7 +240,7 @@ impl Conn {
         len: usize,
         deadline: Deadline,
     ) -> Poll<Result<memory::Buffer>> {
-        match self.inner.shared.pool.try_alloc(len) {
+        match self.inner.shared.res.pool.try_alloc(len) {
             Ok(b) => Poll::Ready(Ok(b)),
             Err(memory::Error::Exhausted { .. }) if Instant::now() < deadline.at => {
                 register_tick(&self.inner.shared, cx);

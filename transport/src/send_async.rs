@@ -58,7 +58,7 @@ impl Conn {
         let chunk = conn.shared.cfg.proto.rndv_chunk_size as usize;
         let mut chunks = Vec::with_capacity(data.len().div_ceil(chunk));
         for (i, part) in data.chunks(chunk).enumerate() {
-            let mut buf = match conn.shared.pool.try_alloc(part.len()) {
+            let mut buf = match conn.shared.res.pool.try_alloc(part.len()) {
                 Ok(b) => b,
                 Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
                 Err(e) => return Poll::Ready(Err(pool_error(e))),
@@ -191,7 +191,7 @@ impl Conn {
         let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
         while rest.offset < data.len() {
             let n = chunk.min(data.len() - rest.offset);
-            let mut buf = poll_fn(|cx| match self.inner.shared.pool.try_alloc(n) {
+            let mut buf = poll_fn(|cx| match self.inner.shared.res.pool.try_alloc(n) {
                 Ok(b) => Poll::Ready(Ok(b)),
                 Err(memory::Error::Exhausted { .. }) => self.pool_pending(cx),
                 Err(e) => Poll::Ready(Err(pool_error(e))),

@@ -57,7 +57,7 @@ impl Alloc {
         let len = HEADER_LEN + room;
         StateGuard::unlocked(st, || {
             let taken = match self {
-                Alloc::Now => conn.shared.pool.try_alloc(len).map_err(|e| match e {
+                Alloc::Now => conn.shared.res.pool.try_alloc(len).map_err(|e| match e {
                     memory::Error::Exhausted { .. } => None,
                     e => Some(pool_error(e)),
                 }),

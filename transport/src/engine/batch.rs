@@ -65,7 +65,7 @@ impl ConnShared {
         if !p.would_hold() || p.queue_full() {
             return None;
         }
-        let mut frame = self.shared.pool.try_alloc(HEADER_LEN + limit).ok()?;
+        let mut frame = self.shared.res.pool.try_alloc(HEADER_LEN + limit).ok()?;
         let len = HEADER_LEN + BATCH_ENTRY_HEADER + data.len();
         frame.set_len(len).ok()?;
         frame[HEADER_LEN..HEADER_LEN + BATCH_ENTRY_HEADER]

@@ -296,9 +296,9 @@ impl ConnShared {
                 if let Some(error) = &error {
                     crate::debug_event!(
                         qp = self.qp.qp_num(),
-                        srq_in_flight = self.shared.recv_ring.posted(),
-                        srq_deficit = ?self.shared.srq_deficit,
-                        recv_pool = ?self.shared.recv_pool.stats(),
+                        srq_in_flight = self.shared.res.recv_ring.posted(),
+                        srq_deficit = ?self.shared.res.srq_deficit,
+                        recv_pool = ?self.shared.res.recv_pool.stats(),
                         sq_ops = st.sq.len(),
                         inbox = st.user.inbox.len(),
                         deferred_reads = st.deferred_reads.len(),

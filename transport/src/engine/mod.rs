@@ -14,6 +14,7 @@ mod conn_table;
 mod one_sided_ops;
 mod poll;
 mod post;
+mod resources;
 mod send_queue;
 mod spin;
 mod user;
@@ -24,9 +25,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use memory::{Buffer, ClassConfig, Pool, PoolAccess, PoolConfig};
+use memory::{Buffer, Pool};
 use parking_lot::Mutex;
-use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRing, Srq};
+use verbs::{CompletionBuf, Pd, Reclaimed};
 
 pub(crate) use conn::{ConnShared, ConnState};
 pub(crate) use poll::{Counts, Spinning};
@@ -35,9 +36,9 @@ pub(crate) use spin::{SpinBudget, GROWTH};
 pub(crate) use worker::Engine;
 
 use conn_table::ConnTable;
+pub(crate) use resources::Resources;
 
-use crate::config::{EndpointConfig, SRQ_SLACK};
-use crate::proto::{Delivery, Parts};
+use crate::config::EndpointConfig;
 use crate::{Error, Result};
 
 /// How often the progress thread runs timers and teardown when nothing else wakes it, and
@@ -100,25 +101,8 @@ pub(crate) fn wake_tasks(wakers: &mut Vec<std::task::Waker>) {
 pub(crate) struct Shared {
     pub cfg: EndpointConfig,
     pub local_ip: IpAddr,
-    pub pd: Pd,
-    pub cq: Cq,
-    pub srq: Srq,
-    /// The SRQ's receives, all of it: a receive buffer is found again by the slot its
-    /// completion's `wr_id` names.
-    pub recv_ring: RecvRing<Buffer>,
-    /// Buffers of sends, rendezvous chunks, READ destinations and control frames.
-    pub pool: Pool,
-    /// Receive buffers only, sized for every receive posted plus every message the
-    /// application may hold (credits bound both), so reposting a receive never fails for
-    /// lack of memory the data path took: a missing receive would mean RNR.
-    pub recv_pool: Pool,
-    /// Receive buffers of messages the application dropped, posted again before any buffer
-    /// is taken from `recv_pool`: in steady state a receive buffer goes from the SRQ to a
-    /// message and back without the pool's bookkeeping (the pool's free and alloc cost
-    /// more than keeping the buffer, the free on the path of a caller that drops a
-    /// message before its next send). Its capacity is every buffer the pool can hold, so
-    /// keeping one never allocates.
-    recycled: Mutex<Vec<Buffer>>,
+    /// The device's resources every connection uses.
+    pub res: Resources,
     /// CM events (disconnects) of every established connection arrive here.
     pub cm_channel: cm::EventChannel,
     /// Stops the thread serving `cm_channel`, which otherwise sleeps until an event comes.
@@ -127,12 +111,6 @@ pub(crate) struct Shared {
     /// [`remove_conns`](Shared::remove_conns), which keep the poller's cache in step.
     pub conns: ConnTable<Arc<ConnShared>>,
     progress: Mutex<Progress>,
-    /// Receives owed to the SRQ: consumed and not yet replaced (replacing waits for an idle
-    /// poll), or not posted because the pool had no buffer.
-    pub(crate) srq_deficit: AtomicU32,
-    /// Receives the SRQ holds beyond every connection's window: how many may be owed before
-    /// they are replaced at once.
-    srq_slack: u32,
     pub stop: AtomicBool,
     /// Threads polling the completion queue themselves while they wait ([`Spinning`]); the
     /// progress thread stands aside (timers only) while there is one, so it takes no core
@@ -213,77 +191,11 @@ impl Shared {
             addr: local_ip,
             source,
         })?;
-        let dev = ctx.query_device()?;
-        let srq_depth = cfg.srq_depth().min(dev.max_srq_wr().saturating_sub(1));
-        let srq_slack = SRQ_SLACK.min(dev.max_srq_wr().saturating_sub(1) - srq_depth);
-        let cq_depth = cfg.cq_depth().min(dev.max_cqe());
-        if cq_depth < cfg.cq_depth() || srq_depth < cfg.srq_depth() {
-            return Err(Error::Config(format!(
-                "the device allows {} CQ entries and {} SRQ receives, but max_connections {} \
-                 with window {} need {} and {}: lower max_connections or window",
-                dev.max_cqe(),
-                dev.max_srq_wr(),
-                cfg.max_connections,
-                cfg.proto.window,
-                cfg.cq_depth(),
-                cfg.srq_depth()
-            )));
-        }
-        let pd = match pd {
-            Some(pd) => {
-                let theirs = pd.context().name().to_string();
-                if theirs != ctx.name() {
-                    return Err(Error::Config(format!(
-                        "the protection domain is on device {theirs}, but {local_ip} is served \
-                         by {}: allocate it on the device of that address \
-                         (verbs::Context::open_by_addr)",
-                        ctx.name()
-                    )));
-                }
-                pd
-            }
-            None => ctx.alloc_pd()?,
-        };
-        // The CQ and SRQ go on the PD's context: queue pairs need all three on one.
-        let ctx = pd.context();
-        let channel = ctx.create_comp_channel()?;
-        let cq = ctx.create_cq(cq_depth, Some(channel))?;
-        let srq = pd.create_srq(srq_depth + srq_slack, 1)?;
-        let recv_ring = srq.recv_ring(srq.max_wr())?;
-        let needed = PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ;
-        let pool = match pool {
-            Some(pool) if !pool.access().contains(needed) => {
-                return Err(Error::Config(format!(
-                    "the pool's access is {:?}; the transport needs LOCAL_WRITE | REMOTE_READ \
-                     (peers read rendezvous chunks from it)",
-                    pool.access()
-                )))
-            }
-            Some(pool) => pool,
-            None => Pool::on_pd(
-                &pd,
-                PoolConfig::new().cap_bytes(cfg.pool_bytes).access(needed),
-            )?,
-        };
-        let frame = cfg.proto.frame_size as usize;
-        let frame_class = frame.next_multiple_of(64);
-        let recv_bytes =
-            (2 * srq_depth as usize + srq_slack as usize + 64) * frame_class + (4 << 20);
-        let recv_pool = Pool::on_pd(
-            &pd,
-            PoolConfig::new()
-                .classes([ClassConfig::new(frame_class)])
-                .cap_bytes(recv_bytes),
-        )?;
+        let res = Resources::open(&ctx, local_ip, &cfg, pd, pool)?;
+        let receives = res.receives();
         let shared = Arc::new(Shared {
-            recv_pool,
-            recycled: Mutex::new(Vec::with_capacity(recv_bytes / frame_class)),
+            res,
             local_ip,
-            pd,
-            cq,
-            srq,
-            recv_ring,
-            pool,
             cm_channel: cm::EventChannel::new()?,
             cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
             conns: ConnTable::new(),
@@ -292,8 +204,6 @@ impl Shared {
                 reclaimed: Vec::with_capacity(64),
                 last: None,
             }),
-            srq_deficit: AtomicU32::new(0),
-            srq_slack,
             stop: AtomicBool::new(false),
             spinners: AtomicU32::new(0),
             task_spinning: AtomicBool::new(false),
@@ -311,69 +221,19 @@ impl Shared {
             _anchor: anchor,
             cfg,
         });
-        shared.post_receives(srq_depth + srq_slack)?;
+        shared.res.post_receives(receives)?;
         Ok(shared)
-    }
-
-    /// Posts `n` receive buffers of the frame size on the SRQ; what the pool cannot give is
-    /// owed (retried on every progress call).
-    fn post_receives(&self, n: u32) -> Result<()> {
-        let frame = self.cfg.proto.frame_size as usize;
-        for i in 0..n {
-            let kept = self.recycled.lock().pop();
-            let buf = match kept.map_or_else(|| self.recv_pool.try_alloc(frame), Ok) {
-                Ok(b) => b,
-                Err(_) => {
-                    self.srq_deficit.fetch_add(n - i, Ordering::Relaxed);
-                    return Ok(());
-                }
-            };
-            self.recv_ring.post(buf).map_err(|e| e.error)?;
-        }
-        Ok(())
-    }
-
-    /// Drops a delivered message, keeping an eager message's receive buffer for the next
-    /// receive posted; returns whether the drop must be reported to the protocol
-    /// ([`Delivery::release`](crate::proto::Delivery::release)).
-    pub(crate) fn release_delivery(&self, d: Delivery<Buffer>) -> bool {
-        match d.parts {
-            Parts::Eager(buf) | Parts::Bare(buf) => {
-                self.recycle(buf);
-                true
-            }
-            parts => Delivery { parts, ..d }.release(),
-        }
-    }
-
-    /// Keeps `buf`, a receive buffer of the frame size, for the next receive posted (or
-    /// gives it back to the pool if it is not one).
-    fn recycle(&self, buf: Buffer) {
-        if buf.len() != self.cfg.proto.frame_size as usize {
-            return;
-        }
-        let mut kept = self.recycled.lock();
-        if kept.len() < kept.capacity() {
-            kept.push(buf);
-        }
-    }
-
-    fn repay_receives(&self) {
-        let owed = self.srq_deficit.swap(0, Ordering::Relaxed);
-        if owed > 0 {
-            let _ = self.post_receives(owed);
-        }
     }
 
     /// A buffer of `len` bytes from the pool, waiting up to `timeout`. Before it waits, the
     /// progress thread is woken: the buffers it waits for may be held by send completions
     /// that nobody else polls.
     pub(crate) fn alloc(&self, len: usize, timeout: Duration) -> Result<Buffer> {
-        match self.pool.try_alloc(len) {
+        match self.res.pool.try_alloc(len) {
             Ok(buf) => Ok(buf),
             Err(memory::Error::Exhausted { .. }) => {
                 self.wake_progress();
-                self.pool.alloc(len, timeout).map_err(pool_error)
+                self.res.pool.alloc(len, timeout).map_err(pool_error)
             }
             Err(e) => Err(pool_error(e)),
         }

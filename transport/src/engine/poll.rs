@@ -95,7 +95,8 @@ impl Shared {
 
     /// The completion channel's fd (every endpoint's CQ has one).
     pub(crate) fn channel_fd(&self) -> std::os::fd::RawFd {
-        self.cq
+        self.res
+            .cq
             .channel_fd()
             .expect("an endpoint's completion queue has a channel")
     }
@@ -105,9 +106,9 @@ impl Shared {
     /// before the re-arm raised no event). Lossless whatever the reactor's wakeups: a
     /// spurious call only polls. Returns the completions handled.
     pub(crate) fn on_channel_ready(&self) -> usize {
-        while matches!(self.cq.get_event(Some(Duration::ZERO)), Ok(true)) {}
-        self.cq.ack_events();
-        let _ = self.cq.req_notify(false);
+        while matches!(self.res.cq.get_event(Some(Duration::ZERO)), Ok(true)) {}
+        self.res.cq.ack_events();
+        let _ = self.res.cq.req_notify(false);
         let mut total = 0;
         loop {
             let n = self.progress_after_arm();
@@ -168,7 +169,7 @@ impl Shared {
             reclaimed,
             last,
         } = &mut *guard;
-        let Ok(polled) = self.cq.poll(wcs) else {
+        let Ok(polled) = self.res.cq.poll(wcs) else {
             return 0;
         };
         let n = polled.len();
@@ -178,8 +179,8 @@ impl Shared {
         drop(guard);
         // Nothing came: replace the receives taken since the last idle poll (and what the
         // pool could not give before), off the path of the frames themselves.
-        if n == 0 && self.srq_deficit.load(Ordering::Relaxed) > 0 {
-            self.repay_receives();
+        if n == 0 && self.res.srq_deficit.load(Ordering::Relaxed) > 0 {
+            self.res.repay_receives();
         }
         n
     }
@@ -212,13 +213,8 @@ impl Shared {
         reclaimed: &mut Vec<Reclaimed>,
         last: &mut Option<LastConn>,
     ) {
-        if let Some(buf) = self.recv_ring.reclaim(wc) {
-            // A receive: it is replaced later, on an idle poll, unless `srq_slack` are owed
-            // now. The SRQ holds that many beyond every credit granted, so the receives owed
-            // never leave a credit without a receive behind it.
-            if self.srq_deficit.fetch_add(1, Ordering::Relaxed) + 1 >= self.srq_slack {
-                self.repay_receives();
-            }
+        if let Some(buf) = self.res.recv_ring.reclaim(wc) {
+            self.res.owe_receive();
             let conn = self.conn_of(last, wc.qp_num());
             if let (Some(conn), Ok(())) = (conn, wc.status()) {
                 let mut st = conn.state.lock();

@@ -55,7 +55,7 @@ impl ConnShared {
                     self.post_inline(st, &[IoSlice::new(frame)], None, signaled);
                     return;
                 }
-                match self.shared.pool.try_alloc(frame.len()) {
+                match self.shared.res.pool.try_alloc(frame.len()) {
                     Ok(mut buf) => {
                         buf.copy_from_slice(frame);
                         let len = buf.len();
@@ -111,7 +111,7 @@ impl ConnShared {
 
     pub(super) fn retry_deferred_reads(&self, st: &mut ConnState) {
         while let Some(&(id, remote, len)) = st.deferred_reads.front() {
-            let Ok(dest) = self.shared.pool.try_alloc(len as usize) else {
+            let Ok(dest) = self.shared.res.pool.try_alloc(len as usize) else {
                 return;
             };
             st.deferred_reads.pop_front();

@@ -335,7 +335,7 @@ fn progress_loop(shared: &Shared) {
         // waits for a thread polling at that moment and polls once more: that thread may
         // have looked at the queue before a completion that came before the arm (which raises
         // no event), and without this poll the completion would wait a whole tick.
-        if shared.cq.req_notify(false).is_err() {
+        if shared.res.cq.req_notify(false).is_err() {
             std::thread::sleep(TICK);
             continue;
         }
@@ -345,7 +345,7 @@ fn progress_loop(shared: &Shared) {
             idle_since = None;
             continue;
         }
-        let _ = shared.cq.get_event(Some(TICK));
-        shared.cq.ack_events();
+        let _ = shared.res.cq.get_event(Some(TICK));
+        shared.res.cq.ack_events();
     }
 }
