@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{ConnShared, ConnState, Engine};
 use crate::message::{Message, Request};
-use crate::proto::{CallId, Class, Received, SendErrorKind};
+use crate::proto::{CallId, Class, SendErrorKind};
+use crate::receive::PendingCall;
 use crate::send_core::{Eager, EagerSend};
 use crate::{Error, Result};
 
@@ -64,22 +65,14 @@ impl Conn {
     /// Receives the next message, waiting up to `timeout`. After the peer closed and every
     /// message was received: [`Error::Closed`] with no cause (end of stream).
     pub fn recv(&self, timeout: Duration) -> Result<Message> {
-        self.wait("recv", timeout, |_, st| {
-            if let Some(d) = st.user.inbox.pop_front() {
-                return Some(Ok(Message::new(self.inner.clone(), d)));
-            }
-            st.ended().map(Err)
-        })
+        self.wait("recv", timeout, |_, st| self.take_message(st))
     }
 
     /// Receives a message if one is there: [`Error::WouldBlock`] if not.
     pub fn try_recv(&self) -> Result<Message> {
         self.inner.shared.progress();
-        let mut st = self.inner.state.lock();
-        if let Some(d) = st.user.inbox.pop_front() {
-            return Ok(Message::new(self.inner.clone(), d));
-        }
-        Err(st.ended().unwrap_or(Error::WouldBlock))
+        let taken = self.take_message(&mut self.inner.state.lock());
+        taken.unwrap_or(Err(Error::WouldBlock))
     }
 
     /// Calls the peer: sends `request` and waits up to `timeout` for its response. Many calls
@@ -92,41 +85,22 @@ impl Conn {
             .expect("a request has a call id");
         // A little past the call's deadline: the protocol fails the call at the deadline.
         let wait_deadline = deadline + Duration::from_millis(50);
+        let mut call = PendingCall {
+            conn: self,
+            id,
+            taken: false,
+        };
         let result = self.wait_until("call", timeout, Some(wait_deadline), |_, st| {
-            if let Some(r) = st.user.calls.remove(id.0) {
-                return Some(match r {
-                    Ok(d) => Ok(Message::new(self.inner.clone(), d)),
-                    Err(e) => Err(Error::Call(e)),
-                });
-            }
-            st.ended().map(Err)
+            self.take_response(st, id)
         });
-        if result.is_err() {
-            let mut st = self.inner.state.lock();
-            if let Some(p) = st.proto.as_mut() {
-                p.cancel_call(id);
-            }
-            st.user.calls.remove(id.0);
-        }
+        call.taken = result.is_ok();
         result
     }
 
     /// Receives the next RPC request, waiting up to `timeout`; answer it with
     /// [`Request::respond`].
     pub fn recv_request(&self, timeout: Duration) -> Result<Request> {
-        self.wait("recv_request", timeout, |_, st| {
-            if let Some(d) = st.user.requests.pop_front() {
-                let Received::Request { call } = d.class else {
-                    unreachable!("only requests are queued here")
-                };
-                return Some(Ok(Request {
-                    message: Some(Message::new(self.inner.clone(), d)),
-                    call,
-                    conn: self.clone(),
-                }));
-            }
-            st.ended().map(Err)
-        })
+        self.wait("recv_request", timeout, |_, st| self.take_request(st))
     }
 
     /// Serves requests with `handler` on this thread until the connection ends (returns

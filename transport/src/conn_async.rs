@@ -30,19 +30,11 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{ConnState, Spinning, TASK_WAKES};
 use crate::message::{Message, Request};
-use crate::proto::{CallId, Class, Received};
+use crate::proto::{CallId, Class};
+use crate::receive::{end_as_none, PendingCall};
 use crate::task::{register, register_recv, register_tick};
 use crate::wait::SPIN_TURNS_PER_CLOCK;
 use crate::{Conn, Error, Polling, Result};
-
-/// How an async receive reports a connection's end: the peer's close as the end of the
-/// messages (`Ok(None)`), anything else as the error it is.
-fn end_or_error<T>(end: Error) -> Result<Option<T>> {
-    match end {
-        Error::Closed { cause: None } => Ok(None),
-        e => Err(e),
-    }
-}
 
 impl Conn {
     /// Polls for the next message: `Ready(Ok(Some))` takes it from the connection; once the
@@ -55,12 +47,7 @@ impl Conn {
         self.inner.shared.progress();
         self.poll_busy(
             cx,
-            |st| {
-                if let Some(d) = st.user.inbox.pop_front() {
-                    return Some(Ok(Some(Message::new(self.inner.clone(), d))));
-                }
-                st.ended().map(end_or_error)
-            },
+            |st| self.take_message(st).map(end_as_none),
             |st, cx| register_recv(&self.inner.shared, st, cx),
         )
     }
@@ -171,19 +158,7 @@ impl Conn {
         poll_fn(|cx| {
             self.poll_busy(
                 cx,
-                |st| {
-                    if let Some(d) = st.user.requests.pop_front() {
-                        let Received::Request { call } = d.class else {
-                            unreachable!("only requests are queued here")
-                        };
-                        return Some(Ok(Some(Request {
-                            message: Some(Message::new(self.inner.clone(), d)),
-                            call,
-                            conn: self.clone(),
-                        })));
-                    }
-                    st.ended().map(end_or_error)
-                },
+                |st| self.take_request(st).map(end_as_none),
                 |st, cx| register(&self.inner.shared, st, cx),
             )
         })
@@ -199,22 +174,15 @@ impl Conn {
             .send_class_async(Class::Request { deadline }, request)
             .await?
             .expect("a request has a call id");
-        let mut pending = ForgetCall {
+        let mut call = PendingCall {
             conn: self,
-            id: Some(id),
+            id,
+            taken: false,
         };
         let result = poll_fn(|cx| {
             self.poll_busy(
                 cx,
-                |st| {
-                    if let Some(r) = st.user.calls.remove(id.0) {
-                        return Some(match r {
-                            Ok(d) => Ok(Message::new(self.inner.clone(), d)),
-                            Err(e) => Err(Error::Call(e)),
-                        });
-                    }
-                    st.ended().map(Err)
-                },
+                |st| self.take_response(st, id),
                 // Woken by this call's end only, not by every change of a busy connection.
                 |st, cx| match st.wakers.calls.get(&id.0) {
                     Some(w) if w.will_wake(cx.waker()) => {}
@@ -226,10 +194,7 @@ impl Conn {
             )
         })
         .await;
-        self.inner.state.lock().wakers.calls.remove(&id.0);
-        if result.is_ok() {
-            pending.id = None;
-        }
+        call.taken = result.is_ok();
         result
     }
 
@@ -289,25 +254,6 @@ impl Request {
             self.call = CallId(0);
         }
         sent.map(drop)
-    }
-}
-
-/// Forgets a call whose future was dropped before its response.
-struct ForgetCall<'a> {
-    conn: &'a Conn,
-    id: Option<CallId>,
-}
-
-impl Drop for ForgetCall<'_> {
-    fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
-            let mut st = self.conn.inner.state.lock();
-            if let Some(p) = st.proto.as_mut() {
-                p.cancel_call(id);
-            }
-            st.user.calls.remove(id.0);
-            st.wakers.calls.remove(&id.0);
-        }
     }
 }
 

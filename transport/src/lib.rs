@@ -159,6 +159,7 @@ mod one_sided;
 #[doc(hidden)]
 pub mod proto;
 mod reactor;
+mod receive;
 mod region;
 mod send;
 mod send_async;
