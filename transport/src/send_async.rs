@@ -111,9 +111,9 @@ impl Conn {
         let conn = &*self.inner;
         let mut st = conn.state.lock();
         match send.attempt(conn, &mut st, Alloc::Now) {
-            Step::Done(r) => {
+            Step::Done => {
                 drop(st);
-                Poll::Ready(r.map(|s| s.poll(conn)))
+                Poll::Ready(send.outcome(conn))
             }
             Step::Progress => {
                 register(&conn.shared, &mut st, cx);

@@ -14,25 +14,17 @@ use crate::proto::{
 };
 use crate::{Conn, Error, Result};
 
-/// How an attempt ended.
-pub(crate) enum Step<T> {
-    /// Finished: sent, or the error.
-    Done(Result<T>),
+/// How an attempt ended. Small on purpose: the outcome stays in the attempt (an error is
+/// large, and the data path moves this through every layer of a wait).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Step {
+    /// Finished: sent, or failed ([`EagerSend::outcome`] says which).
+    Done,
     /// Waits for this connection's progress (credit, room in the queue, the connection set
     /// up).
     Progress,
     /// Waits for a pool buffer (only when the attempt may not wait for one itself).
     Pool,
-}
-
-impl<T> Step<T> {
-    /// The outcome for a blocking wait: waiting of either kind is "not yet".
-    pub(crate) fn done(self) -> Option<Result<T>> {
-        match self {
-            Step::Done(r) => Some(r),
-            Step::Progress | Step::Pool => None,
-        }
-    }
 }
 
 /// How an attempt gets a pool buffer when the device cannot copy the frame itself.
@@ -46,28 +38,25 @@ pub(crate) enum Alloc {
 
 impl Alloc {
     /// The frame of eager message `data`: a pool buffer with room for `room` bytes after the
-    /// header, taken as this says and filled, with `st` let go of meanwhile.
+    /// header, taken as this says and filled, with `st` let go of meanwhile. `Err(None)`:
+    /// none is free now.
     fn frame(
         self,
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
         room: usize,
         data: &[u8],
-    ) -> Step<memory::Buffer> {
+    ) -> std::result::Result<memory::Buffer, Option<Error>> {
         let len = HEADER_LEN + room;
         StateGuard::unlocked(st, || {
-            let taken = match self {
+            let frame = match self {
                 Alloc::Now => conn.shared.res.pool.try_alloc(len).map_err(|e| match e {
                     memory::Error::Exhausted { .. } => None,
                     e => Some(pool_error(e)),
                 }),
                 Alloc::Within(timeout) => conn.shared.alloc(len, timeout).map_err(Some),
-            };
-            match taken {
-                Ok(frame) => Step::Done(fill(frame, data)),
-                Err(None) => Step::Pool,
-                Err(Some(e)) => Step::Done(Err(e)),
-            }
+            }?;
+            fill(frame, data).map_err(Some)
         })
     }
 }
@@ -90,23 +79,10 @@ pub(crate) enum Eager {
 
 /// What an eager send sent: the call id of a request, and how many bytes went (all of a
 /// message; at least one of a stream write).
+#[derive(Clone, Copy)]
 pub(crate) struct Sent {
     pub call: Option<CallId>,
     pub len: usize,
-    /// The sender's poll that is due once the lock is let go (see [`Sent::poll`]): whether
-    /// the next sends wait for the frame just sent.
-    poll: Option<bool>,
-}
-
-impl Sent {
-    /// The sender's poll after a plain message or stream write went
-    /// ([`ConnShared::after_send`]), to call with the state's lock let go.
-    pub(crate) fn poll(self, conn: &ConnShared) -> Self {
-        if let Some(waits) = self.poll {
-            conn.after_send(waits);
-        }
-        self
-    }
 }
 
 /// One eager send, tried as often as it takes. In order: into a batch (plain messages, when
@@ -117,45 +93,65 @@ impl Sent {
 pub(crate) struct EagerSend<'d> {
     kind: Eager,
     data: &'d [u8],
-    /// The message's length (of `data`, or of the frame given filled).
-    len: usize,
     frame: Option<memory::Buffer>,
     /// A response that carries a released credit back: if it cannot go at once, the credit
     /// goes on its own when due.
     pub release_due: bool,
+    /// What went, once it went.
+    sent: Sent,
+    /// The sender's poll due once the lock is let go, once it went (see
+    /// [`outcome`](Self::outcome)): whether the next sends wait for the frame just sent.
+    poll: Option<bool>,
+    /// Why it failed, once it failed.
+    error: Option<Error>,
 }
 
 impl<'d> EagerSend<'d> {
     /// A send of `data`, at most the eager limit long.
     pub(crate) fn new(kind: Eager, data: &'d [u8]) -> Self {
-        EagerSend {
-            kind,
-            data,
-            len: data.len(),
-            frame: None,
-            release_due: false,
-        }
+        Self::of(kind, data, None, data.len())
     }
 
     /// A send of `frame`, filled already after its header room: queued as it is.
     pub(crate) fn with_frame(kind: Eager, frame: memory::Buffer) -> Self {
+        let len = frame.len() - HEADER_LEN;
+        Self::of(kind, &[], Some(frame), len)
+    }
+
+    fn of(kind: Eager, data: &'d [u8], frame: Option<memory::Buffer>, len: usize) -> Self {
         EagerSend {
             kind,
-            data: &[],
-            len: frame.len() - HEADER_LEN,
-            frame: Some(frame),
+            data,
+            frame,
             release_due: false,
+            sent: Sent { call: None, len },
+            poll: None,
+            error: None,
         }
     }
 
-    /// One attempt under `st`, the connection's state locked. What went is followed by
-    /// [`Sent::poll`], the lock let go.
+    /// The outcome of an attempt that was [`Step::Done`], to take with the state's lock let
+    /// go: after a plain message or stream write went, the sender's poll
+    /// ([`ConnShared::after_send`]) runs first (not after requests and responses: their
+    /// senders poll next anyway, waiting for the response or the next request).
+    pub(crate) fn outcome(&mut self, conn: &ConnShared) -> Result<Sent> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if let Some(waits) = self.poll.take() {
+            conn.after_send(waits);
+        }
+        Ok(self.sent)
+    }
+
+    /// One attempt under `st`, the connection's state locked; after [`Step::Done`], take
+    /// [`outcome`](Self::outcome) with the lock let go.
     pub(crate) fn attempt(
         &mut self,
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
         alloc: Alloc,
-    ) -> Step<Sent> {
+    ) -> Step {
         if self.frame.is_none() {
             match self.without_frame(conn, st, alloc) {
                 Some(step) => return step,
@@ -164,7 +160,7 @@ impl<'d> EagerSend<'d> {
             }
         }
         if let Some(e) = st.ended() {
-            return Step::Done(Err(e));
+            return self.failed(e);
         }
         let Some(p) = st.proto.as_mut() else {
             return Step::Progress;
@@ -186,7 +182,7 @@ impl<'d> EagerSend<'d> {
                 self.frame = Some(payload);
                 Step::Progress
             }
-            Err(SendError { kind, .. }) => Step::Done(Err(send_error(kind, st))),
+            Err(SendError { kind, .. }) => self.failed(send_error(kind, st)),
         }
     }
 
@@ -197,18 +193,18 @@ impl<'d> EagerSend<'d> {
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
         alloc: Alloc,
-    ) -> Option<Step<Sent>> {
+    ) -> Option<Step> {
         let data = self.data;
         if matches!(self.kind, Eager::Message(Class::Message)) && conn.batches_messages() {
             if let Some(r) = conn.try_batch(st, data) {
                 return Some(match r {
                     Ok(()) => self.went(st, None),
-                    Err(e) => Step::Done(Err(e)),
+                    Err(e) => self.failed(e),
                 });
             }
         }
         if let Some(e) = st.ended() {
-            return Some(Step::Done(Err(e)));
+            return Some(self.failed(e));
         }
         let p = st.proto.as_mut()?;
         if self.kind == Eager::StreamWrite {
@@ -218,11 +214,8 @@ impl<'d> EagerSend<'d> {
                     // The waiting message is full: it goes unless credit or the queue stop it.
                     conn.drive(st);
                 }
-                return Some(Step::Done(Ok(Sent {
-                    call: None,
-                    len: appended,
-                    poll: None,
-                })));
+                self.sent.len = appended;
+                return Some(Step::Done);
             }
         }
         // Waits without copying while the queue is full (many tasks may be waiting).
@@ -247,33 +240,33 @@ impl<'d> EagerSend<'d> {
             _ => data.len(),
         };
         let frame = match conn.spare_frame(st, HEADER_LEN + room) {
-            Some(spare) => fill(spare, data),
-            None => match alloc.frame(conn, st, room, data) {
-                Step::Done(frame) => frame,
-                Step::Progress => return Some(Step::Progress),
-                Step::Pool => return Some(Step::Pool),
-            },
+            Some(spare) => fill(spare, data).map_err(Some),
+            None => alloc.frame(conn, st, room, data),
         };
         match frame {
             Ok(frame) => self.frame = Some(frame),
-            Err(e) => return Some(Step::Done(Err(e))),
+            Err(None) => return Some(Step::Pool),
+            Err(Some(e)) => return Some(self.failed(e)),
         }
         None
     }
 
-    /// The send went: the outcome, with the sender's poll due for plain messages and stream
-    /// writes (not after requests and responses: their senders poll next anyway, waiting
-    /// for the response or the next request).
-    fn went(&self, st: &ConnState, call: Option<CallId>) -> Step<Sent> {
-        let polls = matches!(
+    /// The send went, as call `call` if a request: the sender's poll is due for plain
+    /// messages and stream writes.
+    fn went(&mut self, st: &ConnState, call: Option<CallId>) -> Step {
+        self.sent.call = call;
+        if matches!(
             self.kind,
             Eager::Message(Class::Message) | Eager::StreamWrite
-        );
-        Step::Done(Ok(Sent {
-            call,
-            len: self.len,
-            poll: polls.then(|| st.waits_for_completion()),
-        }))
+        ) {
+            self.poll = Some(st.waits_for_completion());
+        }
+        Step::Done
+    }
+
+    fn failed(&mut self, e: Error) -> Step {
+        self.error = Some(e);
+        Step::Done
     }
 }
 
@@ -355,19 +348,20 @@ impl Conn {
         timeout: Option<Duration>,
         mut st: StateGuard<'_>,
     ) -> Result<Sent> {
-        let sent = match timeout {
-            None => match send.attempt(&self.inner, &mut st, Alloc::Now) {
-                Step::Done(r) => {
-                    drop(st);
-                    r
-                }
-                Step::Progress | Step::Pool => Err(Error::WouldBlock),
-            },
-            Some(t) => self.wait_held("send", t, st, |conn, st| {
-                send.attempt(conn, st, Alloc::Within(t)).done()
-            }),
-        };
-        sent.map(|s| s.poll(&self.inner))
+        let conn = &*self.inner;
+        let alloc = timeout.map_or(Alloc::Now, Alloc::Within);
+        if send.attempt(conn, &mut st, alloc) != Step::Done {
+            drop(st);
+            let Some(t) = timeout else {
+                return Err(Error::WouldBlock);
+            };
+            self.wait("send", t, |conn, st| {
+                (send.attempt(conn, st, alloc) == Step::Done).then_some(Ok(()))
+            })?;
+        } else {
+            drop(st);
+        }
+        send.outcome(conn)
     }
 }
 

@@ -27,22 +27,6 @@ impl Conn {
         self.wait_until(op, timeout, None, check)
     }
 
-    /// [`wait`](Self::wait), the first look taken under `st`, a lock the caller holds
-    /// already (a send that took its frame under it then needs no second lock).
-    pub(crate) fn wait_held<T>(
-        &self,
-        op: &'static str,
-        timeout: Duration,
-        mut st: StateGuard<'_>,
-        mut check: impl FnMut(&ConnShared, &mut StateGuard<'_>) -> Option<Result<T>>,
-    ) -> Result<T> {
-        if let Some(r) = check(&self.inner, &mut st) {
-            return r;
-        }
-        drop(st);
-        self.wait_until(op, timeout, None, check)
-    }
-
     /// [`wait`](Self::wait) until `deadline` when given (a caller that read the clock
     /// already), else until `timeout` after the first look at the clock. A `check` that
     /// succeeds at once costs no look at the clock: most sends find room, most receives a
