@@ -254,18 +254,6 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if self
-            .inner
-            .handles
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
-            != 1
-        {
-            return;
-        }
-        let mut st = self.inner.state.lock();
-        if let Some(p) = st.proto.as_mut() {
-            p.close();
-        }
-        self.inner.drive(&mut st);
+        self.inner.release_handle();
     }
 }

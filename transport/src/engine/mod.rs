@@ -9,6 +9,7 @@
 
 mod batch;
 mod calls;
+mod cm_ops;
 mod conn;
 mod one_sided_ops;
 mod poll;
@@ -26,6 +27,7 @@ use parking_lot::{Mutex, RwLock};
 use rustc_hash::FxHashMap;
 use verbs::{CompletionBuf, Cq, Pd, Reclaimed, RecvRing, Srq};
 
+pub(crate) use cm_ops::{Backlog, ConnectOp};
 pub(crate) use conn::{ConnShared, ConnState, SqOp};
 pub(crate) use poll::{Counts, Spinning};
 pub(crate) use spin::{SpinBudget, GROWTH};
@@ -114,8 +116,11 @@ pub(crate) struct Shared {
     /// message before its next send). Its capacity is every buffer the pool can hold, so
     /// keeping one never allocates.
     recycled: Mutex<Vec<Buffer>>,
-    /// CM events (disconnects) of every established connection arrive here.
+    /// CM events of every id of the endpoint arrive here: connects and accepts in progress,
+    /// listeners, and established connections (disconnects).
     pub cm_channel: cm::EventChannel,
+    /// Connects, accepts and listeners in progress, by id ([`cm_ops`]).
+    cm_ops: Mutex<cm_ops::CmOps>,
     /// Stops the thread serving `cm_channel`, which otherwise sleeps until an event comes.
     cm_stop: cm::Wakeup,
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
@@ -286,6 +291,7 @@ impl Shared {
             recv_ring,
             pool,
             cm_channel: cm::EventChannel::new()?,
+            cm_ops: Mutex::new(cm_ops::CmOps::default()),
             cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
             conns: RwLock::new(FxHashMap::default()),
             conns_gen: AtomicU64::new(0),
