@@ -152,6 +152,7 @@ mod options;
 mod param;
 mod private_data;
 mod qp_attr;
+mod step;
 mod ud;
 
 pub use ack_timeout::{
@@ -160,14 +161,16 @@ pub use ack_timeout::{
 pub use admission::{Admission, AdmitHook, IncomingRequest};
 pub use connection::{Connection, ConnectionParts, DRAIN_TIMEOUT};
 pub use connector::{
-    connect, Connector, PendingConnection, DEFAULT_CONNECT_TIMEOUT, RESOLVE_ATTEMPT,
+    connect, Connecting, Connector, PendingConnection, Resolving, DEFAULT_CONNECT_TIMEOUT,
+    RESOLVE_ATTEMPT,
 };
 pub use error::{Error, Result};
 pub use event::{CmEvent, EventChannel, EventKind, PeerParam, Wakeup};
 pub use id::{CmId, PortSpace};
-pub use listener::{ConnectRequest, Listener, DEFAULT_BACKLOG};
+pub use listener::{Accepting, ConnectRequest, Listener, DEFAULT_BACKLOG};
 pub use multicast::Membership;
 pub use options::ConnOptions;
 pub use param::{max_private_data, ConnParam, PrivateDataOp};
 pub use private_data::{reject_reason, PrivateData};
+pub use step::Step;
 pub use ud::{UdConnector, UdEndpoint, UdListener, UdParam, UdPeer};

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use verbs::{Cq, Pd, Qp};
 
+use crate::step::{names, wait_steps, Step, Stepwise};
 use crate::{
-    Admission, CmId, ConnOptions, ConnParam, Connection, Error, EventChannel, EventKind,
+    Admission, CmEvent, CmId, ConnOptions, ConnParam, Connection, Error, EventChannel, EventKind,
     IncomingRequest, PeerParam, PortSpace, Result,
 };
 
@@ -23,13 +24,35 @@ pub struct Listener {
     id: CmId,
     opts: ConnOptions,
     rejected: AtomicU64,
+    /// The listening id has a channel of its own: each request's id moves to a new one.
+    own_channel: bool,
 }
 
 impl Listener {
     /// Binds to `addr` (port 0: any free port; see [`local_addr`](Self::local_addr)) and
     /// listens. Bind to the IP of an RDMA netdev, not a wildcard, so the device is explicit.
     pub fn bind(addr: SocketAddr, opts: ConnOptions) -> Result<Listener> {
-        let id = CmId::with_own_channel(PortSpace::Tcp)?;
+        Self::listen(EventChannel::new()?, true, addr, opts)
+    }
+
+    /// Binds and listens like [`bind`](Self::bind), on an id whose events arrive on
+    /// `channel`, maybe shared with other ids: whoever reads it hands the connect requests
+    /// to [`request_from`](Self::request_from), and the requests' ids stay on `channel`.
+    pub fn bind_on(
+        channel: &EventChannel,
+        addr: SocketAddr,
+        opts: ConnOptions,
+    ) -> Result<Listener> {
+        Self::listen(channel.clone(), false, addr, opts)
+    }
+
+    fn listen(
+        channel: EventChannel,
+        own_channel: bool,
+        addr: SocketAddr,
+        opts: ConnOptions,
+    ) -> Result<Listener> {
+        let id = CmId::new(&channel, PortSpace::Tcp)?;
         id.bind_addr(addr)
             .map_err(|e| crate::addr::diagnose_local(addr.ip(), e))?;
         // Bound to an address, the id knows its device: a shared PD of another one is refused
@@ -42,6 +65,7 @@ impl Listener {
             id,
             opts,
             rejected: AtomicU64::new(0),
+            own_channel,
         })
     }
 
@@ -70,54 +94,65 @@ impl Listener {
                 op: "connect request",
                 after: timeout,
             })?;
-            match ev.kind() {
-                Ok(EventKind::ConnectRequest) => {
-                    let Some(id) = ev.id().cloned() else { continue };
-                    if let Some(hook) = &self.opts.admit {
-                        let req = IncomingRequest {
-                            peer_addr: id.peer_addr(),
-                            local_addr: id.local_addr(),
-                            private_data: ev.private_data(),
-                        };
-                        if let Admission::Reject(data) = hook.call(&req) {
-                            let max = crate::max_private_data(
-                                crate::PortSpace::Tcp,
-                                crate::PrivateDataOp::Reject,
-                            );
-                            // The peer is turned away whatever happens; the id and the event
-                            // go with this iteration.
-                            let _ = id.reject(&data[..data.len().min(max)]);
-                            self.rejected.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                    }
-                    let private_data = crate::PrivateData::new(ev.private_data().to_vec());
-                    let peer_param = ev.param();
-                    // Acknowledge before migrating: rdma_migrate_id waits for it.
-                    drop(ev);
-                    id.migrate(&EventChannel::new()?)?;
-                    let (pd, cq, qp) = match self.opts.resources(&id) {
-                        Ok(r) => r,
-                        Err(e) => {
-                            let _ = id.reject(&[]);
-                            return Err(e);
-                        }
-                    };
-                    return Ok(ConnectRequest {
-                        id,
-                        pd,
-                        cq,
-                        qp,
-                        private_data,
-                        peer_param,
-                        param: self.opts.param.clone(),
-                    });
-                }
-                Ok(EventKind::DeviceRemoval) => return Err(Error::Disconnected),
-                // Anything else on the listening id is of no use here; it is acknowledged.
-                _ => continue,
+            if let Some(req) = self.request_from(ev)? {
+                return Ok(req);
             }
         }
+    }
+
+    /// Takes an event of the listening id: a connect request that passes the admission hook
+    /// becomes a [`ConnectRequest`] with its resources (as [`get_request`](Self::get_request)
+    /// makes them); one the hook refuses is rejected here (`Ok(None)`), as is any other
+    /// event but the device's removal (an error).
+    pub fn request_from(&self, ev: CmEvent) -> Result<Option<ConnectRequest>> {
+        match ev.kind() {
+            Ok(EventKind::ConnectRequest) => {}
+            Ok(EventKind::DeviceRemoval) => return Err(Error::Disconnected),
+            // Anything else on the listening id is of no use here; it is acknowledged.
+            _ => return Ok(None),
+        }
+        let Some(id) = ev.id().cloned() else {
+            return Ok(None);
+        };
+        if let Some(hook) = &self.opts.admit {
+            let req = IncomingRequest {
+                peer_addr: id.peer_addr(),
+                local_addr: id.local_addr(),
+                private_data: ev.private_data(),
+            };
+            if let Admission::Reject(data) = hook.call(&req) {
+                let max =
+                    crate::max_private_data(crate::PortSpace::Tcp, crate::PrivateDataOp::Reject);
+                // The peer is turned away whatever happens; the id and the event go with
+                // this call.
+                let _ = id.reject(&data[..data.len().min(max)]);
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                return Ok(None);
+            }
+        }
+        let private_data = crate::PrivateData::new(ev.private_data().to_vec());
+        let peer_param = ev.param();
+        // Acknowledge before migrating: rdma_migrate_id waits for it.
+        drop(ev);
+        if self.own_channel {
+            id.migrate(&EventChannel::new()?)?;
+        }
+        let (pd, cq, qp) = match self.opts.resources(&id) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = id.reject(&[]);
+                return Err(e);
+            }
+        };
+        Ok(Some(ConnectRequest {
+            id,
+            pd,
+            cq,
+            qp,
+            private_data,
+            peer_param,
+            param: self.opts.param.clone(),
+        }))
     }
 
     /// Waits up to `timeout` for a connect request and accepts it with the listener's
@@ -177,35 +212,98 @@ impl ConnectRequest {
     /// Accepts with `private_data` (at most 196 bytes) and waits up to `timeout` for the
     /// connection to be established.
     #[doc(alias = "rdma_accept")]
-    pub fn accept(mut self, private_data: &[u8], timeout: Duration) -> Result<Connection> {
-        self.param = self.param.clone().private_data(private_data)?;
-        self.accept_by(Instant::now() + timeout, timeout)
+    pub fn accept(self, private_data: &[u8], timeout: Duration) -> Result<Connection> {
+        let channel = self.id.channel();
+        let mut accepting = self.start_accept(private_data, timeout)?;
+        wait_steps(&channel, &mut accepting)
     }
 
     /// Accepts with `param` and waits up to `timeout` for the connection.
-    pub fn accept_with(mut self, param: ConnParam, timeout: Duration) -> Result<Connection> {
-        self.param = param;
-        self.accept_by(Instant::now() + timeout, timeout)
+    pub fn accept_with(self, param: ConnParam, timeout: Duration) -> Result<Connection> {
+        let channel = self.id.channel();
+        let mut accepting = self.start_accept_with(param, timeout)?;
+        wait_steps(&channel, &mut accepting)
     }
 
-    fn accept_by(self, deadline: Instant, total: Duration) -> Result<Connection> {
+    /// Accepts with `private_data` (at most 196 bytes), the step-wise form of
+    /// [`accept`](Self::accept): feed the returned [`Accepting`] the events of its id; it
+    /// fails once `timeout` passed without the connection.
+    #[doc(alias = "rdma_accept")]
+    pub fn start_accept(mut self, private_data: &[u8], timeout: Duration) -> Result<Accepting> {
+        self.param = self.param.clone().private_data(private_data)?;
+        self.begin(Instant::now() + timeout, timeout)
+    }
+
+    /// Accepts with `param`, step by step (see [`start_accept`](Self::start_accept)).
+    pub fn start_accept_with(mut self, param: ConnParam, timeout: Duration) -> Result<Accepting> {
+        self.param = param;
+        self.begin(Instant::now() + timeout, timeout)
+    }
+
+    fn begin(self, deadline: Instant, total: Duration) -> Result<Accepting> {
         self.id.ready_qp(&self.qp)?;
         self.id.accept(&self.param, &self.qp)?;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ev = self.id.get_event(left)?.ok_or(Error::Timeout {
-                op: "accept",
-                after: total,
-            })?;
-            match ev.kind() {
-                Ok(EventKind::Established) => break,
-                _ => match ev.connection_failure() {
-                    Some(e) => return Err(e),
-                    None => continue,
-                },
-            }
+        Ok(Accepting {
+            id: self.id.clone(),
+            deadline,
+            total,
+            request: Some(self),
+        })
+    }
+
+    /// Accepts with the listener's parameters and waits until `deadline` (`total` after the
+    /// caller's start) for the connection.
+    fn accept_by(self, deadline: Instant, total: Duration) -> Result<Connection> {
+        let channel = self.id.channel();
+        let mut accepting = self.begin(deadline, total)?;
+        wait_steps(&channel, &mut accepting)
+    }
+
+    /// Rejects with `private_data` (at most 148 bytes) for the peer.
+    #[doc(alias = "rdma_reject")]
+    pub fn reject(self, private_data: &[u8]) -> Result<()> {
+        self.id.reject(private_data)
+    }
+}
+
+/// An accepted request waiting for the connection to be established
+/// ([`ConnectRequest::start_accept`]), step by step.
+#[derive(Debug)]
+pub struct Accepting {
+    id: CmId,
+    deadline: Instant,
+    total: Duration,
+    /// Taken when it is done.
+    request: Option<ConnectRequest>,
+}
+
+impl Accepting {
+    /// The id whose events to feed.
+    pub fn id(&self) -> &CmId {
+        &self.id
+    }
+
+    /// The deadline: [`on_timer`](Self::on_timer) fails the accept from then on.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Takes an event: one of another id is ignored; `Established` is [`Step::Done`] with the
+    /// connection; a rejection, an unreachable peer or a disconnect is the error it means.
+    pub fn on_event(&mut self, ev: &CmEvent) -> Result<Step<Connection>> {
+        if !names(ev, &self.id) || self.request.is_none() {
+            return Ok(Step::Waiting);
         }
-        let ConnectRequest {
+        if !ev.is(EventKind::Established) {
+            return match ev.connection_failure() {
+                Some(e) => {
+                    self.request = None;
+                    Err(e)
+                }
+                None => Ok(Step::Waiting),
+            };
+        }
+        let Some(ConnectRequest {
             qp,
             cq,
             pd,
@@ -213,20 +311,42 @@ impl ConnectRequest {
             private_data,
             peer_param,
             ..
-        } = self;
-        Ok(Connection::new(
+        }) = self.request.take()
+        else {
+            return Ok(Step::Waiting);
+        };
+        Ok(Step::Done(Connection::new(
             id,
             pd,
             cq,
             qp,
             private_data.into_vec(),
             peer_param,
-        ))
+        )))
     }
 
-    /// Rejects with `private_data` (at most 148 bytes) for the peer.
-    #[doc(alias = "rdma_reject")]
-    pub fn reject(self, private_data: &[u8]) -> Result<()> {
-        self.id.reject(private_data)
+    /// Looks at the clock: past the deadline, the accept timed out.
+    pub fn on_timer(&mut self, now: Instant) -> Result<Step<Connection>> {
+        if self.request.is_none() || now < self.deadline {
+            return Ok(Step::Waiting);
+        }
+        self.request = None;
+        Err(Error::Timeout {
+            op: "accept",
+            after: self.total,
+        })
+    }
+}
+
+impl Stepwise for Accepting {
+    type Output = Connection;
+    fn on_event(&mut self, ev: &CmEvent) -> Result<Step<Connection>> {
+        Accepting::on_event(self, ev)
+    }
+    fn on_timer(&mut self, now: Instant) -> Result<Step<Connection>> {
+        Accepting::on_timer(self, now)
+    }
+    fn deadline(&self) -> Instant {
+        self.deadline
     }
 }

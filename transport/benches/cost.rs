@@ -178,7 +178,7 @@ fn exchange(a: &Args, ep: &Endpoint) -> Res<()> {
             // A slowed listener may see a request its peer already gave up on: take the next.
             let end = Instant::now() + TIMEOUT;
             let conn = loop {
-                match listener.accept(end.saturating_duration_since(Instant::now())) {
+                match listener.accept_timeout(end.saturating_duration_since(Instant::now())) {
                     Ok(c) => break c,
                     Err(err) if Instant::now() >= end => return Err(format!("accept: {err}")),
                     Err(_) => {}

@@ -194,17 +194,8 @@ impl Conn {
     /// [`EndpointConfig::linger`](crate::EndpointConfig::linger) for the bound
     /// [`close_async`](Self::close_async) uses.
     pub fn close(&self, timeout: Duration) -> Result<()> {
-        self.begin_close();
+        self.inner.begin_close();
         self.wait("close", timeout, |_, st| st.delivery(true))
-    }
-
-    /// Starts a graceful close: the CLOSE frame queued behind everything sent so far.
-    pub(crate) fn begin_close(&self) {
-        let mut st = self.inner.state.lock();
-        if let Some(p) = st.proto.as_mut() {
-            p.close();
-        }
-        self.inner.drive(&mut st);
     }
 
     /// Whether the connection ended (closed by either side, or failed).
@@ -220,14 +211,6 @@ impl Conn {
 
 impl Drop for Conn {
     fn drop(&mut self) {
-        if self
-            .inner
-            .handles
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
-            != 1
-        {
-            return;
-        }
-        self.begin_close();
+        self.inner.release_handle();
     }
 }

@@ -20,8 +20,14 @@
 //!   stops waiting for the peer's close.
 //! - [`Conn::read_async`], [`Conn::write_async`]: dropping the future forgets the request in
 //!   progress (the device finishes it into pool memory).
-//! - [`Endpoint::connect_async`](crate::Endpoint::connect_async): the connect runs on a thread
-//!   of its own; dropping the future lets it finish and closes the connection it made.
+//! - [`Endpoint::connect_async`](crate::Endpoint::connect_async): the connect's CM events come
+//!   to the endpoint's CM thread, which wakes the task (no thread per connect); dropping the
+//!   future abandons an attempt in progress (the peer is refused) or closes the connection it
+//!   made.
+//! - [`Listener::accept_async`](crate::Listener::accept_async),
+//!   [`Listener::poll_accept`](crate::Listener::poll_accept): the CM thread accepts into the
+//!   listener's backlog and a poll takes a connection from it only when it returns it; a
+//!   dropped future loses none.
 
 use std::future::poll_fn;
 use std::sync::atomic::Ordering;
@@ -232,7 +238,7 @@ impl Conn {
     /// [`linger`](crate::EndpointConfig::linger) (then [`Error::TimedOut`]; the close goes
     /// on). The close is queued at the first poll; dropping the future only stops the wait.
     pub async fn close_async(&self) -> Result<()> {
-        self.begin_close();
+        self.inner.begin_close();
         let linger = self.inner.shared.cfg.linger;
         let deadline = Instant::now() + linger;
         poll_fn(|cx| self.poll_delivered(cx, true, "close", deadline, linger)).await

@@ -1,17 +1,18 @@
 //! [`Endpoint`]: one device, protection domain, memory pool and progress engine serving many
 //! connections; it listens and connects.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::AtomicUsize;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use cm::{ConnOptions, ConnParam, Connector};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use verbs::{AccessFlags, QpCap};
 
-use crate::engine::{ConnShared, ConnState, Engine, Shared};
-use crate::proto::{self, ConnectInfo, HandshakeError};
+use crate::engine::{ConnectOp, Engine, Shared};
 use crate::region::{Access, Region, Token};
 use crate::{Conn, EndpointConfig, Error, Listener, Result};
 
@@ -82,14 +83,16 @@ impl Endpoint {
         self.shared().conn_count()
     }
 
-    /// Listens on `port` of the local address (0: any free port).
+    /// Listens on `port` of the local address (0: any free port). The listening id's events
+    /// come to the endpoint's CM thread, which accepts for the listener: no thread of its
+    /// own. Dropping the listener frees the port at once.
     pub fn listen(&self, port: u16) -> Result<Listener> {
         let addr = SocketAddr::new(self.local_ip(), port);
         let opts = self
             .conn_options(None)?
             .admit_hook(Some(crate::listener::admission(self)));
-        let inner = cm::Listener::bind(addr, opts)?;
-        Ok(Listener::new(inner, self.clone()))
+        let backlog = self.shared().listen(addr, opts)?;
+        Ok(Listener::new(backlog, self.clone()))
     }
 
     /// Connects to `dst` within the configured connect timeout.
@@ -98,48 +101,44 @@ impl Endpoint {
     }
 
     /// Connects to `dst` within `timeout`. Nobody listening: [`Error::Cm`] with the rejection;
-    /// a peer speaking another protocol version: [`Error::Handshake`].
+    /// a peer speaking another protocol version: [`Error::Handshake`]. The attempt is the
+    /// one [`connect_async`](Self::connect_async) makes, waited for on this thread.
     pub fn connect_timeout(&self, dst: SocketAddr, timeout: Duration) -> Result<Conn> {
-        self.check_room()?;
-        let info = self.config().proto.connect_info();
-        let pending = Connector::new(dst)
-            .src(self.local_ip())
-            .options(self.conn_options(Some(&info.encode()))?)
-            .timeout(timeout)
-            .resolve()?;
-        // Register before connecting: the peer may send as soon as it accepted.
-        let conn = self.register(pending.qp().clone(), pending.id().clone(), None);
-        let connected = pending.connect().map_err(handshake_rejection);
-        let parts = match connected {
-            Ok(c) => c.into_parts(),
-            Err(e) => {
-                self.unregister(&conn);
-                return Err(e);
-            }
-        };
-        let peer = match ConnectInfo::decode(&parts.private_data) {
-            Ok(p) => p,
-            Err(e) => {
-                self.unregister(&conn);
-                let _ = parts.qp.to_error();
-                let _ = parts.id.disconnect();
-                return Err(Error::Handshake(e));
-            }
-        };
-        self.establish(&conn, &parts.id, &peer)?;
-        Ok(Conn {
-            inner: conn,
-            engine: self.engine.clone(),
-        })
+        let mut connecting = self.start_connect(dst, timeout)?;
+        // The attempt fails itself at its deadline (the progress thread's tick looks at it);
+        // the grace covers the tick's interval and the CM's last event.
+        let bound = Instant::now() + timeout + CONNECT_GRACE;
+        match crate::task::block_on(Some(bound), |cx| Pin::new(&mut connecting).poll(cx)) {
+            Some(r) => r,
+            None => Err(Error::TimedOut {
+                op: "connect",
+                after: timeout,
+            }),
+        }
     }
 
-    /// Connects to `dst` within the configured connect timeout, as a future: the connect runs
-    /// on a thread of its own (no runtime needed). Dropping the future lets the connect finish
-    /// and closes the connection it made.
+    /// Connects to `dst` within the configured connect timeout, as a future (no runtime
+    /// needed): the attempt's CM events come to the endpoint's CM thread, which wakes the
+    /// task; no thread is started for it. Dropping the future abandons the attempt (the
+    /// peer is refused) or closes the connection it made.
     pub async fn connect_async(&self, dst: SocketAddr) -> Result<Conn> {
         self.drive_from_current_runtime();
-        let ep = self.clone();
-        crate::task::spawn_blocking("transport-connect", move || ep.connect(dst)).await
+        self.start_connect(dst, self.config().connect_timeout)?
+            .await
+    }
+
+    fn start_connect(&self, dst: SocketAddr, timeout: Duration) -> Result<ConnectFuture> {
+        self.shared().check_room()?;
+        let info = self.config().proto.connect_info();
+        let connector = Connector::new(dst)
+            .src(self.local_ip())
+            .options(self.conn_options(Some(&info.encode()))?)
+            .timeout(timeout);
+        let op = self.shared().start_connect(connector)?;
+        Ok(ConnectFuture {
+            endpoint: self.clone(),
+            op: Some(op),
+        })
     }
 
     /// Registers memory for peers to read and/or write through a [`Token`].
@@ -155,16 +154,6 @@ impl Endpoint {
             mr: Mutex::new(mr),
             token,
         })
-    }
-
-    /// Refuses a new connection when the endpoint has as many as its shared receive queue is
-    /// sized for.
-    pub(crate) fn check_room(&self) -> Result<()> {
-        let max = self.config().max_connections;
-        if self.connections() >= max as usize {
-            return Err(Error::TooManyConnections { max });
-        }
-        Ok(())
     }
 
     /// Options for the CM: this endpoint's PD, CQ and SRQ; QPs sized for the protocol,
@@ -191,59 +180,44 @@ impl Endpoint {
             .ack_timeout(s.cfg.ack_timeout)
             .param(param))
     }
+}
 
-    /// Makes the engine's record of a connection, known by QP number from now on.
-    pub(crate) fn register(
-        &self,
-        qp: verbs::Qp,
-        id: cm::CmId,
-        proto: Option<proto::Connection<memory::Buffer>>,
-    ) -> Arc<ConnShared> {
-        let conn = Arc::new(ConnShared {
-            shared: self.shared().clone(),
-            local_addr: id.local_addr(),
-            peer_addr: id.peer_addr(),
-            qp,
-            id,
-            eager_limit: AtomicUsize::new(proto.as_ref().map_or(0, |p| p.eager_limit())),
-            spin: crate::engine::SpinBudget::new(match self.config().polling {
-                crate::Polling::Adaptive { spin } => spin,
-                _ => Duration::ZERO,
-            }),
-            state: Mutex::new(ConnState::new(proto.map(|mut p| {
-                p.set_coalescing(self.config().polling.batches_messages());
-                p
-            }))),
-            cond: Condvar::new(),
-            handles: AtomicUsize::new(1),
-            nodelay: std::sync::atomic::AtomicBool::new(false),
-        });
-        self.shared().add_conn(conn.clone());
-        conn
+/// How long past its timeout a blocking connect waits for the attempt's own end.
+const CONNECT_GRACE: Duration = Duration::from_secs(2);
+
+/// A connect in progress: its outcome as a connection of `endpoint`. Dropping it before the
+/// end abandons the attempt, or closes the connection it made.
+struct ConnectFuture {
+    endpoint: Endpoint,
+    /// Taken with the outcome.
+    op: Option<Arc<ConnectOp>>,
+}
+
+impl Future for ConnectFuture {
+    type Output = Result<Conn>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Conn>> {
+        let Some(op) = &self.op else {
+            return Poll::Ready(Err(Error::Config(
+                "the connect was polled after its end".into(),
+            )));
+        };
+        let Poll::Ready(r) = op.poll(cx) else {
+            return Poll::Pending;
+        };
+        self.op = None;
+        Poll::Ready(r.map(|inner| Conn {
+            inner,
+            engine: self.endpoint.engine.clone(),
+        }))
     }
+}
 
-    pub(crate) fn unregister(&self, conn: &ConnShared) {
-        self.shared().remove_conns([conn.qp.qp_num()]);
-    }
-
-    /// The peer's connect data arrived: start the protocol, replay early frames, and route the
-    /// id's CM events (disconnects) to the engine.
-    pub(crate) fn establish(
-        &self,
-        conn: &Arc<ConnShared>,
-        id: &cm::CmId,
-        peer: &ConnectInfo,
-    ) -> Result<()> {
-        let proto = proto::Connection::new(&self.config().proto, peer, Instant::now())
-            .map_err(|e| Error::Config(e.to_string()))?;
-        {
-            let mut st = conn.state.lock();
-            conn.set_proto(&mut st, proto);
-            conn.replay_early(&mut st);
-            conn.drive(&mut st);
+impl Drop for ConnectFuture {
+    fn drop(&mut self) {
+        if let Some(op) = self.op.take() {
+            self.endpoint.shared().cancel_connect(&op);
         }
-        id.migrate(&self.shared().cm_channel)?;
-        Ok(())
     }
 }
 
@@ -287,14 +261,4 @@ impl EndpointBuilder {
             engine: Engine::start(shared)?,
         })
     }
-}
-
-/// A rejection carrying the peer's connect data: its version tells why.
-fn handshake_rejection(e: cm::Error) -> Error {
-    if let cm::Error::Rejected { private_data, .. } = &e {
-        if let Err(h @ HandshakeError::VersionMismatch { .. }) = ConnectInfo::decode(private_data) {
-            return Error::Handshake(h);
-        }
-    }
-    Error::Cm(e)
 }

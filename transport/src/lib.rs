@@ -12,7 +12,7 @@
 //! let server = Endpoint::new("10.77.0.2".parse().unwrap())?;
 //! let listener = server.listen(7471)?;
 //! std::thread::spawn(move || -> transport::Result<()> {
-//!     let conn = listener.accept(Duration::from_secs(10))?;
+//!     let conn = listener.accept_timeout(Duration::from_secs(10))?;
 //!     let msg = conn.recv(Duration::from_secs(10))?;
 //!     conn.send(&msg.to_vec())?; // echo
 //!     Ok(())
@@ -73,8 +73,8 @@
 //! - Async: every operation has an async form, most also a `poll_*` function
 //!   ([`Conn::recv_async`], [`Conn::send_async`], [`Conn::call_async`], [`Conn::close_async`],
 //!   [`Endpoint::connect_async`], [`Listener::accept_async`], ...) woken by the progress
-//!   thread through `Waker`s, on any executor; each documents its cancel safety. Connect runs
-//!   on a thread of its own behind its future. On a multi-threaded tokio runtime an endpoint
+//!   thread through `Waker`s, on any executor; each documents its cancel safety. Connects and
+//!   accepts complete on the endpoint's CM thread, no thread each. On a multi-threaded tokio runtime an endpoint
 //!   of the default (adaptive) polling is driven from the runtime itself (see
 //!   [`Polling::Adaptive`]).
 //! - [`stream`]: a byte stream (`TcpStream`-like) with std, `futures-io` and (feature `tokio`)

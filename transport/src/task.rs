@@ -1,15 +1,11 @@
-//! Executor-neutral helpers of the async API: registering a task's `Waker`, and running a
-//! blocking operation (connect, accept) on a thread whose result a future awaits.
+//! Executor-neutral helpers of the async API: registering a task's `Waker`, and blocking a
+//! thread on a poll function (the blocking connect and accept wait on their async forms).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
-
-use parking_lot::Mutex;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
 use crate::engine::{ConnState, Shared};
-use crate::{Error, Result};
 
 /// Adds the task's waker to the connection's list (once per task), to be woken by the next
 /// batch of protocol actions, and makes sure the progress thread polls. Call with the state
@@ -43,76 +39,40 @@ pub(crate) fn push_waker(list: &mut Vec<Waker>, waker: &Waker) {
     }
 }
 
-/// The slot a blocking thread fills and a future takes.
-#[derive(Debug)]
-struct Slot<T> {
-    value: Option<T>,
-    /// The thread ended without a value (it panicked).
-    gone: bool,
-    waker: Option<Waker>,
-}
+/// Wakes a thread parked in [`block_on`].
+struct Unpark(std::thread::Thread);
 
-/// A future of the result of a blocking operation running on its own thread. Dropping it
-/// lets the operation finish and drops its result (a connection made meanwhile closes
-/// gracefully).
-#[derive(Debug)]
-pub(crate) struct Blocking<T> {
-    slot: Arc<Mutex<Slot<T>>>,
-}
-
-/// Runs `f` on a new thread named `name`.
-pub(crate) fn spawn_blocking<T: Send + 'static>(
-    name: &str,
-    f: impl FnOnce() -> Result<T> + Send + 'static,
-) -> Blocking<Result<T>> {
-    let slot = Arc::new(Mutex::new(Slot {
-        value: None,
-        gone: false,
-        waker: None,
-    }));
-    let theirs = slot.clone();
-    let spawned = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            struct Fill<T>(Arc<Mutex<Slot<T>>>, Option<T>);
-            impl<T> Drop for Fill<T> {
-                fn drop(&mut self) {
-                    let mut s = self.0.lock();
-                    s.value = self.1.take();
-                    s.gone = true;
-                    if let Some(w) = s.waker.take() {
-                        w.wake();
-                    }
-                }
-            }
-            let mut fill = Fill(theirs, None);
-            fill.1 = Some(f());
-        });
-    if let Err(e) = spawned {
-        let mut s = slot.lock();
-        s.value = Some(Err(Error::Thread(e)));
-        s.gone = true;
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
     }
-    Blocking { slot }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
 }
 
-impl<T> Future for Blocking<Result<T>> {
-    type Output = Result<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
-        let mut s = self.slot.lock();
-        if let Some(v) = s.value.take() {
-            return Poll::Ready(v);
+/// Polls `f` on this thread until it is ready, parking in between (the engine's threads
+/// wake it through the waker): the blocking form of an async operation. `None` once
+/// `deadline` (if any) passed.
+pub(crate) fn block_on<T>(
+    deadline: Option<Instant>,
+    mut f: impl FnMut(&mut Context<'_>) -> Poll<T>,
+) -> Option<T> {
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(r) = f(&mut cx) {
+            return Some(r);
         }
-        if s.gone {
-            return Poll::Ready(Err(Error::Config(
-                "the thread running the operation panicked".into(),
-            )));
+        match deadline {
+            None => std::thread::park(),
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return None;
+                }
+                std::thread::park_timeout(d - now);
+            }
         }
-        match &s.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => s.waker = Some(cx.waker().clone()),
-        }
-        Poll::Pending
     }
 }

@@ -56,7 +56,7 @@ fn connected() -> (Conn, Conn) {
     let listener = server.listen(0).unwrap();
     let addr = listener.local_addr().unwrap();
     let client = Endpoint::with_config(IpAddr::V4(testkit::device().addr), cfg()).unwrap();
-    let accept = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let accept = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).unwrap());
     let c = client.connect(addr).unwrap();
     (c, accept.join().unwrap())
 }

@@ -64,7 +64,7 @@ impl Pair {
             .local_addr()
             .map_err(err("listener address"))?;
         thread::scope(|s| {
-            let accept = s.spawn(|| self.listener.accept(TIMEOUT).map_err(err("accept")));
+            let accept = s.spawn(|| self.listener.accept_timeout(TIMEOUT).map_err(err("accept")));
             let c = self.client.connect(addr).map_err(err("connect"));
             let srv = accept.join().map_err(|_| "accept panicked".to_string())?;
             Ok((srv?, c?))

@@ -55,7 +55,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             let ep = Endpoint::with_config(addr.ip(), config())?;
             let listener = ep.listen(addr.port())?;
             println!("listening");
-            let conn = listener.accept(Duration::from_secs(30))?;
+            let conn = listener.accept_timeout(Duration::from_secs(30))?;
             println!("accepted");
             loop {
                 let msg = match conn.recv(Duration::from_secs(60)) {

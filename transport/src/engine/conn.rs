@@ -190,6 +190,60 @@ pub(crate) struct ConnShared {
 }
 
 impl ConnShared {
+    /// A connection's record, with one user handle, its protocol set up when `proto` is
+    /// given (else when the peer's connect data arrives).
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        qp: Qp,
+        id: cm::CmId,
+        proto: Option<proto::Connection<Buffer>>,
+    ) -> ConnShared {
+        let polling = shared.cfg.polling;
+        ConnShared {
+            local_addr: id.local_addr(),
+            peer_addr: id.peer_addr(),
+            qp,
+            id,
+            eager_limit: std::sync::atomic::AtomicUsize::new(
+                proto.as_ref().map_or(0, |p| p.eager_limit()),
+            ),
+            spin: super::SpinBudget::new(match polling {
+                crate::Polling::Adaptive { spin } => spin,
+                _ => std::time::Duration::ZERO,
+            }),
+            state: Mutex::new(ConnState::new(proto.map(|mut p| {
+                p.set_coalescing(polling.batches_messages());
+                p
+            }))),
+            cond: Condvar::new(),
+            handles: std::sync::atomic::AtomicUsize::new(1),
+            nodelay: std::sync::atomic::AtomicBool::new(false),
+            shared,
+        }
+    }
+
+    /// A user handle goes: the last one closes the connection (gracefully: what was sent
+    /// is delivered first).
+    pub(crate) fn release_handle(&self) {
+        if self
+            .handles
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            != 1
+        {
+            return;
+        }
+        self.begin_close();
+    }
+
+    /// Starts a graceful close: the CLOSE frame queued behind everything sent so far.
+    pub(crate) fn begin_close(&self) {
+        let mut st = self.state.lock();
+        if let Some(p) = st.proto.as_mut() {
+            p.close();
+        }
+        self.drive(&mut st);
+    }
+
     /// Bytes a frame may have to be posted inline (the device copies it during the post).
     pub(crate) fn inline_room(&self) -> usize {
         self.qp.cap().max_inline_data as usize

@@ -9,6 +9,7 @@
 
 mod batch;
 mod calls;
+mod cm_ops;
 mod conn;
 mod conn_table;
 mod one_sided_ops;
@@ -29,6 +30,7 @@ use memory::{Buffer, Pool};
 use parking_lot::Mutex;
 use verbs::{CompletionBuf, Pd, Reclaimed};
 
+pub(crate) use cm_ops::{Backlog, ConnectOp};
 pub(crate) use conn::{ConnShared, ConnState};
 pub(crate) use poll::{Counts, Spinning};
 pub(crate) use send_queue::SqOp;
@@ -103,8 +105,11 @@ pub(crate) struct Shared {
     pub local_ip: IpAddr,
     /// The device's resources every connection uses.
     pub res: Resources,
-    /// CM events (disconnects) of every established connection arrive here.
+    /// CM events of every id of the endpoint arrive here: connects and accepts in progress,
+    /// listeners, and established connections (disconnects).
     pub cm_channel: cm::EventChannel,
+    /// Connects, accepts and listeners in progress, by id ([`cm_ops`]).
+    cm_ops: Mutex<cm_ops::CmOps>,
     /// Stops the thread serving `cm_channel`, which otherwise sleeps until an event comes.
     cm_stop: cm::Wakeup,
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
@@ -197,6 +202,7 @@ impl Shared {
             res,
             local_ip,
             cm_channel: cm::EventChannel::new()?,
+            cm_ops: Mutex::new(cm_ops::CmOps::default()),
             cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
             conns: ConnTable::new(),
             progress: Mutex::new(Progress {

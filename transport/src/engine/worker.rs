@@ -1,6 +1,6 @@
 //! The endpoint's threads: the progress loop (polling as the mode says, standing aside for
-//! callers that poll, timers and teardown), the CM thread (disconnects of established
-//! connections), and shutting both down when the last handle goes.
+//! callers that poll, timers and teardown), the CM thread (every CM event of the endpoint:
+//! connects, accepts, disconnects), and shutting both down when the last handle goes.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -83,7 +83,7 @@ impl Shared {
     }
 
     /// A CM event of an established connection (a disconnect).
-    pub(super) fn on_cm_event(&self, ev: &cm::CmEvent) {
+    pub(super) fn on_conn_cm_event(&self, ev: &cm::CmEvent) {
         let Some(id) = ev.id() else { return };
         if !matches!(
             ev.kind(),
@@ -144,7 +144,7 @@ impl Engine {
                     // CM thread never wakes.
                     while !shared.stop.load(Ordering::Relaxed) {
                         match shared.cm_channel.get_event_unless(&shared.cm_stop, None) {
-                            Ok(Some(ev)) => shared.on_cm_event(&ev),
+                            Ok(Some(ev)) => shared.on_cm_event(ev),
                             Ok(None) => {}
                             // Whatever broke the channel, do not spin on it.
                             Err(_) => std::thread::sleep(CM_RETRY),
@@ -191,6 +191,7 @@ impl Drop for Engine {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.shared.clear_cm_ops();
         // End every connection still known, and let go of them (they hold the shared state).
         let conns = self.shared.conns.all();
         self.shared
@@ -226,11 +227,12 @@ impl Timers {
     }
 
     /// Runs the timers if they are due at `now`; returns whether they ran.
-    fn run_if_due(&mut self, shared: &Shared, now: Instant) -> bool {
+    fn run_if_due(&mut self, shared: &Arc<Shared>, now: Instant) -> bool {
         if now < self.next {
             return false;
         }
         self.next = shared.tick(now, &mut self.gone);
+        shared.cm_timers(now);
         self.last = now;
         true
     }
@@ -241,7 +243,7 @@ impl Timers {
     }
 }
 
-fn progress_loop(shared: &Shared) {
+fn progress_loop(shared: &Arc<Shared>) {
     let mut timers = Timers::new();
     let mut idle_since: Option<Instant> = None;
     // How long to nap while callers poll: grows from CALLERS_ACTIVE to ASIDE_NAP_MAX.

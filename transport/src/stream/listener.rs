@@ -126,11 +126,13 @@ impl StreamListener {
         std::future::poll_fn(|cx| self.poll_accept(cx)).await
     }
 
-    /// Accepts the next stream, blocking up to `timeout` (do not mix with
-    /// [`accept`](Self::accept) on one listener).
+    /// Accepts the next stream, blocking up to `timeout`.
     pub fn accept_blocking(&self, timeout: Duration) -> io::Result<(Stream, SocketAddr)> {
         match &self.inner[..] {
-            [one] => one.accept(timeout).map_err(to_io).and_then(accepted),
+            [one] => one
+                .accept_timeout(timeout)
+                .map_err(to_io)
+                .and_then(accepted),
             _ => super::blocking::block_on("accept", Some(timeout), |cx| self.poll_accept(cx)),
         }
     }

@@ -31,7 +31,7 @@ fn the_admission_hook_refuses_and_admits_by_peer_and_handshake() {
     let (listener, client) = endpoints(cfg, config());
     let addr = addr_of(&listener);
     let serving = std::thread::spawn(move || {
-        let conn = listener.accept(TIMEOUT).expect("accept");
+        let conn = listener.accept_timeout(TIMEOUT).expect("accept");
         let m = conn.recv(TIMEOUT).expect("recv");
         conn.send(&m.bytes()).expect("echo");
         conn

@@ -64,7 +64,7 @@ fn start_writer(
         None => all.extend(["--pause-ms", PAUSE_MS]),
     }
     let (writer, _lines) = peer_program(&all);
-    let conn = listener.accept(TIMEOUT).expect("accept the writer");
+    let conn = listener.accept_timeout(TIMEOUT).expect("accept the writer");
     (writer, conn)
 }
 

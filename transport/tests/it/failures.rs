@@ -65,7 +65,7 @@ fn a_peer_of_another_version_is_refused_both_ways() {
     // A client of the next version against our listener: rejected with our connect data.
     let (listener, _client) = endpoints(config(), config());
     let addr = addr_of(&listener);
-    let serving = std::thread::spawn(move || listener.accept(Duration::from_secs(3)));
+    let serving = std::thread::spawn(move || listener.accept_timeout(Duration::from_secs(3)));
     let attempt = cm::Connector::new(addr)
         .src(local_ip())
         .private_data(&newer.encode())
@@ -119,7 +119,7 @@ fn a_server_killed_mid_transfer_fails_the_client_within_the_keepalive_bound() {
     let (listener, _) = endpoints(config(), config());
     let healthy_addr = addr_of(&listener);
     let healthy_server = std::thread::spawn(move || {
-        let c = listener.accept(TIMEOUT).unwrap();
+        let c = listener.accept_timeout(TIMEOUT).unwrap();
         for _ in 0..2 {
             let m = c.recv(TIMEOUT).unwrap();
             c.send(&m.to_vec()).unwrap();
@@ -185,7 +185,7 @@ fn a_client_killed_mid_transfer_fails_the_server_side_and_it_keeps_serving() {
     let addr = addr_of(&listener);
     let src = local_ip().to_string();
     let (mut peer, lines) = peer_program(&["client", "--src", &src, "--addr", &addr.to_string()]);
-    let conn = listener.accept(TIMEOUT).unwrap();
+    let conn = listener.accept_timeout(TIMEOUT).unwrap();
     wait_line(&lines, "connected");
     for _ in 0..3 {
         assert_eq!(conn.recv(TIMEOUT).unwrap().len(), 1 << 20);
@@ -207,7 +207,7 @@ fn a_client_killed_mid_transfer_fails_the_server_side_and_it_keeps_serving() {
         c.send(b"next").unwrap();
         c.close(TIMEOUT).unwrap();
     });
-    let next = listener.accept(TIMEOUT).unwrap();
+    let next = listener.accept_timeout(TIMEOUT).unwrap();
     assert_eq!(&next.recv(TIMEOUT).unwrap().bytes()[..], b"next");
     t.join().unwrap();
 }

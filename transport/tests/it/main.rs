@@ -22,6 +22,7 @@ mod admission;
 mod async_conn;
 mod calls;
 mod close_exit;
+mod connect_async;
 mod failures;
 mod fault_suite;
 #[cfg(feature = "grpc")]

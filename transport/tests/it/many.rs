@@ -29,7 +29,9 @@ fn two_hundred_fifty_six_connections_on_one_endpoint() {
     let baseline = server_ep.pool().stats().buffers_in_use();
     let addr = addr_of(&listener);
     let server = std::thread::spawn(move || {
-        let conns: Vec<_> = (0..n).map(|_| listener.accept(TIMEOUT).unwrap()).collect();
+        let conns: Vec<_> = (0..n)
+            .map(|_| listener.accept_timeout(TIMEOUT).unwrap())
+            .collect();
         // Echo one message on every connection, in a round.
         for round in 0..4 {
             for (i, c) in conns.iter().enumerate() {

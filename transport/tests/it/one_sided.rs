@@ -109,7 +109,7 @@ fn access_after_revoke_fails_and_the_owner_keeps_serving() {
     // The owner's endpoint serves a new connection.
     let listener = ep.listen(0).unwrap();
     let addr = listener.local_addr().unwrap();
-    let t = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let t = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).unwrap());
     let again = client.endpoint().connect(addr).unwrap();
     let s2 = t.join().unwrap();
     again.send(b"next").unwrap();

@@ -139,7 +139,7 @@ fn a_busy_endpoint_without_connections_leaves_the_core_alone() {
     // A connection still gets going at once, and carries traffic.
     let client = Endpoint::with_config(local_ip(), with(Polling::Busy)).unwrap();
     let addr = listener.local_addr().unwrap();
-    let accept = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let accept = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).unwrap());
     let c = client.connect(addr).unwrap();
     let s = accept.join().unwrap();
     for i in 0..20u64 {
@@ -284,8 +284,8 @@ fn two_served_connections(
     let (listener, client_ep) = endpoints(cfg.clone(), cfg);
     let addr = listener.local_addr().unwrap();
     let accept = std::thread::spawn(move || {
-        let a = listener.accept(TIMEOUT).expect("accept");
-        let b = listener.accept(TIMEOUT).expect("accept");
+        let a = listener.accept_timeout(TIMEOUT).expect("accept");
+        let b = listener.accept_timeout(TIMEOUT).expect("accept");
         [slow_server(a, delay), slow_server(b, delay)]
     });
     let clients = [

@@ -108,7 +108,7 @@ fn a_reactor_of_ones_own_serves_blocking_calls_and_futures() {
         })
         .collect();
     let addr = addr_of(&listener);
-    let accepting = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let accepting = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).unwrap());
     let conn = client.connect(addr).unwrap();
     let peer = accepting.join().unwrap();
     let serving = std::thread::spawn(move || {

@@ -27,7 +27,7 @@ fn an_endpoint_on_the_users_pd_and_pool() {
     let server = Endpoint::with_config(peer_ip(), config()).unwrap();
     let listener = server.listen(0).unwrap();
     let addr = addr_of(&listener);
-    let accept = std::thread::spawn(move || listener.accept(TIMEOUT).unwrap());
+    let accept = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).unwrap());
     let c = client.connect(addr).unwrap();
     let s = accept.join().unwrap();
     for (i, len) in [10usize, 5000, 3 << 20].into_iter().enumerate() {
@@ -96,9 +96,9 @@ fn connections_beyond_the_maximum_are_refused_and_the_rest_keep_working() {
     let listener = server.listen(0).unwrap();
     let addr = addr_of(&listener);
     let serving = std::thread::spawn(move || {
-        let first = listener.accept(TIMEOUT).unwrap();
+        let first = listener.accept_timeout(TIMEOUT).unwrap();
         // A second peer is refused while the first is open; the wait then times out.
-        let second = listener.accept(std::time::Duration::from_secs(3));
+        let second = listener.accept_timeout(std::time::Duration::from_secs(3));
         assert!(matches!(second, Err(Error::TimedOut { .. })), "{second:?}");
         let m = first.recv(TIMEOUT).unwrap();
         first.send(&m.to_vec()).unwrap();

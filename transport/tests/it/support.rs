@@ -38,7 +38,7 @@ pub fn endpoints(server_cfg: EndpointConfig, client_cfg: EndpointConfig) -> (Lis
 pub fn pair_with(server_cfg: EndpointConfig, client_cfg: EndpointConfig) -> (Conn, Conn) {
     let (listener, client) = endpoints(server_cfg, client_cfg);
     let addr = listener.local_addr().unwrap();
-    let accept = std::thread::spawn(move || listener.accept(TIMEOUT).expect("accept"));
+    let accept = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).expect("accept"));
     let c = client.connect(addr).expect("connect");
     let s = accept.join().unwrap();
     (s, c)

@@ -88,7 +88,7 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
     let server = Endpoint::with_config(peer_ip(), config()).expect("healthy server endpoint");
     let listener = server.listen(0).expect("listen");
     let addr = addr_of(&listener);
-    let accepted = std::thread::spawn(move || listener.accept(TIMEOUT).expect("accept"));
+    let accepted = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).expect("accept"));
     let healthy_client = ep.connect(addr).expect("connect healthy");
     let healthy = Bystander::start(accepted.join().unwrap(), healthy_client);
 
@@ -162,7 +162,7 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         let ep = healthy_ep.clone();
         std::thread::spawn(move || ep.connect(addr).expect("connect healthy"))
     };
-    let healthy_server = listener.accept(TIMEOUT).expect("accept healthy");
+    let healthy_server = listener.accept_timeout(TIMEOUT).expect("accept healthy");
     // The healthy connection's server side is on the endpoint under test.
     let healthy = Bystander::start(healthy_client.join().unwrap(), healthy_server);
 
@@ -177,7 +177,9 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         "--size",
         &size,
     ]);
-    let victim = listener.accept(TIMEOUT).expect("accept the peer program");
+    let victim = listener
+        .accept_timeout(TIMEOUT)
+        .expect("accept the peer program");
     wait_line(&lines, "connected");
     let (prefix, corrupted, error, killed) = read_then_kill(&victim, &healthy, &mut peer);
     let delivered_at_kill = healthy.delivered();
@@ -193,7 +195,7 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         })
     };
     let accepts_again = listener
-        .accept(TIMEOUT)
+        .accept_timeout(TIMEOUT)
         .is_ok_and(|c| c.recv(TIMEOUT).is_ok_and(|m| &m.bytes()[..] == b"next"))
         && next.join().unwrap().is_ok();
     let (healthy_tally, healthy_messages) = healthy.finish();

@@ -245,7 +245,9 @@ fn round(listener: &Listener, seed: u64, fault: Fault) -> Round {
     let mut rng = Rng(seed | 1);
     let addr = addr_of(listener);
     let raw = std::thread::spawn(move || RawPeer::connect(addr));
-    let victim = listener.accept(TIMEOUT).expect("accept the raw peer");
+    let victim = listener
+        .accept_timeout(TIMEOUT)
+        .expect("accept the raw peer");
     let mut raw = raw.join().expect("raw connect");
     let window = raw.victim.window;
     let max_data = raw.victim.frame_size as usize - 16;

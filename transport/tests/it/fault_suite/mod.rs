@@ -279,7 +279,7 @@ pub fn connect(listener: &Listener) -> (Conn, Conn) {
     let client = Endpoint::with_config(local_ip(), config()).expect("client endpoint");
     let addr = addr_of(listener);
     let c = std::thread::spawn(move || client.connect(addr).expect("connect"));
-    let s = listener.accept(TIMEOUT).expect("accept");
+    let s = listener.accept_timeout(TIMEOUT).expect("accept");
     (s, c.join().expect("connect thread"))
 }
 
