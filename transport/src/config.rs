@@ -5,6 +5,7 @@ use std::time::Duration;
 pub use cm::{Admission, AdmitHook, IncomingRequest};
 
 use crate::proto;
+use crate::ProtocolConfig;
 
 /// Receives posted on the SRQ beyond the credits of every connection (less if the device
 /// allows fewer): replacing consumed receives can then wait for an idle poll, off the path
@@ -159,14 +160,14 @@ impl Default for EndpointConfig {
 
 impl EndpointConfig {
     /// Sets the per-connection protocol limits (credits, frame size, rendezvous, keepalive);
-    /// default: [`ProtocolConfig::default`](crate::ProtocolConfig::default).
-    pub fn with_proto(mut self, proto: proto::Config) -> Self {
+    /// default: [`ProtocolConfig::default`].
+    pub fn with_proto(mut self, proto: ProtocolConfig) -> Self {
         self.proto = proto;
         self
     }
 
     /// The per-connection protocol limits (see [`with_proto`](Self::with_proto)).
-    pub fn proto(&self) -> &proto::Config {
+    pub fn proto(&self) -> &ProtocolConfig {
         &self.proto
     }
 
