@@ -58,8 +58,9 @@ impl Summary {
     }
 }
 
-/// Parses a polling mode of `--polling`: `adaptive[:SPIN_US]` (default spin 50 us), `busy`,
-/// `event`, or `reactor[:SPIN_US]` (progress from tokio's reactor; spin 0 unless given).
+/// Parses a polling mode of `--polling`: `adaptive[:SPIN_US]` (default spin: the transport's,
+/// [`transport::DEFAULT_ADAPTIVE_SPIN`]), `busy`, `event`, or `reactor[:SPIN_US]` (progress
+/// from tokio's reactor; spin 0 unless given).
 pub fn parse_polling(s: &str) -> Result<transport::Polling, String> {
     use transport::Polling;
     let (mode, spin) = match s.split_once(':') {
@@ -73,7 +74,7 @@ pub fn parse_polling(s: &str) -> Result<transport::Polling, String> {
     };
     match (mode, spin) {
         ("adaptive", spin) => Ok(Polling::Adaptive {
-            spin: spin.unwrap_or(Duration::from_micros(50)),
+            spin: spin.unwrap_or(transport::DEFAULT_ADAPTIVE_SPIN),
         }),
         ("reactor", spin) => Ok(Polling::Reactor {
             spin: spin.unwrap_or(Duration::ZERO),
@@ -119,13 +120,12 @@ pub fn endpoint(
     ip: std::net::IpAddr,
     args: &EndpointArgs,
 ) -> transport::Result<transport::Endpoint> {
-    let defaults = transport::EndpointConfig::default();
-    let config = transport::EndpointConfig {
-        polling: args.polling,
-        busy_read: Duration::from_micros(args.busy_read),
-        ack_timeout: args.ack_timeout.unwrap_or(defaults.ack_timeout),
-        ..defaults
-    };
+    let mut config = transport::EndpointConfig::default()
+        .with_polling(args.polling)
+        .with_busy_read(Duration::from_micros(args.busy_read));
+    if let Some(timeout) = args.ack_timeout {
+        config = config.with_ack_timeout(timeout);
+    }
     let ep = transport::Endpoint::with_config(ip, config)?;
     if matches!(args.polling, transport::Polling::Reactor { .. }) {
         ep.spawn_tokio_driver()?;
@@ -166,8 +166,12 @@ mod tests {
         use transport::Polling;
         assert_eq!(
             parse_polling("adaptive").unwrap(),
+            transport::EndpointConfig::default().polling()
+        );
+        assert_eq!(
+            parse_polling("adaptive:20").unwrap(),
             Polling::Adaptive {
-                spin: Duration::from_micros(50)
+                spin: Duration::from_micros(20)
             }
         );
         assert_eq!(

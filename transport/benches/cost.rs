@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::StreamExt;
 use transport::stream::{Stream, StreamListener};
-use transport::{Conn, Endpoint, EndpointConfig, Polling};
+use transport::{Conn, Endpoint, EndpointConfig, Polling, ProtocolConfig};
 
 /// RPC calls in flight at once.
 const CALLS_OUTSTANDING: usize = 32;
@@ -72,7 +72,7 @@ fn parse(args: &[String]) -> Res<Args> {
     };
     let polling = match args.get(6).map_or("reactor", String::as_str) {
         "busy" => Polling::Busy,
-        "adaptive" => EndpointConfig::default().polling,
+        "adaptive" => EndpointConfig::default().polling(),
         "event" => Polling::Event,
         "reactor" => Polling::Reactor {
             spin: Duration::ZERO,
@@ -93,16 +93,16 @@ fn parse(args: &[String]) -> Res<Args> {
 /// perftest's queue depths (as the transport bench configures its endpoints), `polling`, and
 /// handshakes long enough for a side slowed down by callgrind.
 fn config(polling: Polling) -> EndpointConfig {
-    let mut c = EndpointConfig {
-        polling,
-        pool_bytes: 96 << 20,
-        max_connections: 2,
-        connect_timeout: Duration::from_secs(60),
-        ..EndpointConfig::default()
-    };
-    c.proto.window = 512;
-    c.proto.sq_depth = 128;
-    c
+    EndpointConfig::default()
+        .with_polling(polling)
+        .with_pool_bytes(96 << 20)
+        .with_max_connections(2)
+        .with_connect_timeout(Duration::from_secs(60))
+        .with_proto(
+            ProtocolConfig::default()
+                .with_window(512)
+                .with_sq_depth(128),
+        )
 }
 
 fn main() -> ExitCode {

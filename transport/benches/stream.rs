@@ -96,10 +96,7 @@ async fn stream_pair(listener: &StreamListener, client: &Endpoint) -> Res<(Strea
 }
 
 async fn ours(sip: IpAddr, cip: IpAddr, polling: Polling) -> Res<Ours> {
-    let cfg = EndpointConfig {
-        polling,
-        ..EndpointConfig::default()
-    };
+    let cfg = EndpointConfig::default().with_polling(polling);
     let server =
         Endpoint::with_config(sip, cfg.clone()).map_err(|e| format!("server endpoint: {e}"))?;
     let client = Endpoint::with_config(cip, cfg).map_err(|e| format!("client endpoint: {e}"))?;
@@ -177,13 +174,11 @@ const PER_SIDE: &str = "reactor, spinning, busy read, a current-thread runtime p
 /// rstream's two single-threaded processes), progress from tokio's reactor, spinning 1 ms,
 /// and reads that busy-poll for 1 ms before they wait (`busy_read`).
 fn per_side(sip: IpAddr, cip: IpAddr) -> Res<Ours> {
-    let cfg = EndpointConfig {
-        polling: Polling::Reactor {
+    let cfg = EndpointConfig::default()
+        .with_polling(Polling::Reactor {
             spin: Duration::from_millis(1),
-        },
-        busy_read: Duration::from_millis(1),
-        ..EndpointConfig::default()
-    };
+        })
+        .with_busy_read(Duration::from_millis(1));
     let current = || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -263,7 +258,7 @@ fn run(rows: &mut Vec<Row>) -> Res<String> {
     // Both polling modes (the default adaptive one and busy); each row takes the better.
     let mut modes = Vec::new();
     for (name, polling) in [
-        ("adaptive", EndpointConfig::default().polling),
+        ("adaptive", EndpointConfig::default().polling()),
         ("busy", Polling::Busy),
         (
             "reactor",

@@ -69,6 +69,7 @@ fn mode_name(p: Polling) -> &'static str {
         Polling::Event => "event",
         Polling::Adaptive { .. } => "adaptive",
         Polling::Reactor { .. } => "reactor",
+        _ => "other",
     }
 }
 

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-pub use cm::{Admission, IncomingRequest};
+pub use cm::{Admission, AdmitHook, IncomingRequest};
 
 use crate::proto;
+use crate::ProtocolConfig;
 
 /// Receives posted on the SRQ beyond the credits of every connection (less if the device
 /// allows fewer): replacing consumed receives can then wait for an idle poll, off the path
@@ -16,6 +17,7 @@ pub(crate) const SRQ_SLACK: u32 = 32;
 /// for needs no handoff between threads). A sender also polls once after each send. While
 /// application threads poll like this, the progress thread runs only the timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Polling {
     /// Spin on the completion queue: lowest latency. The progress thread spins while no call
     /// waits, and a blocked call spins until it is done or times out: a core per waiting
@@ -56,7 +58,8 @@ pub enum Polling {
     /// every other task), and stop as soon as an endpoint wakes another task. The spinning
     /// task polls for every connection of the endpoint, so the tasks it wakes are woken on
     /// its executor thread and run there next. The other waiting tasks register their
-    /// wakers at once. Set [`EndpointConfig::busy_read`] to spin every waiting task anyway.
+    /// wakers at once. Set [`EndpointConfig::with_busy_read`] to spin every waiting task
+    /// anyway.
     Adaptive {
         /// How long to spin before sleeping (at least; see above).
         spin: Duration,
@@ -94,68 +97,44 @@ impl Polling {
 /// The default [`EndpointConfig::ack_timeout`]: 4.096 µs × 2^14, about 67 ms.
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_nanos(4096 << 14);
 
+/// The spin of the default polling mode, [`Polling::Adaptive`]: 50 µs.
+pub const DEFAULT_ADAPTIVE_SPIN: Duration = Duration::from_micros(50);
+
 /// Configuration of an [`Endpoint`](crate::Endpoint): the protocol limits of each connection,
 /// the pool and queues shared by all of them, and the polling mode.
+///
+/// Start from [`EndpointConfig::default`] and change what you need with the `with_*`
+/// setters; the getter of the same name without `with_` reads a value back. Values are
+/// checked when the endpoint is built ([`validate`](Self::validate)), not by the setters.
+///
+/// ```
+/// use std::time::Duration;
+/// use transport::{EndpointConfig, Polling, ProtocolConfig};
+///
+/// let config = EndpointConfig::default()
+///     .with_polling(Polling::Busy)
+///     .with_pool_bytes(64 << 20)
+///     .with_linger(Duration::from_secs(1))
+///     .with_proto(ProtocolConfig::default().with_window(128));
+/// assert_eq!(config.polling(), Polling::Busy);
+/// assert_eq!(config.proto().window(), 128);
+/// assert!(config.validate().is_ok());
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EndpointConfig {
-    /// Per-connection protocol limits (credits, frame size, rendezvous, keepalive).
-    pub proto: proto::Config,
-    /// How the progress thread waits.
-    pub polling: Polling,
-    /// Bytes the endpoint's data pool may register: copies of messages sent, rendezvous
-    /// chunks and their READ destinations. (Receive buffers have a pool of their own, sized
-    /// from `max_connections` and the window.)
-    pub pool_bytes: usize,
-    /// Connections the endpoint sizes its completion queue and shared receive queue for.
-    pub max_connections: u32,
-    /// Whether incoming RPC requests are queued for [`Conn::recv_request`](crate::Conn::recv_request)
-    /// (`true`) or answered at once with "no handler" (`false`).
-    pub serve_requests: bool,
-    /// Time a connect (resolution and handshake) may take; also what an accepted request gets
-    /// to finish its handshake.
-    pub connect_timeout: Duration,
-    /// One-sided operations (region reads and writes) in flight per connection.
-    pub max_one_sided: u32,
-    /// Admission of incoming connections (set it with [`admit`](Self::admit)): after the
-    /// listener's own checks (a protocol handshake it can read, room for another
-    /// connection), this hook sees the peer's address and connect data and may reject it,
-    /// before any queue pair or buffer exists for it.
-    pub admit: Option<cm::AdmitHook>,
-    /// How long a task that finds no message waiting polls the completion queue itself
-    /// before [`Conn::poll_recv`](crate::Conn::poll_recv) (and so a byte stream's read),
-    /// [`Conn::recv_request_async`](crate::Conn::recv_request_async) or
-    /// [`Conn::call_async`](crate::Conn::call_async) waits for a wakeup, whatever the
-    /// polling mode; it stops early when the endpoint wakes another task. Zero (the
-    /// default): the polling mode decides ([`Polling::Adaptive`] spins one waiting task of
-    /// the endpoint at a time, the others wait at once). Like Linux's `busy_read` for
-    /// sockets, it trades the executor thread's time for latency: a message that comes
-    /// within it is taken by the reading task itself, with no wakeup, but the thread's other
-    /// tasks wait meanwhile. For a latency-critical connection on a runtime of its own.
-    pub busy_read: Duration,
-    /// How long [`Conn::close_async`](crate::Conn::close_async) and a byte stream's
-    /// [`shutdown`](crate::stream::Stream::shutdown) wait for the peer to have everything
-    /// sent (every message received, every rendezvous chunk read by the peer and
-    /// acknowledged) before they fail with a timeout ([`Error::TimedOut`](crate::Error::TimedOut),
-    /// `io::ErrorKind::TimedOut`); the close goes on meanwhile. 10 s by default, as long as
-    /// the keepalive timeout: a peer that is alive but reads nothing holds a close that
-    /// long. ([`Conn::close`](crate::Conn::close) takes its bound as an argument.)
-    pub linger: Duration,
-    /// How long each connection's queue pair waits for the peer device's acknowledgement
-    /// before it sends again (the local ACK timeout, rounded up to 4.096 µs × 2^n; see
-    /// [`cm::ConnOptions::ack_timeout`]). A packet lost at the end of a burst, or a lost
-    /// acknowledgement, costs this long; losses inside a burst are sent again at once. 67 ms
-    /// (perftest's default, exponent 14) by default, where the CM alone would derive half a
-    /// second to a second from a RoCE path. Raise it where round trips under load come near
-    /// it (a congested fabric, long links): a timeout shorter than the round trip sends again
-    /// what was not lost, adding load where there is too much. A queue pair gives up after
-    /// `retry_count` + 1 timeouts in a row without progress.
-    pub ack_timeout: Duration,
-    /// Times a queue pair sends again after an ACK timeout before it fails the connection
-    /// (`retry_count` of the CM's connect parameters, 0 to 7). With `ack_timeout`, how long a
-    /// link outage the connection survives on hardware: (7 + 1) × 67 ms, about half a second,
-    /// by default. (rxe takes 7 as "retry forever"; the keepalive timeout still ends a
-    /// connection whose peer is gone.)
-    pub retry_count: u8,
+    pub(crate) proto: proto::Config,
+    pub(crate) polling: Polling,
+    pub(crate) pool_bytes: usize,
+    pub(crate) max_connections: u32,
+    pub(crate) serve_requests: bool,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) max_one_sided: u32,
+    pub(crate) admit: Option<cm::AdmitHook>,
+    pub(crate) busy_read: Duration,
+    pub(crate) linger: Duration,
+    pub(crate) ack_timeout: Duration,
+    pub(crate) retry_count: u8,
 }
 
 impl Default for EndpointConfig {
@@ -163,7 +142,7 @@ impl Default for EndpointConfig {
         EndpointConfig {
             proto: proto::Config::default(),
             polling: Polling::Adaptive {
-                spin: Duration::from_micros(50),
+                spin: DEFAULT_ADAPTIVE_SPIN,
             },
             pool_bytes: 256 << 20,
             max_connections: 256,
@@ -180,13 +159,193 @@ impl Default for EndpointConfig {
 }
 
 impl EndpointConfig {
-    /// Sets the admission hook of the endpoint's listeners (see the `admit` field).
-    pub fn admit(
+    /// Sets the per-connection protocol limits (credits, frame size, rendezvous, keepalive);
+    /// default: [`ProtocolConfig::default`].
+    pub fn with_proto(mut self, proto: ProtocolConfig) -> Self {
+        self.proto = proto;
+        self
+    }
+
+    /// The per-connection protocol limits (see [`with_proto`](Self::with_proto)).
+    pub fn proto(&self) -> &ProtocolConfig {
+        &self.proto
+    }
+
+    /// Sets how the progress thread and blocked calls wait for completions; default:
+    /// [`Polling::Adaptive`] spinning [`DEFAULT_ADAPTIVE_SPIN`].
+    pub fn with_polling(mut self, polling: Polling) -> Self {
+        self.polling = polling;
+        self
+    }
+
+    /// The polling mode (see [`with_polling`](Self::with_polling)).
+    pub fn polling(&self) -> Polling {
+        self.polling
+    }
+
+    /// Sets the bytes the endpoint's data pool may register; default 256 MiB, in bytes.
+    ///
+    /// The data pool holds copies of messages sent, rendezvous chunks and their READ
+    /// destinations. (Receive buffers have a pool of their own, sized from `max_connections`
+    /// and the window.)
+    pub fn with_pool_bytes(mut self, bytes: usize) -> Self {
+        self.pool_bytes = bytes;
+        self
+    }
+
+    /// The bytes the data pool may register (see [`with_pool_bytes`](Self::with_pool_bytes)).
+    pub fn pool_bytes(&self) -> usize {
+        self.pool_bytes
+    }
+
+    /// Sets the connections the endpoint sizes its completion queue and shared receive queue
+    /// for; default 256 connections.
+    pub fn with_max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// The connections the endpoint is sized for (see
+    /// [`with_max_connections`](Self::with_max_connections)).
+    pub fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+
+    /// Sets whether incoming RPC requests are queued for
+    /// [`Conn::recv_request`](crate::Conn::recv_request) (`true`, the default) or answered at
+    /// once with "no handler" (`false`).
+    pub fn with_serve_requests(mut self, serve: bool) -> Self {
+        self.serve_requests = serve;
+        self
+    }
+
+    /// Whether incoming RPC requests are queued (see
+    /// [`with_serve_requests`](Self::with_serve_requests)).
+    pub fn serve_requests(&self) -> bool {
+        self.serve_requests
+    }
+
+    /// Sets the time a connect (resolution and handshake) may take, also what an accepted
+    /// request gets to finish its handshake; default [`cm::DEFAULT_CONNECT_TIMEOUT`].
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The time a connect may take (see [`with_connect_timeout`](Self::with_connect_timeout)).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Sets the one-sided operations (region reads and writes) in flight per connection;
+    /// default 8 operations.
+    pub fn with_max_one_sided(mut self, n: u32) -> Self {
+        self.max_one_sided = n;
+        self
+    }
+
+    /// The one-sided operations in flight per connection (see
+    /// [`with_max_one_sided`](Self::with_max_one_sided)).
+    pub fn max_one_sided(&self) -> u32 {
+        self.max_one_sided
+    }
+
+    /// Sets the admission hook of the endpoint's listeners; default none (every request
+    /// that passes the listener's own checks is accepted).
+    ///
+    /// After the listener's own checks (a protocol handshake it can read, room for another
+    /// connection), this hook sees the peer's address and connect data and may reject it,
+    /// before any queue pair or buffer exists for it.
+    pub fn with_admit(
         mut self,
         f: impl Fn(&IncomingRequest<'_>) -> Admission + Send + Sync + 'static,
     ) -> Self {
         self.admit = Some(cm::AdmitHook::new(f));
         self
+    }
+
+    /// The admission hook, if one is set (see [`with_admit`](Self::with_admit)).
+    pub fn admit(&self) -> Option<&AdmitHook> {
+        self.admit.as_ref()
+    }
+
+    /// Sets how long a task that finds no message waiting polls the completion queue itself
+    /// before it waits for a wakeup; default zero (the polling mode decides).
+    ///
+    /// It applies to [`Conn::poll_recv`](crate::Conn::poll_recv) (and so a byte stream's
+    /// read), [`Conn::recv_request_async`](crate::Conn::recv_request_async) and
+    /// [`Conn::call_async`](crate::Conn::call_async), whatever the polling mode; the spin
+    /// stops early when the endpoint wakes another task. At zero, the polling mode decides
+    /// ([`Polling::Adaptive`] spins one waiting task of the endpoint at a time, the others
+    /// wait at once). Like Linux's `busy_read` for sockets, it trades the executor thread's
+    /// time for latency: a message that comes within it is taken by the reading task itself,
+    /// with no wakeup, but the thread's other tasks wait meanwhile. For a latency-critical
+    /// connection on a runtime of its own.
+    pub fn with_busy_read(mut self, spin: Duration) -> Self {
+        self.busy_read = spin;
+        self
+    }
+
+    /// How long a waiting task polls before it waits (see
+    /// [`with_busy_read`](Self::with_busy_read)).
+    pub fn busy_read(&self) -> Duration {
+        self.busy_read
+    }
+
+    /// Sets how long a graceful close waits for the peer to have everything sent; default
+    /// 10 s, as long as the keepalive timeout.
+    ///
+    /// It bounds [`Conn::close_async`](crate::Conn::close_async) and a byte stream's
+    /// [`shutdown`](crate::stream::Stream::shutdown), which wait for every message to be
+    /// received and every rendezvous chunk read by the peer and acknowledged, then fail with
+    /// a timeout ([`Error::TimedOut`](crate::Error::TimedOut), `io::ErrorKind::TimedOut`);
+    /// the close goes on meanwhile. A peer that is alive but reads nothing holds a close
+    /// that long. ([`Conn::close`](crate::Conn::close) takes its bound as an argument.)
+    pub fn with_linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// How long a graceful close waits (see [`with_linger`](Self::with_linger)).
+    pub fn linger(&self) -> Duration {
+        self.linger
+    }
+
+    /// Sets how long each connection's queue pair waits for the peer device's
+    /// acknowledgement before it sends again; default [`DEFAULT_ACK_TIMEOUT`], about 67 ms.
+    ///
+    /// This is the local ACK timeout, rounded up to 4.096 µs × 2^n (see
+    /// [`cm::ConnOptions::ack_timeout`]). A packet lost at the end of a burst, or a lost
+    /// acknowledgement, costs this long; losses inside a burst are sent again at once. The
+    /// default is perftest's (exponent 14), where the CM alone would derive half a second to
+    /// a second from a RoCE path. Raise it where round trips under load come near it (a
+    /// congested fabric, long links): a timeout shorter than the round trip sends again what
+    /// was not lost, adding load where there is too much. A queue pair gives up after
+    /// `retry_count` + 1 timeouts in a row without progress.
+    pub fn with_ack_timeout(mut self, timeout: Duration) -> Self {
+        self.ack_timeout = timeout;
+        self
+    }
+
+    /// The queue pairs' ACK timeout (see [`with_ack_timeout`](Self::with_ack_timeout)).
+    pub fn ack_timeout(&self) -> Duration {
+        self.ack_timeout
+    }
+
+    /// Sets the times a queue pair sends again after an ACK timeout before it fails the
+    /// connection (`retry_count` of the CM's connect parameters, 0 to 7); default 7.
+    ///
+    /// With `ack_timeout`, how long a link outage the connection survives on hardware:
+    /// (7 + 1) × 67 ms, about half a second, by default. (rxe takes 7 as "retry forever";
+    /// the keepalive timeout still ends a connection whose peer is gone.)
+    pub fn with_retry_count(mut self, count: u8) -> Self {
+        self.retry_count = count;
+        self
+    }
+
+    /// The retries after an ACK timeout (see [`with_retry_count`](Self::with_retry_count)).
+    pub fn retry_count(&self) -> u8 {
+        self.retry_count
     }
 
     /// Checks the configuration; the error names what to change.
@@ -266,27 +425,76 @@ mod tests {
             Err(crate::Error::Config(m)) => assert!(m.contains(field), "{m}"),
             r => panic!("{field}: {r:?}"),
         };
+        refused(EndpointConfig::default().with_retry_count(8), "retry_count");
         refused(
-            EndpointConfig {
-                retry_count: 8,
-                ..Default::default()
-            },
-            "retry_count",
-        );
-        refused(
-            EndpointConfig {
-                ack_timeout: Duration::ZERO,
-                ..Default::default()
-            },
+            EndpointConfig::default().with_ack_timeout(Duration::ZERO),
             "ack_timeout",
         );
         refused(
-            EndpointConfig {
-                ack_timeout: Duration::from_secs(3 * 3600),
-                ..Default::default()
-            },
+            EndpointConfig::default().with_ack_timeout(Duration::from_secs(3 * 3600)),
             "ack_timeout",
         );
         assert_eq!(cm::ack_timeout_exponent(DEFAULT_ACK_TIMEOUT), 14);
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = EndpointConfig::default();
+        assert_eq!(c.proto(), &proto::Config::default());
+        assert_eq!(
+            c.polling(),
+            Polling::Adaptive {
+                spin: Duration::from_micros(50)
+            }
+        );
+        assert_eq!(DEFAULT_ADAPTIVE_SPIN, Duration::from_micros(50));
+        assert_eq!(c.pool_bytes(), 256 << 20);
+        assert_eq!(c.max_connections(), 256);
+        assert!(c.serve_requests());
+        assert_eq!(c.connect_timeout(), cm::DEFAULT_CONNECT_TIMEOUT);
+        assert_eq!(c.max_one_sided(), 8);
+        assert!(c.admit().is_none());
+        assert_eq!(c.busy_read(), Duration::ZERO);
+        assert_eq!(c.linger(), Duration::from_secs(10));
+        assert_eq!(c.ack_timeout(), DEFAULT_ACK_TIMEOUT);
+        assert!(
+            c.ack_timeout() > Duration::from_millis(67)
+                && c.ack_timeout() < Duration::from_millis(68)
+        );
+        assert_eq!(c.retry_count(), 7);
+    }
+
+    #[test]
+    fn each_setter_sets_what_its_getter_returns() {
+        let proto = proto::Config::default().with_window(64);
+        let c = EndpointConfig::default()
+            .with_proto(proto.clone())
+            .with_polling(Polling::Busy)
+            .with_pool_bytes(1 << 20)
+            .with_max_connections(3)
+            .with_serve_requests(false)
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_max_one_sided(5)
+            .with_admit(|_| Admission::Reject(b"no".to_vec()))
+            .with_busy_read(Duration::from_micros(7))
+            .with_linger(Duration::from_millis(300))
+            .with_ack_timeout(Duration::from_millis(9))
+            .with_retry_count(2);
+        assert_eq!(c.proto(), &proto);
+        assert_eq!(c.polling(), Polling::Busy);
+        assert_eq!(c.pool_bytes(), 1 << 20);
+        assert_eq!(c.max_connections(), 3);
+        assert!(!c.serve_requests());
+        assert_eq!(c.connect_timeout(), Duration::from_secs(2));
+        assert_eq!(c.max_one_sided(), 5);
+        assert!(c.admit().is_some());
+        assert_eq!(c.busy_read(), Duration::from_micros(7));
+        assert_eq!(c.linger(), Duration::from_millis(300));
+        assert_eq!(c.ack_timeout(), Duration::from_millis(9));
+        assert_eq!(c.retry_count(), 2);
+        let reactor = Polling::Reactor {
+            spin: Duration::from_micros(3),
+        };
+        assert_eq!(c.with_polling(reactor).polling(), reactor);
     }
 }

@@ -191,7 +191,7 @@ impl Conn {
     /// without losing anything. Past `timeout`: [`Error::TimedOut`] (the close goes on, and
     /// the connection lingers while the endpoint lives); if the peer went away first or the
     /// connection failed: [`Error::Closed`] with the cause. See
-    /// [`EndpointConfig::linger`](crate::EndpointConfig::linger) for the bound
+    /// [`EndpointConfig::linger`](crate::EndpointConfig::with_linger) for the bound
     /// [`close_async`](Self::close_async) uses.
     pub fn close(&self, timeout: Duration) -> Result<()> {
         self.inner.begin_close();

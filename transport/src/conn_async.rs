@@ -47,7 +47,7 @@ impl Conn {
     /// peer closed and every message was taken, `Ready(Ok(None))`, the end (as a channel's
     /// receiver ends); a failed connection (or one closed by this side) is `Ready(Err)`.
     /// `Pending` takes nothing and wakes the task when something changes. With
-    /// [`busy_read`](crate::EndpointConfig::busy_read), it first polls the completion queue
+    /// [`busy_read`](crate::EndpointConfig::with_busy_read), it first polls the completion queue
     /// for up to that long.
     pub fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Result<Option<Message>>> {
         self.inner.shared.progress();
@@ -60,7 +60,7 @@ impl Conn {
 
     /// Looks for what a task waits for with `check` (under the state lock). While it finds
     /// nothing, the task polls the completion queue itself, as a spinning caller, for up to
-    /// [`busy_read`](crate::EndpointConfig::busy_read) or, when that is zero, under
+    /// [`busy_read`](crate::EndpointConfig::with_busy_read) or, when that is zero, under
     /// [`Polling::Adaptive`] while no other task of the endpoint spins, for the connection's
     /// adaptive spin (see [`SpinBudget`](crate::engine::SpinBudget)), longer while a large
     /// message of the connection moves, unless it runs on tokio's current-thread runtime.
@@ -235,7 +235,7 @@ impl Conn {
 
     /// Closes gracefully (see [`close`](Self::close)) and waits until the peer has
     /// everything and closed too, up to the endpoint's
-    /// [`linger`](crate::EndpointConfig::linger) (then [`Error::TimedOut`]; the close goes
+    /// [`linger`](crate::EndpointConfig::with_linger) (then [`Error::TimedOut`]; the close goes
     /// on). The close is queued at the first poll; dropping the future only stops the wait.
     pub async fn close_async(&self) -> Result<()> {
         self.inner.begin_close();

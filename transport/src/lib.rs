@@ -34,8 +34,8 @@
 //!   and the progress threads, for any number of connections. [`Endpoint::listen`] gives a
 //!   [`Listener`]; [`Endpoint::connect`] a [`Conn`]. A listener refuses, before anything is
 //!   set up for it, a peer whose connect data is not our handshake or that would exceed
-//!   `max_connections`, then asks [`EndpointConfig::admit`] (peer address and handshake, an
-//!   [`IncomingRequest`]) whether to [`Admission::Accept`] it.
+//!   `max_connections`, then asks the hook of [`EndpointConfig::with_admit`] (peer address
+//!   and handshake, an [`IncomingRequest`]) whether to [`Admission::Accept`] it.
 //! - Messages: [`Conn::send`] copies into the pool (or [`Conn::alloc`] + [`Conn::send_buf`],
 //!   no copy); [`Conn::recv`] lends the receive buffer as a [`Message`] and gives the credit
 //!   back when it is dropped. Order and boundaries are preserved. Messages above
@@ -65,7 +65,7 @@
 //!   [`Conn::close_async`] and the stream's `shutdown` return `Ok` only once the peer has
 //!   everything (received, or pulled by RDMA READ and acknowledged), so a writer may exit
 //!   right after them; they give up with [`Error::TimedOut`] past their bound
-//!   ([`EndpointConfig::linger`], 10 s by default, or `close`'s timeout). A connection
+//!   ([`EndpointConfig::with_linger`], 10 s by default, or `close`'s timeout). A connection
 //!   dropped without them still delivers what was sent while the process lives (the
 //!   endpoint's last handle lingers for it); if the process ends first, the peer gets an
 //!   error.
@@ -90,10 +90,10 @@
 //!   order and intact; nothing is lost or duplicated. The device retransmits; the cost is
 //!   goodput and latency. A loss the device only notices when its acknowledgement does not
 //!   come (the last packet of a burst, a lost acknowledgement) costs one ACK timeout,
-//!   [`EndpointConfig::ack_timeout`], 67 ms by default instead of the half second to a second
-//!   the CM derives on RoCE. Rendezvous READs are kept small
-//!   ([`ProtocolConfig::rndv_chunk_size`]) because a lost packet makes the device send again
-//!   everything after it.
+//!   [`EndpointConfig::with_ack_timeout`], 67 ms by default instead of the half second to a
+//!   second the CM derives on RoCE. Rendezvous READs are kept small
+//!   ([`ProtocolConfig::with_rndv_chunk_size`]) because a lost packet makes the device send
+//!   again everything after it.
 //! - **The link gone**: an outage shorter than the keepalive timeout is survived with nothing
 //!   lost. A longer one ends the connection on both sides with [`Error::Closed`] naming
 //!   [`ConnError::PeerDead`] (or the queue pair's error) within the keepalive timeout;
@@ -168,7 +168,10 @@ pub mod stream;
 mod task;
 mod wait;
 
-pub use config::{Admission, EndpointConfig, IncomingRequest, Polling, DEFAULT_ACK_TIMEOUT};
+pub use config::{
+    Admission, AdmitHook, EndpointConfig, IncomingRequest, Polling, DEFAULT_ACK_TIMEOUT,
+    DEFAULT_ADAPTIVE_SPIN,
+};
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointBuilder};
 pub use error::{Error, Result};

@@ -167,7 +167,7 @@ impl Conn {
     }
 
     /// Largest message this connection may send: the smaller of both sides'
-    /// [`max_message`](crate::ProtocolConfig::max_message).
+    /// [`max_message`](crate::ProtocolConfig::with_max_message).
     pub fn max_message(&self) -> u64 {
         self.inner
             .state

@@ -47,10 +47,10 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A connection between the two hosts: (client side, server side).
 fn connected() -> (Conn, Conn) {
-    let cfg = || EndpointConfig {
-        pool_bytes: 32 << 20,
-        max_connections: 2,
-        ..EndpointConfig::default()
+    let cfg = || {
+        EndpointConfig::default()
+            .with_pool_bytes(32 << 20)
+            .with_max_connections(2)
     };
     let server = Endpoint::with_config(IpAddr::V4(testkit::peer().device.addr), cfg()).unwrap();
     let listener = server.listen(0).unwrap();

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use transport::{Conn, Endpoint, EndpointConfig, Polling};
+use transport::{Conn, Endpoint, EndpointConfig, Polling, ProtocolConfig};
 
 /// Bound of every wait of ours.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -28,18 +28,17 @@ pub const SQ_DEPTH: u32 = 128;
 /// An endpoint configuration for the benchmark: `polling`, perftest's queue depths, and
 /// frames of `frame_size` bytes (header included) when given.
 pub fn config(polling: Polling, frame_size: Option<u32>) -> EndpointConfig {
-    let mut c = EndpointConfig {
-        polling,
-        pool_bytes: 96 << 20,
-        max_connections: 2,
-        ..EndpointConfig::default()
-    };
-    c.proto.window = WINDOW;
-    c.proto.sq_depth = SQ_DEPTH;
+    let mut proto = ProtocolConfig::default()
+        .with_window(WINDOW)
+        .with_sq_depth(SQ_DEPTH);
     if let Some(f) = frame_size {
-        c.proto.frame_size = f;
+        proto = proto.with_frame_size(f);
     }
-    c
+    EndpointConfig::default()
+        .with_polling(polling)
+        .with_pool_bytes(96 << 20)
+        .with_max_connections(2)
+        .with_proto(proto)
 }
 
 /// A server endpoint (listening) and a client endpoint with the same configuration.

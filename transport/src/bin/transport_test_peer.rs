@@ -23,11 +23,9 @@ use std::time::Duration;
 use transport::{Endpoint, EndpointConfig};
 
 fn config() -> EndpointConfig {
-    EndpointConfig {
-        pool_bytes: 64 << 20,
-        max_connections: 4,
-        ..EndpointConfig::default()
-    }
+    EndpointConfig::default()
+        .with_pool_bytes(64 << 20)
+        .with_max_connections(4)
 }
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {

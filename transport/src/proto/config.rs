@@ -12,46 +12,36 @@ pub const MAX_LARGE_MESSAGES: usize = 64;
 /// Protocol bound: rendezvous chunks announced and not yet acknowledged per connection.
 pub const MAX_OUTSTANDING_CHUNKS: usize = 256;
 
-/// Limits of one connection. Build with [`Config::default`] and change fields, then
-/// [`Config::validate`] (the connection does it too).
+/// Limits of one connection (re-exported as `transport::ProtocolConfig`).
+///
+/// Start from [`Config::default`] and change what you need with the `with_*` setters; the
+/// getter of the same name without `with_` reads a value back. Values are checked by
+/// [`Config::validate`], which the connection runs (and so does an endpoint when it is built),
+/// not by the setters.
+///
+/// ```
+/// use std::time::Duration;
+/// use transport::ProtocolConfig;
+///
+/// let config = ProtocolConfig::default()
+///     .with_window(128)
+///     .with_keepalive_timeout(Duration::from_secs(30));
+/// assert_eq!(config.window(), 128);
+/// assert!(config.validate().is_ok());
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Config {
-    /// Receives granted to the peer (credits), i.e. frames it may have unreleased at once. With
-    /// a shared receive queue, the driver keeps at least the sum of its connections' windows
-    /// posted, so a frame sent within credit always finds a receive.
-    pub window: u32,
-    /// Credits kept for control frames (CREDIT, RNDV_ACK, CLOSE, PING, PONG); at least 1.
-    pub reserved_credits: u32,
-    /// Send-queue slots of the connection's queue pair (SENDs and READs in flight).
-    pub sq_depth: u32,
-    /// Bytes of each receive buffer, header included.
-    pub frame_size: u32,
-    /// Size of each rendezvous chunk the driver copies and announces, and so of each RDMA
-    /// READ. Keep it small against the device's window of unacknowledged packets (rxe sends
-    /// nothing past 128, about 128 KiB): a READ larger than that holds back every frame posted
-    /// after it until its response is nearly complete, and under packet loss each lost response
-    /// packet has the whole rest of a large READ sent again (under loss, a READ of a whole
-    /// 1 MiB can keep a connection silent past its keepalive timeout). The price on a clean
-    /// link is throughput: larger chunks move a large message faster (`cargo xtask bench
-    /// transport`); raise it (with `max_chunks_in_flight` 4) where the link does not drop
-    /// packets.
-    pub rndv_chunk_size: u32,
-    /// Chunks of one message announced and not yet acknowledged.
-    pub max_chunks_in_flight: u32,
-    /// RDMA READs in flight per connection. With `rndv_chunk_size`, what a lost packet can
-    /// cost: the device sends again everything after it (4 x 64 KiB by default).
-    pub max_reads_in_flight: u32,
-    /// Largest message accepted or sent.
-    pub max_message: u64,
-    /// Send PING after this long without receiving anything.
-    pub keepalive_interval: Duration,
-    /// The peer is dead after this long without a sign of life: no frame from it, and no
-    /// acknowledgement from its device of a frame or keepalive probe of ours. So a peer whose
-    /// frames are held back (behind a long READ in its send queue, or by retransmissions) is
-    /// alive while its device answers; a dead host, a dead link or a killed process (its queue
-    /// pair gone) is detected. Like TCP's keepalive, it does not detect a process that is hung
-    /// while its device still answers: use call timeouts for that.
-    pub keepalive_timeout: Duration,
+    pub(crate) window: u32,
+    pub(crate) reserved_credits: u32,
+    pub(crate) sq_depth: u32,
+    pub(crate) frame_size: u32,
+    pub(crate) rndv_chunk_size: u32,
+    pub(crate) max_chunks_in_flight: u32,
+    pub(crate) max_reads_in_flight: u32,
+    pub(crate) max_message: u64,
+    pub(crate) keepalive_interval: Duration,
+    pub(crate) keepalive_timeout: Duration,
 }
 
 impl Default for Config {
@@ -68,6 +58,151 @@ impl Default for Config {
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(10),
         }
+    }
+}
+
+impl Config {
+    /// Sets the receives granted to the peer (credits), i.e. the frames it may have
+    /// unreleased at once; default 32 frames.
+    ///
+    /// With a shared receive queue, the driver keeps at least the sum of its connections'
+    /// windows posted, so a frame sent within credit always finds a receive.
+    pub fn with_window(mut self, frames: u32) -> Self {
+        self.window = frames;
+        self
+    }
+
+    /// The credits granted to the peer (see [`with_window`](Self::with_window)).
+    pub fn window(&self) -> u32 {
+        self.window
+    }
+
+    /// Sets the credits kept for control frames (CREDIT, RNDV_ACK, CLOSE, PING, PONG), at
+    /// least 1; default 2 frames.
+    pub fn with_reserved_credits(mut self, frames: u32) -> Self {
+        self.reserved_credits = frames;
+        self
+    }
+
+    /// The credits kept for control frames (see
+    /// [`with_reserved_credits`](Self::with_reserved_credits)).
+    pub fn reserved_credits(&self) -> u32 {
+        self.reserved_credits
+    }
+
+    /// Sets the send-queue slots of the connection's queue pair (SENDs and READs in flight);
+    /// default 64 slots.
+    pub fn with_sq_depth(mut self, slots: u32) -> Self {
+        self.sq_depth = slots;
+        self
+    }
+
+    /// The send-queue slots of the queue pair (see [`with_sq_depth`](Self::with_sq_depth)).
+    pub fn sq_depth(&self) -> u32 {
+        self.sq_depth
+    }
+
+    /// Sets the size of each receive buffer, header included; default 4112 bytes (4096 of
+    /// message, see [`eager_limit`](Self::eager_limit)).
+    pub fn with_frame_size(mut self, bytes: u32) -> Self {
+        self.frame_size = bytes;
+        self
+    }
+
+    /// The size of each receive buffer in bytes (see [`with_frame_size`](Self::with_frame_size)).
+    pub fn frame_size(&self) -> u32 {
+        self.frame_size
+    }
+
+    /// Sets the size of each rendezvous chunk the driver copies and announces, and so of
+    /// each RDMA READ; default 64 KiB, in bytes.
+    ///
+    /// Keep it small against the device's window of unacknowledged packets (rxe sends
+    /// nothing past 128, about 128 KiB): a READ larger than that holds back every frame
+    /// posted after it until its response is nearly complete, and under packet loss each
+    /// lost response packet has the whole rest of a large READ sent again, which can keep a
+    /// connection silent past its keepalive timeout. The price on a clean link is throughput:
+    /// larger chunks move a large message faster (the figures of both are in the
+    /// repository's `docs/benchmarks.md`); raise it (with `max_chunks_in_flight` 4) where the
+    /// link does not drop packets.
+    pub fn with_rndv_chunk_size(mut self, bytes: u32) -> Self {
+        self.rndv_chunk_size = bytes;
+        self
+    }
+
+    /// The size of each rendezvous chunk in bytes (see
+    /// [`with_rndv_chunk_size`](Self::with_rndv_chunk_size)).
+    pub fn rndv_chunk_size(&self) -> u32 {
+        self.rndv_chunk_size
+    }
+
+    /// Sets the chunks of one message announced and not yet acknowledged; default 16 chunks.
+    pub fn with_max_chunks_in_flight(mut self, chunks: u32) -> Self {
+        self.max_chunks_in_flight = chunks;
+        self
+    }
+
+    /// The chunks of one message in flight (see
+    /// [`with_max_chunks_in_flight`](Self::with_max_chunks_in_flight)).
+    pub fn max_chunks_in_flight(&self) -> u32 {
+        self.max_chunks_in_flight
+    }
+
+    /// Sets the RDMA READs in flight per connection; default 4 READs.
+    ///
+    /// With `rndv_chunk_size`, what a lost packet can cost: the device sends again
+    /// everything after it (4 x 64 KiB by default).
+    pub fn with_max_reads_in_flight(mut self, reads: u32) -> Self {
+        self.max_reads_in_flight = reads;
+        self
+    }
+
+    /// The RDMA READs in flight per connection (see
+    /// [`with_max_reads_in_flight`](Self::with_max_reads_in_flight)).
+    pub fn max_reads_in_flight(&self) -> u32 {
+        self.max_reads_in_flight
+    }
+
+    /// Sets the largest message accepted or sent; default 1 GiB, in bytes.
+    pub fn with_max_message(mut self, bytes: u64) -> Self {
+        self.max_message = bytes;
+        self
+    }
+
+    /// The largest message accepted or sent, in bytes (see
+    /// [`with_max_message`](Self::with_max_message)).
+    pub fn max_message(&self) -> u64 {
+        self.max_message
+    }
+
+    /// Sets how long without receiving anything before a PING is sent; default 1 s.
+    pub fn with_keepalive_interval(mut self, interval: Duration) -> Self {
+        self.keepalive_interval = interval;
+        self
+    }
+
+    /// The silence before a PING (see [`with_keepalive_interval`](Self::with_keepalive_interval)).
+    pub fn keepalive_interval(&self) -> Duration {
+        self.keepalive_interval
+    }
+
+    /// Sets how long without a sign of life before the peer is dead; default 10 s.
+    ///
+    /// A sign of life is a frame from the peer, or an acknowledgement from its device of a
+    /// frame or keepalive probe of ours. So a peer whose frames are held back (behind a long
+    /// READ in its send queue, or by retransmissions) is alive while its device answers; a
+    /// dead host, a dead link or a killed process (its queue pair gone) is detected. Like
+    /// TCP's keepalive, it does not detect a process that is hung while its device still
+    /// answers: use call timeouts for that.
+    pub fn with_keepalive_timeout(mut self, timeout: Duration) -> Self {
+        self.keepalive_timeout = timeout;
+        self
+    }
+
+    /// The silence after which the peer is dead (see
+    /// [`with_keepalive_timeout`](Self::with_keepalive_timeout)).
+    pub fn keepalive_timeout(&self) -> Duration {
+        self.keepalive_timeout
     }
 }
 
@@ -278,17 +413,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_config_is_valid() {
-        Config::default().validate().unwrap();
-        assert_eq!(Config::default().eager_limit(), 4096);
+    fn default_config_is_valid_and_the_documented_one() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.eager_limit(), 4096);
+        assert_eq!(
+            (c.window(), c.reserved_credits(), c.sq_depth()),
+            (32, 2, 64)
+        );
+        assert_eq!((c.frame_size(), c.rndv_chunk_size()), (4112, 64 << 10));
+        assert_eq!((c.max_chunks_in_flight(), c.max_reads_in_flight()), (16, 4));
+        assert_eq!(c.max_message(), 1 << 30);
+        assert_eq!(c.keepalive_interval(), Duration::from_secs(1));
+        assert_eq!(c.keepalive_timeout(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn each_setter_sets_what_its_getter_returns() {
+        let c = Config::default()
+            .with_window(100)
+            .with_reserved_credits(3)
+            .with_sq_depth(50)
+            .with_frame_size(1000)
+            .with_rndv_chunk_size(4096)
+            .with_max_chunks_in_flight(7)
+            .with_max_reads_in_flight(6)
+            .with_max_message(5000)
+            .with_keepalive_interval(Duration::from_millis(20))
+            .with_keepalive_timeout(Duration::from_millis(90));
+        assert_eq!(
+            (c.window(), c.reserved_credits(), c.sq_depth()),
+            (100, 3, 50)
+        );
+        assert_eq!((c.frame_size(), c.rndv_chunk_size()), (1000, 4096));
+        assert_eq!((c.max_chunks_in_flight(), c.max_reads_in_flight()), (7, 6));
+        assert_eq!(c.max_message(), 5000);
+        assert_eq!(c.keepalive_interval(), Duration::from_millis(20));
+        assert_eq!(c.keepalive_timeout(), Duration::from_millis(90));
+        c.validate().unwrap();
+        // A setter takes any value: the check is validate's, as before.
+        assert!(Config::default().with_sq_depth(0).validate().is_err());
     }
 
     #[test]
     fn bad_config_names_the_field() {
-        let c = Config {
-            window: 5,
-            ..Config::default()
-        };
+        let c = Config::default().with_window(5);
         let e = c.validate().unwrap_err();
         assert!(
             matches!(
@@ -301,10 +470,7 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("reserved_credits"));
-        let c = Config {
-            keepalive_timeout: Duration::from_millis(10),
-            ..Config::default()
-        };
+        let c = Config::default().with_keepalive_timeout(Duration::from_millis(10));
         assert!(matches!(
             c.validate(),
             Err(ConfigError::OutOfRange {
@@ -312,10 +478,7 @@ mod tests {
                 ..
             })
         ));
-        let c = Config {
-            keepalive_timeout: Duration::MAX,
-            ..Config::default()
-        };
+        let c = Config::default().with_keepalive_timeout(Duration::MAX);
         assert!(matches!(
             c.validate(),
             Err(ConfigError::OutOfRange {
@@ -323,10 +486,7 @@ mod tests {
                 ..
             })
         ));
-        let c = Config {
-            max_reads_in_flight: 127,
-            ..Config::default()
-        };
+        let c = Config::default().with_max_reads_in_flight(127);
         assert!(matches!(
             c.validate(),
             Err(ConfigError::OutOfRange {

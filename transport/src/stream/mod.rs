@@ -40,7 +40,7 @@
 //! wrote is `ConnectionReset`. [`Stream::shutdown`] (and `poll_shutdown`, `poll_close`,
 //! tokio's `shutdown`) returns `Ok` only once the peer has every byte written (received, or
 //! read by RDMA READ and acknowledged), so a writer may exit right after it; it gives up with
-//! `TimedOut` past the endpoint's [`linger`](crate::EndpointConfig::linger). A stream dropped
+//! `TimedOut` past the endpoint's [`linger`](crate::EndpointConfig::with_linger). A stream dropped
 //! without a shutdown still delivers what was written while the process lives; if the process
 //! ends first, the reader gets `ConnectionReset`.
 //!
@@ -205,7 +205,7 @@ impl Stream {
     /// `BrokenPipe`. Reading goes on until the peer shuts down too. Waits for credit like a
     /// write, then until the peer has every byte written (see
     /// [`OwnedWriteHalf::poll_shutdown`]): after `Ok` the process may exit without losing
-    /// anything. Past the endpoint's [`linger`](crate::EndpointConfig::linger): `TimedOut`.
+    /// anything. Past the endpoint's [`linger`](crate::EndpointConfig::with_linger): `TimedOut`.
     /// Cancel safe: dropped, it sent the end of stream or nothing.
     pub async fn shutdown(&mut self) -> io::Result<()> {
         std::future::poll_fn(|cx| self.write.poll_shutdown(cx)).await

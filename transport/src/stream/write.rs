@@ -125,7 +125,7 @@ impl OwnedWriteHalf {
     /// this waits until the peer has everything written (received, or read by RDMA READ
     /// and acknowledged), so a writer may exit as soon as it returns `Ok` without losing
     /// anything. Both waits together are bounded by the endpoint's
-    /// [`linger`](crate::EndpointConfig::linger): past it, `TimedOut` (polling again waits
+    /// [`linger`](crate::EndpointConfig::with_linger): past it, `TimedOut` (polling again waits
     /// on, within a new bound). The peer gone or the connection failed before the peer had
     /// everything: `ConnectionReset` or the error's kind. Later writes fail with
     /// `BrokenPipe`. Idempotent. A peer that answers what it reads may need this side to

@@ -17,7 +17,7 @@ fn the_admission_hook_refuses_and_admits_by_peer_and_handshake() {
     let calls = Arc::new(AtomicUsize::new(0));
     let (c, n) = (closed.clone(), calls.clone());
     let me = local_ip();
-    let cfg = config().admit(move |req| {
+    let cfg = config().with_admit(move |req| {
         n.fetch_add(1, Ordering::Relaxed);
         assert_eq!(req.peer_addr().map(|a| a.ip()), Some(me));
         // What the hook sees is the transport's own handshake.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use transport::proto::CallError;
-use transport::{EndpointConfig, Error};
+use transport::Error;
 
 use crate::support::*;
 
@@ -75,10 +75,7 @@ fn a_timed_out_call_never_gets_a_late_response() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_server_without_handler_answers_no_handler() {
-    let server_cfg = EndpointConfig {
-        serve_requests: false,
-        ..config()
-    };
+    let server_cfg = config().with_serve_requests(false);
     let (_server, client) = pair_with(server_cfg, config());
     let r = client.call(b"anyone?", TIMEOUT);
     assert!(matches!(r, Err(Error::Call(CallError::NoHandler))), "{r:?}");

@@ -241,10 +241,7 @@ fn a_sender_that_dropped_its_connection_and_exited_gives_every_message_or_an_err
 
 /// Endpoints whose closes give up after a second.
 fn lingering_a_second() -> transport::EndpointConfig {
-    transport::EndpointConfig {
-        linger: std::time::Duration::from_secs(1),
-        ..config()
-    }
+    config().with_linger(std::time::Duration::from_secs(1))
 }
 
 #[test]

@@ -155,7 +155,7 @@ fn a_server_killed_mid_transfer_fails_the_client_within_the_keepalive_bound() {
     let took = killed.elapsed();
     eprintln!("sender failed after {took:?}: {err}");
     assert!(matches!(err, Error::Closed { cause: Some(_) }), "{err}");
-    let bound = client.config().proto.keepalive_timeout + Duration::from_secs(2);
+    let bound = client.config().proto().keepalive_timeout() + Duration::from_secs(2);
     assert!(took < bound, "noticed after {took:?}, bound {bound:?}");
     let r = conn.recv(Duration::from_secs(1));
     assert!(matches!(r, Err(Error::Closed { cause: Some(_) })), "{r:?}");

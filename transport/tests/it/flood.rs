@@ -158,8 +158,8 @@ fn both_ends_flood(batch: bool, at_once: bool) {
 /// on a frame that grants nothing, so the credits the users free later still reach the peer.
 #[test]
 fn probes_never_spend_the_last_credit_on_nothing() {
-    let mut cfg = small_config(6, 2, 8, 2, 1);
-    cfg.keepalive_timeout = std::time::Duration::from_millis(30);
+    let cfg =
+        small_config(6, 2, 8, 2, 1).with_keepalive_timeout(std::time::Duration::from_millis(30));
     let mut sim = Sim::new(&cfg, &cfg);
     for h in &mut sim.hosts {
         h.to_send = messages(&[10; 12]);

@@ -13,10 +13,9 @@ use crate::small_config;
 /// A small connection probing every 100 ms and declaring its peer dead after 350 ms of
 /// silence.
 fn keepalive_config() -> Config {
-    let mut cfg = small_config(8, 2, 8, 2, 2);
-    cfg.keepalive_interval = Duration::from_millis(100);
-    cfg.keepalive_timeout = Duration::from_millis(350);
-    cfg
+    small_config(8, 2, 8, 2, 2)
+        .with_keepalive_interval(Duration::from_millis(100))
+        .with_keepalive_timeout(Duration::from_millis(350))
 }
 
 #[test]

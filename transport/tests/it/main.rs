@@ -47,16 +47,15 @@ use transport::proto::Config;
 /// A small configuration so that schedules reach every limit: 64-byte eager limit, 50-byte
 /// chunks.
 pub fn small_config(window: u32, reserve: u32, sq_depth: u32, chunks: u32, reads: u32) -> Config {
-    Config {
-        window,
-        reserved_credits: reserve,
-        sq_depth,
-        frame_size: 80,
-        rndv_chunk_size: 50,
-        max_chunks_in_flight: chunks,
-        max_reads_in_flight: reads,
-        max_message: 100_000,
-        keepalive_interval: Duration::from_millis(5),
-        keepalive_timeout: Duration::from_secs(3600),
-    }
+    Config::default()
+        .with_window(window)
+        .with_reserved_credits(reserve)
+        .with_sq_depth(sq_depth)
+        .with_frame_size(80)
+        .with_rndv_chunk_size(50)
+        .with_max_chunks_in_flight(chunks)
+        .with_max_reads_in_flight(reads)
+        .with_max_message(100_000)
+        .with_keepalive_interval(Duration::from_millis(5))
+        .with_keepalive_timeout(Duration::from_secs(3600))
 }

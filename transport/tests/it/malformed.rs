@@ -115,8 +115,7 @@ fn compact_frame_faults_are_named() {
 
     // From a peer whose window is too wide for 24 bits of limit.
     let ours = small_config(6, 2, 6, 2, 1);
-    let mut wide = small_config(6, 2, 6, 2, 1);
-    wide.window = 1 << 24;
+    let wide = small_config(6, 2, 6, 2, 1).with_window(1 << 24);
     let mut c: Connection<Vec<u8>> =
         Connection::new(&ours, &wide.connect_info(), Instant::now()).unwrap();
     let e = feed_compact(&mut c, imm(Kind::Data, 1 << 24), b"x").unwrap_err();

@@ -2,7 +2,7 @@
 //! then all of them closed, and the pool back to its baseline.
 use std::time::{Duration, Instant};
 
-use transport::EndpointConfig;
+use transport::{EndpointConfig, ProtocolConfig};
 
 use crate::support::*;
 
@@ -10,19 +10,20 @@ use crate::support::*;
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn two_hundred_fifty_six_connections_on_one_endpoint() {
     let n = 256;
-    let cfg = || EndpointConfig {
-        pool_bytes: 128 << 20,
-        max_connections: n as u32,
-        proto: transport::proto::Config {
-            window: 8,
-            sq_depth: 16,
-            // Idle connections ping each other every interval: 512 of them at once are a
-            // load of their own on a software device; this test is not about dead peers.
-            keepalive_interval: Duration::from_secs(5),
-            keepalive_timeout: Duration::from_secs(60),
-            ..EndpointConfig::default().proto
-        },
-        ..EndpointConfig::default()
+    let cfg = || {
+        EndpointConfig::default()
+            .with_pool_bytes(128 << 20)
+            .with_max_connections(n as u32)
+            .with_proto(
+                ProtocolConfig::default()
+                    .with_window(8)
+                    .with_sq_depth(16)
+                    // Idle connections ping each other every interval: 512 of them at once
+                    // are a load of their own on a software device; this test is not about
+                    // dead peers.
+                    .with_keepalive_interval(Duration::from_secs(5))
+                    .with_keepalive_timeout(Duration::from_secs(60)),
+            )
     };
     let (listener, client) = endpoints(cfg(), cfg());
     let server_ep = listener.endpoint().clone();

@@ -248,7 +248,7 @@ fn messages_behind_an_unfinished_signaled_frame_travel_in_one_batch() {
         assert_eq!(bytes, &content(0, k, 8), "message {k}");
     }
     // The batch's receive buffer comes back with the last of its messages, not before.
-    let window = cfg.window;
+    let window = cfg.window();
     for _ in 0..every {
         assert!(sim.hosts[1].release_one());
     }

@@ -3,7 +3,7 @@
 //! RNR on the wire.
 use std::time::Duration;
 
-use transport::{EndpointConfig, Error, Polling};
+use transport::{Error, Polling};
 
 use crate::support::*;
 
@@ -52,10 +52,7 @@ fn sizes_from_empty_past_the_rendezvous_threshold_echo_intact() {
 fn thousands_of_messages_keep_order_and_boundaries_then_end_of_stream() {
     // Under busy polling the small ones also travel in batches, and the close comes right
     // behind the last batch.
-    let busy = EndpointConfig {
-        polling: Polling::Busy,
-        ..config()
-    };
+    let busy = config().with_polling(Polling::Busy);
     for cfg in [config(), busy] {
         let (server, client) = pair_with(cfg.clone(), cfg);
         let n = 3000u64;
@@ -135,10 +132,7 @@ fn a_one_gibibyte_message_arrives_intact() {
     const LEN: usize = 1 << 30;
     const BLOCK: usize = 1 << 20;
     // The receiver holds the whole message in its pool until it is complete.
-    let server_cfg = EndpointConfig {
-        pool_bytes: LEN + (64 << 20),
-        ..config()
-    };
+    let server_cfg = config().with_pool_bytes(LEN + (64 << 20));
     let (server, client) = pair_with(server_cfg, config());
     assert!(client.max_message() >= LEN as u64);
     // Every MiB carries its index at both ends, so a misplaced or repeated block is seen.
@@ -178,12 +172,9 @@ fn a_one_gibibyte_message_arrives_intact() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn small_messages_travel_in_batches_and_arrive_one_by_one() {
     let rnr_before = rnr_counters();
-    let busy = EndpointConfig {
-        polling: Polling::Busy,
-        ..config()
-    };
+    let busy = config().with_polling(Polling::Busy);
     for (nodelay, cfg) in [(false, busy.clone()), (true, busy), (false, config())] {
-        let batches = !nodelay && matches!(cfg.polling, Polling::Busy);
+        let batches = !nodelay && matches!(cfg.polling(), Polling::Busy);
         let (server, client) = pair_with(cfg.clone(), cfg);
         assert!(!client.nodelay(), "batching is on by default");
         client.set_nodelay(nodelay);

@@ -13,10 +13,7 @@ use transport::{Endpoint, EndpointConfig, Polling};
 use crate::support::*;
 
 fn with(polling: Polling) -> EndpointConfig {
-    EndpointConfig {
-        polling,
-        ..config()
-    }
+    config().with_polling(polling)
 }
 
 /// Adaptive polling with a 50 us spin.

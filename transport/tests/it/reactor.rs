@@ -17,12 +17,9 @@ use crate::stream::connect_pair;
 use crate::support::*;
 
 fn reactor_config() -> EndpointConfig {
-    EndpointConfig {
-        polling: Polling::Reactor {
-            spin: Duration::ZERO,
-        },
-        ..config()
-    }
+    config().with_polling(Polling::Reactor {
+        spin: Duration::ZERO,
+    })
 }
 
 /// The reactor handled completions (how many, against the progress thread's per-tick
@@ -197,10 +194,7 @@ fn without_a_reactor_the_progress_thread_still_carries_the_traffic() {
 
 /// A reactor endpoint that busy-reads for `busy`.
 fn busy_reading(busy: Duration) -> EndpointConfig {
-    EndpointConfig {
-        busy_read: busy,
-        ..reactor_config()
-    }
+    reactor_config().with_busy_read(busy)
 }
 
 /// Runs `wait` (a task waiting for `what` on `c`) and prints who polled the completions

@@ -2,7 +2,7 @@
 //! builder serve messages of every size; resources that cannot work are refused up front. A
 //! message over the configured maximum is refused before anything is sent.
 use memory::{Pool, PoolAccess, PoolConfig};
-use transport::{Endpoint, Error};
+use transport::{Endpoint, Error, ProtocolConfig};
 
 use crate::support::*;
 
@@ -75,8 +75,7 @@ fn resources_that_cannot_work_are_refused() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_message_over_the_maximum_is_refused_locally() {
-    let mut cfg = config();
-    cfg.proto.max_message = 1 << 20;
+    let cfg = config().with_proto(ProtocolConfig::default().with_max_message(1 << 20));
     let (server, client) = pair_with(cfg.clone(), cfg);
     let r = client.send(&vec![1u8; (1 << 20) + 1]);
     assert!(
@@ -90,8 +89,7 @@ fn a_message_over_the_maximum_is_refused_locally() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn connections_beyond_the_maximum_are_refused_and_the_rest_keep_working() {
-    let mut small = config();
-    small.max_connections = 1;
+    let small = config().with_max_connections(1);
     let server = Endpoint::with_config(peer_ip(), small.clone()).unwrap();
     let listener = server.listen(0).unwrap();
     let addr = addr_of(&listener);

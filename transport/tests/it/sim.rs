@@ -181,8 +181,8 @@ impl Host {
     fn new(cfg: &Config, peer: &Config, now: Instant) -> Self {
         Host {
             conn: Connection::new(cfg, &peer.connect_info(), now).expect("valid config"),
-            posted: Rc::new(Cell::new(cfg.window)),
-            sq_depth: cfg.sq_depth,
+            posted: Rc::new(Cell::new(cfg.window())),
+            sq_depth: cfg.sq_depth(),
             sq_used: 0,
             completable: 0,
             reads: VecDeque::new(),
@@ -193,7 +193,7 @@ impl Host {
             next: 0,
             stopped: false,
             large: VecDeque::new(),
-            chunk_size: cfg.rndv_chunk_size,
+            chunk_size: cfg.rndv_chunk_size(),
             close_when_done: false,
             received: Vec::new(),
             held: VecDeque::new(),

@@ -19,11 +19,9 @@ pub fn peer_ip() -> IpAddr {
 
 /// A small configuration, so tests do not register hundreds of MiB.
 pub fn config() -> EndpointConfig {
-    EndpointConfig {
-        pool_bytes: 64 << 20,
-        max_connections: 8,
-        ..EndpointConfig::default()
-    }
+    EndpointConfig::default()
+        .with_pool_bytes(64 << 20)
+        .with_max_connections(8)
 }
 
 /// A server endpoint on the peer's device listening on any port, and a client endpoint here.

@@ -63,9 +63,8 @@ fn receive_all(server: &Conn, counts: &[u64]) -> (Tally, bool) {
 
 /// A configuration with small rendezvous chunks.
 fn chunked(cfg: EndpointConfig) -> EndpointConfig {
-    let mut cfg = cfg;
-    cfg.proto.rndv_chunk_size = CHUNK;
-    cfg
+    let proto = cfg.proto().clone().with_rndv_chunk_size(CHUNK);
+    cfg.with_proto(proto)
 }
 
 /// Every buffer the pool can still give, in every size class, until it says `Exhausted`.
@@ -99,9 +98,8 @@ fn hog(pool: &memory::Pool) -> (Vec<memory::Buffer>, bool) {
 fn an_exhausted_pool_is_backpressure_and_loses_nothing() {
     const SENDERS: u64 = 4;
     const PER_SENDER: u64 = 10;
-    let mut small = chunked(config());
     // One chunk of each class up to 256 KiB: 6 x 2 MiB and 4 MiB.
-    small.pool_bytes = 16 << 20;
+    let small = chunked(config()).with_pool_bytes(16 << 20);
     let (server, client) = pair_with(chunked(config()), small);
     let (held, hog_typed) = hog(client.endpoint().pool());
     eprintln!("pool exhausted: {} buffers held", held.len());
@@ -197,10 +195,13 @@ fn an_exhausted_pool_is_backpressure_and_loses_nothing() {
 fn a_full_send_queue_blocks_many_senders_and_loses_nothing() {
     const SENDERS: u64 = 8;
     const PER_SENDER: u64 = 30;
-    let mut tiny = chunked(config());
-    tiny.proto.sq_depth = 4;
-    tiny.proto.max_reads_in_flight = 2;
-    tiny.max_one_sided = 1;
+    let tiny = chunked(config());
+    let proto = tiny
+        .proto()
+        .clone()
+        .with_sq_depth(4)
+        .with_max_reads_in_flight(2);
+    let tiny = tiny.with_proto(proto).with_max_one_sided(1);
     let (server, client) = pair_with(tiny.clone(), tiny);
     let would_block = Arc::new(AtomicU64::new(0));
     let timed_out = Arc::new(AtomicU64::new(0));

@@ -116,7 +116,7 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
     drop(victim);
     let (healthy_tally, healthy_messages) = healthy.finish();
     let detect = receiver_error.1.max(sender_at) - killed;
-    let bound = ep.config().proto.keepalive_timeout + DETECT_SLACK;
+    let bound = ep.config().proto().keepalive_timeout() + DETECT_SLACK;
 
     let tally = Tally {
         sent: healthy_tally.sent + 2 * prefix,
@@ -200,7 +200,7 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         && next.join().unwrap().is_ok();
     let (healthy_tally, healthy_messages) = healthy.finish();
     let detect = error.1 - killed;
-    let bound = ep.config().proto.keepalive_timeout + DETECT_SLACK;
+    let bound = ep.config().proto().keepalive_timeout() + DETECT_SLACK;
 
     let tally = Tally {
         sent: healthy_tally.sent + prefix,

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use transport::{Conn, EndpointConfig, Error};
+use transport::{Conn, EndpointConfig, Error, ProtocolConfig};
 
 use super::*;
 
@@ -154,11 +154,12 @@ fn short_outage(name: &'static str) {
 /// A long outage: both sides get a typed error within the keepalive bound, what arrived is an
 /// intact prefix of what was sent, and a new connection works once the link is back.
 fn long_outage(name: &'static str) {
-    let cfg = || {
-        let mut c: EndpointConfig = config();
-        c.proto.keepalive_interval = KEEPALIVE_INTERVAL;
-        c.proto.keepalive_timeout = KEEPALIVE_TIMEOUT;
-        c
+    let cfg = || -> EndpointConfig {
+        config().with_proto(
+            ProtocolConfig::default()
+                .with_keepalive_interval(KEEPALIVE_INTERVAL)
+                .with_keepalive_timeout(KEEPALIVE_TIMEOUT),
+        )
     };
     let (server, client) = pair_with(cfg(), cfg());
     let run = traffic_through(LONG_OUTAGE, server, client);

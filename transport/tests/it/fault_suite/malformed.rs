@@ -164,11 +164,9 @@ struct RawPeer {
 
 impl RawPeer {
     fn connect(addr: std::net::SocketAddr) -> RawPeer {
-        let ours = transport::proto::Config {
-            window: RAW_WINDOW,
-            ..transport::proto::Config::default()
-        }
-        .connect_info();
+        let ours = transport::ProtocolConfig::default()
+            .with_window(RAW_WINDOW)
+            .connect_info();
         let pending = Connector::new(addr)
             .src(local_ip())
             .private_data(&ours.encode())
@@ -435,8 +433,7 @@ fn broken_frames_from_a_raw_peer_end_only_its_connection() {
         .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
         .unwrap_or(0x5eed_0000_f00d_0000);
     eprintln!("malformed frames: base seed {base:#x} (replay with FAULTS_SEED)");
-    let mut cfg = config();
-    cfg.max_connections = 32;
+    let cfg = config().with_max_connections(32);
     let server = Endpoint::with_config(peer_ip(), cfg).expect("victim endpoint");
     let listener = server.listen(0).expect("listen");
     let (by_server, by_client) = connect(&listener);

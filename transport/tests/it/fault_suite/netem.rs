@@ -123,9 +123,7 @@ impl RoundTrips {
 /// The suite's connections: the defaults (keepalive included), but connection management
 /// gets 60 s, since its packets are lost too and its retries take seconds.
 fn suite_config() -> transport::EndpointConfig {
-    let mut c = config();
-    c.connect_timeout = Duration::from_secs(60);
-    c
+    config().with_connect_timeout(Duration::from_secs(60))
 }
 
 /// `STREAM_BYTES` written through a byte stream in `STREAM_WRITE` writes and a shutdown; the
