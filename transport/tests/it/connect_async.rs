@@ -14,10 +14,7 @@ use crate::support::*;
 const MANY: usize = 16;
 
 fn roomy() -> EndpointConfig {
-    EndpointConfig {
-        max_connections: 2 * MANY as u32,
-        ..config()
-    }
+    config().with_max_connections(2 * MANY as u32)
 }
 
 fn threads() -> usize {
