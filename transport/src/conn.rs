@@ -162,7 +162,7 @@ impl Conn {
         if send.release_due {
             conn.release_one(&mut st);
         }
-        let sent = self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st);
+        let sent = self.send_eager(&mut send, Some(DEFAULT_OP_TIMEOUT), st);
         if let Some(d) = request {
             conn.shared.res.release_delivery(d);
         }

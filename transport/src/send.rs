@@ -121,8 +121,8 @@ impl Conn {
         if data.len() > eager {
             return self.send_large(class, data, timeout);
         }
-        let send = EagerSend::new(Eager::Message(class), data);
-        self.send_eager(send, Some(timeout), self.inner.state.lock())
+        let mut send = EagerSend::new(Eager::Message(class), data);
+        self.send_eager(&mut send, Some(timeout), self.inner.state.lock())
             .map(|s| s.call)
     }
 
@@ -202,8 +202,8 @@ impl Conn {
                 limit: self.eager_limit() as u64,
             });
         }
-        let send = EagerSend::new(Eager::Message(Class::Message), data);
-        self.send_eager(send, None, self.inner.state.lock())
+        let mut send = EagerSend::new(Eager::Message(Class::Message), data);
+        self.send_eager(&mut send, None, self.inner.state.lock())
             .map(drop)
     }
 
@@ -225,8 +225,8 @@ impl Conn {
 
     /// Sends a buffer from [`alloc`](Self::alloc) without copying it.
     pub fn send_buf(&self, buf: MessageBuf) -> Result<()> {
-        let send = EagerSend::with_frame(Eager::Message(Class::Message), buf.buf);
-        self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), self.inner.state.lock())
+        let mut send = EagerSend::with_frame(Eager::Message(Class::Message), buf.buf);
+        self.send_eager(&mut send, Some(DEFAULT_OP_TIMEOUT), self.inner.state.lock())
             .map(drop)
     }
 }

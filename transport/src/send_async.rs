@@ -43,8 +43,8 @@ impl Conn {
     ) -> Poll<Result<Option<CallId>>> {
         let conn = &*self.inner;
         if data.len() <= self.eager_limit() {
-            let send = EagerSend::new(Eager::Message(class), data);
-            return self.poll_eager(cx, send).map_ok(|s| s.call);
+            let mut send = EagerSend::new(Eager::Message(class), data);
+            return self.poll_eager(cx, &mut send).map_ok(|s| s.call);
         }
         let limit = self.max_whole_send();
         if data.len() > limit {
@@ -101,13 +101,13 @@ impl Conn {
         data: &[u8],
     ) -> Poll<Result<usize>> {
         let data = &data[..data.len().min(self.eager_limit())];
-        self.poll_eager(cx, EagerSend::new(Eager::StreamWrite, data))
+        self.poll_eager(cx, &mut EagerSend::new(Eager::StreamWrite, data))
             .map_ok(|s| s.len)
     }
 
     /// One attempt of `send` ([`EagerSend::attempt`]), taking a pool buffer only if one is
     /// free: `Pending` (the task registered) while it waits for progress or a buffer.
-    fn poll_eager(&self, cx: &mut Context<'_>, mut send: EagerSend<'_>) -> Poll<Result<Sent>> {
+    fn poll_eager(&self, cx: &mut Context<'_>, send: &mut EagerSend<'_>) -> Poll<Result<Sent>> {
         let conn = &*self.inner;
         let mut st = conn.state.lock();
         match send.attempt(conn, &mut st, Alloc::Now) {

@@ -102,8 +102,9 @@ pub(crate) struct EagerSend<'d> {
     /// The sender's poll due once the lock is let go, once it went (see
     /// [`outcome`](Self::outcome)): whether the next sends wait for the frame just sent.
     poll: Option<bool>,
-    /// Why it failed, once it failed.
-    error: Option<Error>,
+    /// Why it failed, once it failed (boxed: an error is large, and the send is built and
+    /// moved on every send).
+    error: Option<Box<Error>>,
 }
 
 impl<'d> EagerSend<'d> {
@@ -136,7 +137,7 @@ impl<'d> EagerSend<'d> {
     /// senders poll next anyway, waiting for the response or the next request).
     pub(crate) fn outcome(&mut self, conn: &ConnShared) -> Result<Sent> {
         if let Some(e) = self.error.take() {
-            return Err(e);
+            return Err(*e);
         }
         if let Some(waits) = self.poll.take() {
             conn.after_send(waits);
@@ -265,7 +266,7 @@ impl<'d> EagerSend<'d> {
     }
 
     fn failed(&mut self, e: Error) -> Step {
-        self.error = Some(e);
+        self.error = Some(Box::new(e));
         Step::Done
     }
 }
@@ -344,7 +345,7 @@ impl Conn {
     /// a buffer (`None`: only if it can go now, else [`Error::WouldBlock`]).
     pub(crate) fn send_eager(
         &self,
-        mut send: EagerSend<'_>,
+        send: &mut EagerSend<'_>,
         timeout: Option<Duration>,
         mut st: StateGuard<'_>,
     ) -> Result<Sent> {
