@@ -58,11 +58,7 @@ impl Conn {
         let chunk = conn.shared.cfg.proto.rndv_chunk_size as usize;
         let mut chunks = Vec::with_capacity(data.len().div_ceil(chunk));
         for (i, part) in data.chunks(chunk).enumerate() {
-            let mut buf = match conn.shared.res.pool.try_alloc(part.len()) {
-                Ok(b) => b,
-                Err(memory::Error::Exhausted { .. }) => return self.pool_pending(cx),
-                Err(e) => return Poll::Ready(Err(pool_error(e))),
-            };
+            let mut buf = ready!(self.poll_pool_buffer(cx, part.len()))?;
             buf.copy_from_slice(part);
             let remote = match remote_chunk(&buf) {
                 Ok(r) => r,
@@ -155,6 +151,16 @@ impl Conn {
         Poll::Ready(Ok(st))
     }
 
+    /// A pool buffer of `len` bytes: `Pending` while the pool is exhausted (see
+    /// [`pool_pending`](Self::pool_pending)).
+    fn poll_pool_buffer(&self, cx: &mut Context<'_>, len: usize) -> Poll<Result<memory::Buffer>> {
+        match self.inner.shared.res.pool.try_alloc(len) {
+            Ok(b) => Poll::Ready(Ok(b)),
+            Err(memory::Error::Exhausted { .. }) => self.pool_pending(cx),
+            Err(e) => Poll::Ready(Err(pool_error(e))),
+        }
+    }
+
     /// The pool is exhausted: retry when this connection makes progress or at the next tick.
     pub(crate) fn pool_pending<T>(&self, cx: &mut Context<'_>) -> Poll<T> {
         register(&self.inner.shared, &mut self.inner.state.lock(), cx);
@@ -191,12 +197,7 @@ impl Conn {
         let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
         while rest.offset < data.len() {
             let n = chunk.min(data.len() - rest.offset);
-            let mut buf = poll_fn(|cx| match self.inner.shared.res.pool.try_alloc(n) {
-                Ok(b) => Poll::Ready(Ok(b)),
-                Err(memory::Error::Exhausted { .. }) => self.pool_pending(cx),
-                Err(e) => Poll::Ready(Err(pool_error(e))),
-            })
-            .await?;
+            let mut buf = poll_fn(|cx| self.poll_pool_buffer(cx, n)).await?;
             buf.copy_from_slice(&data[rest.offset..rest.offset + n]);
             let mut add = AddChunk::new(large.msg, rest.offset, buf)?;
             self.poll_state(|conn, st| add.attempt(conn, st)).await?;
@@ -205,8 +206,8 @@ impl Conn {
         Ok(large.call)
     }
 
-    /// Waits until `check` gives a result (it runs with the state locked; it is not called
-    /// once the connection ended, which gives the end's error).
+    /// Waits until `check` gives a result (it runs with the state locked, and says itself
+    /// when the connection ended, as the attempts of [`crate::send_core`] do).
     pub(crate) async fn poll_state<T>(
         &self,
         mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
@@ -214,9 +215,6 @@ impl Conn {
         poll_fn(|cx| {
             let conn = &*self.inner;
             let mut st = conn.state.lock();
-            if let Some(e) = st.ended() {
-                return Poll::Ready(Err(e));
-            }
             match check(conn, &mut st) {
                 Some(r) => Poll::Ready(r),
                 None => {
