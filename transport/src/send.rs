@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::conn::DEFAULT_OP_TIMEOUT;
 use crate::message::MessageBuf;
 use crate::proto::{CallId, Class, MsgId};
-use crate::send_core::{announce, AddChunk, Eager, EagerSend};
+use crate::send_core::{announce, Chunks, Eager, EagerSend};
 use crate::{Conn, Error, Result};
 
 impl Conn {
@@ -28,27 +28,21 @@ impl Conn {
         let left = || deadline.saturating_duration_since(Instant::now());
         let total = data.len() as u64;
         let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
-        let first = chunk.min(data.len());
-        let mut buf = self.inner.shared.alloc(first, left())?;
-        buf.copy_from_slice(&data[..first]);
+        let first = self.inner.shared.alloc(chunk.min(data.len()), left())?;
         let large = self.wait("send", left(), |conn, st| announce(conn, st, class, total))?;
-        let mut next = Some(buf);
-        for (i, part) in data.chunks(chunk).enumerate() {
-            let offset = i * chunk;
-            let added = match next.take() {
-                Some(buf) => self.add_chunk_buf(large.msg, offset, buf, left()),
-                None => self.add_chunk_blocking(large.msg, offset, part, left()),
-            };
-            match added {
-                Ok(()) => {}
-                Err(Error::TimedOut { .. }) => {
-                    self.finish_in_background(large.msg, offset, data[offset..].to_vec());
-                    break;
-                }
-                Err(e) => return Err(e),
+        let mut chunks = Chunks::new(large.msg, data, 0, chunk);
+        let added = chunks
+            .fill(first)
+            .and_then(|()| self.add_chunks(&mut chunks, left()));
+        match added {
+            Ok(()) => Ok(large.call),
+            Err(Error::TimedOut { .. }) => {
+                let (offset, rest) = chunks.rest();
+                self.finish_in_background(large.msg, offset, rest.to_vec());
+                Ok(large.call)
             }
+            Err(e) => Err(e),
         }
-        Ok(large.call)
     }
 
     /// Adds the rest of rendezvous message `msg` (`rest`, from byte `offset`) on a thread of
@@ -65,50 +59,29 @@ impl Conn {
         }
     }
 
-    pub(crate) fn finish_rest(&self, msg: MsgId, offset: usize, rest: &[u8]) {
+    fn finish_rest(&self, msg: MsgId, offset: usize, rest: &[u8]) {
         let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
-        let mut at = 0;
-        while at < rest.len() {
-            let part = &rest[at..rest.len().min(at + chunk)];
-            match self.add_chunk_blocking(msg, offset + at, part, DEFAULT_OP_TIMEOUT) {
-                Ok(()) => at += part.len(),
+        let mut chunks = Chunks::new(msg, rest, offset, chunk);
+        loop {
+            match self.add_chunks(&mut chunks, DEFAULT_OP_TIMEOUT) {
                 Err(Error::TimedOut { .. }) if !self.is_closed() => {}
-                Err(_) => return,
+                _ => return,
             }
         }
     }
 
-    /// Copies `part` (bytes `offset..` of rendezvous message `msg`) into the pool and adds it
-    /// to the message, waiting up to `timeout` for a buffer and for room.
-    pub(crate) fn add_chunk_blocking(
-        &self,
-        msg: MsgId,
-        offset: usize,
-        part: &[u8],
-        timeout: Duration,
-    ) -> Result<()> {
+    /// Adds `chunks` until every one is added, waiting up to `timeout` in all for pool
+    /// buffers and for room.
+    fn add_chunks(&self, chunks: &mut Chunks<'_>, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let mut buf = self.inner.shared.alloc(part.len(), timeout)?;
-        buf.copy_from_slice(part);
-        self.add_chunk_buf(
-            msg,
-            offset,
-            buf,
-            deadline.saturating_duration_since(Instant::now()),
-        )
-    }
-
-    /// Adds `buf` (bytes `offset..` of rendezvous message `msg`, already copied) to the
-    /// message, waiting up to `timeout` for room.
-    pub(crate) fn add_chunk_buf(
-        &self,
-        msg: MsgId,
-        offset: usize,
-        buf: memory::Buffer,
-        timeout: Duration,
-    ) -> Result<()> {
-        let mut add = AddChunk::new(msg, offset, buf)?;
-        self.wait("send", timeout, |conn, st| add.attempt(conn, st))
+        let left = || deadline.saturating_duration_since(Instant::now());
+        while !chunks.done() {
+            if let Some(len) = chunks.buffer_needed() {
+                chunks.fill(self.inner.shared.alloc(len, left())?)?;
+            }
+            self.wait("send", left(), |conn, st| chunks.attempt(conn, st))?;
+        }
+        Ok(())
     }
 
     pub(crate) fn send_class(

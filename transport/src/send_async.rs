@@ -8,7 +8,7 @@ use crate::conn::StateGuard;
 use crate::engine::{pool_error, ConnShared, ConnState};
 use crate::proto::{CallId, Class, SendError, SendErrorKind};
 use crate::send_core::{
-    announce, remote_chunk, send_error, AddChunk, Alloc, Eager, EagerSend, Sent, Step,
+    announce, remote_chunk, send_error, Alloc, Chunks, Eager, EagerSend, Sent, Step,
 };
 use crate::task::{register, register_tick};
 use crate::{Conn, Error, Result};
@@ -188,20 +188,18 @@ impl Conn {
         let large = self
             .poll_state(|conn, st| announce(conn, st, class, total))
             .await?;
+        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
         let mut rest = Finish {
             conn: self,
-            msg: large.msg,
-            data,
-            offset: 0,
+            chunks: Chunks::new(large.msg, data, 0, chunk),
         };
-        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
-        while rest.offset < data.len() {
-            let n = chunk.min(data.len() - rest.offset);
-            let mut buf = poll_fn(|cx| self.poll_pool_buffer(cx, n)).await?;
-            buf.copy_from_slice(&data[rest.offset..rest.offset + n]);
-            let mut add = AddChunk::new(large.msg, rest.offset, buf)?;
-            self.poll_state(|conn, st| add.attempt(conn, st)).await?;
-            rest.offset += n;
+        while !rest.chunks.done() {
+            if let Some(len) = rest.chunks.buffer_needed() {
+                let buf = poll_fn(|cx| self.poll_pool_buffer(cx, len)).await?;
+                rest.chunks.fill(buf)?;
+            }
+            self.poll_state(|conn, st| rest.chunks.attempt(conn, st))
+                .await?;
         }
         Ok(large.call)
     }
@@ -231,17 +229,16 @@ impl Conn {
 /// a thread, so the peer gets the whole message.
 struct Finish<'a> {
     conn: &'a Conn,
-    msg: crate::proto::MsgId,
-    data: &'a [u8],
-    offset: usize,
+    chunks: Chunks<'a>,
 }
 
 impl Drop for Finish<'_> {
     fn drop(&mut self) {
-        if self.offset >= self.data.len() || self.conn.is_closed() {
+        if self.chunks.done() || self.conn.is_closed() {
             return;
         }
+        let (offset, rest) = self.chunks.rest();
         self.conn
-            .finish_in_background(self.msg, self.offset, self.data[self.offset..].to_vec());
+            .finish_in_background(self.chunks.msg(), offset, rest.to_vec());
     }
 }

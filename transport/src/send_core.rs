@@ -1,7 +1,7 @@
 //! The sends of a [`Conn`] as non-blocking attempts over its state, each written once and
 //! shared by the blocking and the async calls: an eager message or byte-stream write
 //! ([`EagerSend`]), the announcement of a rendezvous message ([`announce`]) and the addition
-//! of one of its chunks ([`AddChunk`]). An attempt either finishes or says what it waits for
+//! of its chunks ([`Chunks`]). An attempt either finishes or says what it waits for
 //! ([`Step`]); a blocking call waits around it ([`Conn::wait`]), an async one registers its
 //! waker and returns `Pending`.
 
@@ -293,27 +293,67 @@ pub(crate) fn announce(
     }
 }
 
-/// One chunk of an announced rendezvous message, copied into a pool buffer, added when the
-/// message has room for it.
-pub(crate) struct AddChunk {
+/// The chunks of an announced rendezvous message, added one at a time: the caller takes a
+/// pool buffer for the next one ([`buffer_needed`](Self::buffer_needed)), waiting as it
+/// waits; [`fill`](Self::fill) copies the chunk into it; [`attempt`](Self::attempt) adds it
+/// once the message has room. A chunk copied but not yet added stays for the next attempt.
+pub(crate) struct Chunks<'d> {
     msg: MsgId,
-    offset: u64,
-    remote: RemoteChunk,
-    buf: Option<memory::Buffer>,
+    /// The bytes still to add, from message byte `base`.
+    data: &'d [u8],
+    base: usize,
+    /// Bytes of `data` added so far.
+    added: usize,
+    chunk: usize,
+    /// The next chunk, copied, waiting for room.
+    copied: Option<(RemoteChunk, memory::Buffer)>,
 }
 
-impl AddChunk {
-    /// Bytes `offset..` of message `msg`, in `buf`.
-    pub(crate) fn new(msg: MsgId, offset: usize, buf: memory::Buffer) -> Result<Self> {
-        Ok(AddChunk {
+impl<'d> Chunks<'d> {
+    /// Bytes `base..` of message `msg` (`data`), in chunks of `chunk` bytes.
+    pub(crate) fn new(msg: MsgId, data: &'d [u8], base: usize, chunk: usize) -> Self {
+        Chunks {
             msg,
-            offset: offset as u64,
-            remote: remote_chunk(&buf)?,
-            buf: Some(buf),
-        })
+            data,
+            base,
+            added: 0,
+            chunk,
+            copied: None,
+        }
     }
 
-    /// One attempt under `st`: added, the error, or `None` (wait for progress).
+    /// The length of the pool buffer the next chunk needs; `None` when one is copied
+    /// already or every chunk is added.
+    pub(crate) fn buffer_needed(&self) -> Option<usize> {
+        let left = self.data.len() - self.added;
+        (self.copied.is_none() && left > 0).then(|| left.min(self.chunk))
+    }
+
+    /// Copies the next chunk into `buf` (of [`buffer_needed`](Self::buffer_needed) bytes).
+    pub(crate) fn fill(&mut self, mut buf: memory::Buffer) -> Result<()> {
+        let part = &self.data[self.added..self.added + buf.len()];
+        buf.copy_from_slice(part);
+        self.copied = Some((remote_chunk(&buf)?, buf));
+        Ok(())
+    }
+
+    /// Whether every chunk is added.
+    pub(crate) fn done(&self) -> bool {
+        self.added == self.data.len()
+    }
+
+    /// The message's id.
+    pub(crate) fn msg(&self) -> MsgId {
+        self.msg
+    }
+
+    /// Where the chunks not yet added start in the message, and their bytes.
+    pub(crate) fn rest(&self) -> (usize, &'d [u8]) {
+        (self.base + self.added, &self.data[self.added..])
+    }
+
+    /// One attempt under `st` to add the copied chunk: added, the error, or `None` (wait
+    /// for progress).
     pub(crate) fn attempt(&mut self, conn: &ConnShared, st: &mut ConnState) -> Option<Result<()>> {
         if let Some(e) = st.ended() {
             return Some(Err(e));
@@ -322,17 +362,19 @@ impl AddChunk {
         if !p.can_add_chunk(self.msg) {
             return None;
         }
-        let buf = self.buf.take().expect("kept until added");
-        match p.add_chunk(self.msg, self.offset, self.remote, buf) {
+        let (remote, buf) = self.copied.take().expect("filled before each attempt");
+        let (len, offset) = (buf.len(), (self.base + self.added) as u64);
+        match p.add_chunk(self.msg, offset, remote, buf) {
             Ok(()) => {
                 conn.drive(st);
+                self.added += len;
                 Some(Ok(()))
             }
             Err(SendError {
                 kind: SendErrorKind::WouldBlock,
                 payload,
             }) => {
-                self.buf = Some(payload);
+                self.copied = Some((remote, payload));
                 None
             }
             Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
