@@ -17,10 +17,41 @@ use super::{wake_task, ConnShared, Shared};
 use crate::proto::{self, ConnectInfo, HandshakeError};
 use crate::{Error, Result};
 
+/// The endpoint's CM side: the channel every CM id of the endpoint reports to (connects and
+/// accepts in progress, listeners, established connections), the operations in progress on
+/// it, and the wakeup that stops the thread serving it.
+#[derive(Debug)]
+pub(crate) struct CmWatcher {
+    pub channel: cm::EventChannel,
+    ops: Mutex<CmOps>,
+    stop: cm::Wakeup,
+}
+
+impl CmWatcher {
+    pub(super) fn new() -> Result<Self> {
+        Ok(CmWatcher {
+            channel: cm::EventChannel::new()?,
+            ops: Mutex::new(CmOps::default()),
+            stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
+        })
+    }
+
+    /// The next event on the channel, waiting until one comes; `None` when
+    /// [`stop`](Self::stop) woke the wait.
+    pub(super) fn next_event(&self) -> cm::Result<Option<cm::CmEvent>> {
+        self.channel.get_event_unless(&self.stop, None)
+    }
+
+    /// Ends the wait of [`next_event`](Self::next_event), now or the next one.
+    pub(super) fn stop(&self) {
+        self.stop.wake();
+    }
+}
+
 /// The operations in progress, by the address of their current id (compared, never
 /// followed): an id's events go to its operation.
 #[derive(Debug, Default)]
-pub(crate) struct CmOps {
+struct CmOps {
     by_id: FxHashMap<usize, CmOp>,
 }
 
@@ -166,8 +197,8 @@ impl Shared {
     /// Starts connecting with `connector` (its ids on the CM channel).
     pub(crate) fn start_connect(&self, connector: cm::Connector) -> Result<Arc<ConnectOp>> {
         // Under the map's lock, so the first event finds the operation.
-        let mut ops = self.cm_ops.lock();
-        let resolving = connector.resolving(&self.cm_channel)?;
+        let mut ops = self.cm.ops.lock();
+        let resolving = connector.resolving(&self.cm.channel)?;
         let k = key(resolving.id());
         let op = Arc::new(ConnectOp {
             state: Mutex::new(ConnectState {
@@ -186,7 +217,7 @@ impl Shared {
     /// destroyed, so the peer is refused), a connection already made closes.
     pub(crate) fn cancel_connect(&self, op: &ConnectOp) {
         let stage = {
-            let mut ops = self.cm_ops.lock();
+            let mut ops = self.cm.ops.lock();
             let mut st = op.state.lock();
             let stage = std::mem::replace(&mut st.stage, Stage::Taken);
             if let Some(k) = stage.key() {
@@ -207,8 +238,8 @@ impl Shared {
         addr: std::net::SocketAddr,
         opts: cm::ConnOptions,
     ) -> Result<Arc<Backlog>> {
-        let mut ops = self.cm_ops.lock();
-        let listener = cm::Listener::bind_on(&self.cm_channel, addr, opts)?;
+        let mut ops = self.cm.ops.lock();
+        let listener = cm::Listener::bind_on(&self.cm.channel, addr, opts)?;
         let backlog = Arc::new(Backlog {
             listener,
             queue: Mutex::new(Queue::default()),
@@ -220,20 +251,20 @@ impl Shared {
 
     /// The listener is dropped: no more requests for it (its id goes with the last handle).
     pub(crate) fn unlisten(&self, backlog: &Backlog) {
-        let removed = self.cm_ops.lock().by_id.remove(&key(backlog.listener.id()));
+        let removed = self.cm.ops.lock().by_id.remove(&key(backlog.listener.id()));
         drop(removed);
     }
 
     /// Lets go of every operation (the endpoint stops): their connections hold the shared
     /// state.
     pub(crate) fn clear_cm_ops(&self) {
-        let ops = std::mem::take(&mut self.cm_ops.lock().by_id);
+        let ops = std::mem::take(&mut self.cm.ops.lock().by_id);
         drop(ops);
     }
 
     /// A CM event: to the operation of its id, else (a disconnect) to its connection.
     pub(super) fn on_cm_event(self: &Arc<Self>, ev: cm::CmEvent) {
-        let mut ops = self.cm_ops.lock();
+        let mut ops = self.cm.ops.lock();
         if ev.is(cm::EventKind::ConnectRequest) {
             let backlog = ev.listen_id().and_then(|l| match ops.by_id.get(&key(l)) {
                 Some(CmOp::Listen(b)) => Some(b.clone()),
@@ -265,7 +296,7 @@ impl Shared {
 
     /// Looks at the clocks of the operations in progress (from the tick).
     pub(super) fn cm_timers(self: &Arc<Self>, now: Instant) {
-        let mut ops = self.cm_ops.lock();
+        let mut ops = self.cm.ops.lock();
         if ops.by_id.is_empty() {
             return;
         }

@@ -30,7 +30,7 @@ use memory::{Buffer, Pool};
 use parking_lot::Mutex;
 use verbs::{CompletionBuf, Pd, Reclaimed};
 
-pub(crate) use cm_ops::{Backlog, ConnectOp};
+pub(crate) use cm_ops::{Backlog, CmWatcher, ConnectOp};
 pub(crate) use conn::{ConnShared, ConnState};
 pub(crate) use poll::{Counts, Spinning};
 pub(crate) use send_queue::SqOp;
@@ -105,13 +105,9 @@ pub(crate) struct Shared {
     pub local_ip: IpAddr,
     /// The device's resources every connection uses.
     pub res: Resources,
-    /// CM events of every id of the endpoint arrive here: connects and accepts in progress,
-    /// listeners, and established connections (disconnects).
-    pub cm_channel: cm::EventChannel,
-    /// Connects, accepts and listeners in progress, by id ([`cm_ops`]).
-    cm_ops: Mutex<cm_ops::CmOps>,
-    /// Stops the thread serving `cm_channel`, which otherwise sleeps until an event comes.
-    cm_stop: cm::Wakeup,
+    /// CM events of every id of the endpoint, and the connects, accepts and listeners in
+    /// progress on them.
+    pub cm: CmWatcher,
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
     /// [`remove_conns`](Shared::remove_conns), which keep the poller's cache in step.
     pub conns: ConnTable<Arc<ConnShared>>,
@@ -201,9 +197,7 @@ impl Shared {
         let shared = Arc::new(Shared {
             res,
             local_ip,
-            cm_channel: cm::EventChannel::new()?,
-            cm_ops: Mutex::new(cm_ops::CmOps::default()),
-            cm_stop: cm::Wakeup::new().map_err(cm::Error::CreateChannel)?,
+            cm: CmWatcher::new()?,
             conns: ConnTable::new(),
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),

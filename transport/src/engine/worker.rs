@@ -143,7 +143,7 @@ impl Engine {
                     // Sleeps until an event comes or the endpoint stops: an idle endpoint's
                     // CM thread never wakes.
                     while !shared.stop.load(Ordering::Relaxed) {
-                        match shared.cm_channel.get_event_unless(&shared.cm_stop, None) {
+                        match shared.cm.next_event() {
                             Ok(Some(ev)) => shared.on_cm_event(ev),
                             Ok(None) => {}
                             // Whatever broke the channel, do not spin on it.
@@ -183,7 +183,7 @@ impl Drop for Engine {
             std::thread::sleep(Duration::from_millis(5));
         }
         self.shared.stop.store(true, Ordering::Relaxed);
-        self.shared.cm_stop.wake();
+        self.shared.cm.stop();
         self.shared.unpark_progress();
         if let Some(w) = self.shared.reactor_waker.lock().take() {
             w.wake();
