@@ -67,6 +67,8 @@ mod error;
 mod frame;
 mod rndv;
 mod rpc;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -3,12 +3,10 @@
 
 use std::time::Duration;
 
-use transport::proto::{ConnError, Kind};
+use crate::proto::{Config, ConnError, Kind};
 
-use transport::proto::Config;
-
-use crate::sim::Sim;
-use crate::small_config;
+use super::sim::Sim;
+use super::small_config;
 
 /// A small connection probing every 100 ms and declaring its peer dead after 350 ms of
 /// silence.

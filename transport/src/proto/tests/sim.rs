@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use transport::proto::{
+use crate::proto::{
     Action, Body, CallError, CallId, Class, Config, ConnError, Connection, Delivery, MsgId, Parts,
     Payload, ReadId, Received, RemoteChunk, SendErrorKind, BATCH_ENTRY_HEADER, HEADER_LEN,
     MAX_HEAD,

@@ -2,10 +2,11 @@
 //! order, intact; nobody sends without a posted receive; nothing deadlocks.
 
 use proptest::prelude::*;
-use transport::proto::{Class, Received};
 
-use crate::sim::{content, messages, Msg, Sim};
-use crate::small_config;
+use crate::proto::{Class, Received};
+
+use super::sim::{content, messages, Msg, Sim};
+use super::small_config;
 
 fn check_all_delivered(sim: &Sim) {
     for side in 0..2 {

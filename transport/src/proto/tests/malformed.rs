@@ -4,12 +4,13 @@
 use std::time::Instant;
 
 use proptest::prelude::*;
-use transport::proto::{
+
+use crate::proto::{
     encode_body, Action, ConnError, Connection, FrameBody, Header, Kind, ProtocolError,
     RemoteChunk, FLAG_BATCH, FLAG_REQUEST,
 };
 
-use crate::small_config;
+use super::small_config;
 
 fn conn() -> Connection<Vec<u8>> {
     let cfg = small_config(6, 2, 6, 2, 1);
@@ -66,7 +67,7 @@ fn compact_frame_faults_are_named() {
             _ => None,
         })
         .expect("delivered");
-    assert!(matches!(&d.parts, transport::proto::Parts::Bare(b) if b[..3] == *b"abc"));
+    assert!(matches!(&d.parts, crate::proto::Parts::Bare(b) if b[..3] == *b"abc"));
     assert!(d.holds_credit());
 
     type Case<'a> = (u32, &'a [u8], fn(&ProtocolError) -> bool);

@@ -2,10 +2,10 @@
 //! it are refused. A peer that goes away after its CLOSE ends the connection gracefully only
 //! when nothing it sent is missing; a close is complete once the peer has everything.
 
-use transport::proto::{Class, ConnError, PeerGone, SendErrorKind};
+use crate::proto::{Class, ConnError, PeerGone, SendErrorKind};
 
-use crate::sim::{content, messages, Msg, Sim, SimBuf};
-use crate::small_config;
+use super::sim::{content, messages, Msg, Sim, SimBuf};
+use super::small_config;
 
 #[test]
 fn close_delivers_everything_sent_before_then_end_of_stream() {

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use transport::proto::{Class, MAX_STEP_GAP};
+use crate::proto::{Class, MAX_STEP_GAP};
 
-use crate::sim::{content, Msg, Sim};
-use crate::small_config;
+use super::sim::{content, Msg, Sim};
+use super::small_config;
 
 /// Messages go straight to the wire while credits and send-queue slots last; the first that
 /// cannot go queues, and every later one queues behind it (a refused `send_at_once` changes

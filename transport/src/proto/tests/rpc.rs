@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use transport::proto::{CallError, Class, ConnError, PeerGone, Received};
+use crate::proto::{CallError, Class, ConnError, PeerGone, Received};
 
-use crate::sim::{content, Msg, Sim};
-use crate::small_config;
+use super::sim::{content, Msg, Sim};
+use super::small_config;
 
 fn reversed(side: usize, k: usize, len: usize) -> Vec<u8> {
     let mut v = content(side, k, len);
@@ -199,9 +199,9 @@ fn peer_gone_fails_pending_calls_and_releases_buffers() {
     assert!(a.conn.poll_timeout().is_none());
     let e = sim.hosts[0]
         .conn
-        .send(Class::Message, crate::sim::SimBuf::plain(vec![0; 20]))
+        .send(Class::Message, super::sim::SimBuf::plain(vec![0; 20]))
         .unwrap_err();
-    assert_eq!(e.kind, transport::proto::SendErrorKind::Closed);
+    assert_eq!(e.kind, crate::proto::SendErrorKind::Closed);
     assert_eq!(e.payload.data.len(), 20, "the payload is handed back");
 }
 

@@ -3,10 +3,11 @@
 //! when it is full; the bytes arrive intact and in order whatever the schedule.
 
 use proptest::prelude::*;
-use transport::proto::{Received, MERGE_SIGNAL_EVERY};
 
-use crate::sim::{content, messages, Sim};
-use crate::small_config;
+use crate::proto::{Received, MERGE_SIGNAL_EVERY};
+
+use super::sim::{content, messages, Sim};
+use super::small_config;
 
 /// What `side` sent as one byte sequence, and what its peer received.
 fn sent_and_received(sim: &Sim, side: usize) -> (Vec<u8>, Vec<u8>) {
