@@ -23,7 +23,7 @@ use crate::proto::frame::BATCH_ENTRY_HEADER;
 /// A frame that counts towards signals (a mergeable one, or a plain message's while
 /// coalescing is on) is signaled, and followed by a hold, at least this often while sends
 /// come one at a time; one that was held back (the sender outruns the device) always is.
-pub const MERGE_SIGNAL_EVERY: u32 = 16;
+pub(crate) const MERGE_SIGNAL_EVERY: u32 = 16;
 
 /// Frame counts that tell whether a signaled stream frame is still unfinished.
 #[derive(Debug, Default)]

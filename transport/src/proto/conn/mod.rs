@@ -127,7 +127,7 @@ struct InflightRead {
 
 /// Gaps between steps of large messages longer than this are pauses between transfers, not
 /// a transfer's pace (see [`Connection::last_transfer_step`]).
-pub const MAX_STEP_GAP: Duration = Duration::from_millis(10);
+pub(crate) const MAX_STEP_GAP: Duration = Duration::from_millis(10);
 
 /// The protocol state of one connection (see the [module docs](super)).
 #[derive(Debug)]
@@ -188,7 +188,9 @@ mod receive;
 mod send;
 
 use merge::Merging;
-pub use merge::MERGE_SIGNAL_EVERY;
+// The host tests count signaled frames by it.
+#[cfg(test)]
+pub(crate) use merge::MERGE_SIGNAL_EVERY;
 
 impl<B: Payload> Connection<B> {
     /// A connection with local limits `config` and the peer's connect data `peer` (from

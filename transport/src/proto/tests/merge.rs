@@ -4,7 +4,8 @@
 
 use proptest::prelude::*;
 
-use crate::proto::{Received, MERGE_SIGNAL_EVERY};
+use crate::proto::conn::MERGE_SIGNAL_EVERY;
+use crate::proto::Received;
 
 use super::sim::{content, messages, Sim};
 use super::small_config;

@@ -4,7 +4,8 @@
 
 use std::time::Duration;
 
-use crate::proto::{Class, MAX_STEP_GAP};
+use crate::proto::conn::MAX_STEP_GAP;
+use crate::proto::Class;
 
 use super::sim::{content, Msg, Sim};
 use super::small_config;
