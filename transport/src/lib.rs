@@ -154,8 +154,9 @@ mod error;
 mod listener;
 mod message;
 mod one_sided;
-// The protocol core: public for the crate's own simulated-wire tests and benches, not part of
-// the API (its types the API uses are re-exported at the crate root).
+// The protocol core: public for the device tests (the handshake's data, frames crafted by a
+// raw-verbs peer) and its doc example, not part of the API (its types the API uses are
+// re-exported at the crate root). Its host tests are inside it (`proto/tests/`).
 #[doc(hidden)]
 pub mod proto;
 mod reactor;
