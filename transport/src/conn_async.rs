@@ -34,13 +34,13 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::engine::{ConnState, Spinning, TASK_WAKES};
+use crate::engine::{ConnState, Spinning, SPIN_TURNS_PER_CLOCK, TASK_WAKES};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class};
 use crate::receive::{end_as_none, PendingCall};
 use crate::task::{register, register_recv, register_tick};
-use crate::wait::SPIN_TURNS_PER_CLOCK;
-use crate::{Conn, Error, Polling, Result};
+
+use crate::{Conn, Error, Result};
 
 impl Conn {
     /// Polls for the next message: `Ready(Ok(Some))` takes it from the connection; once the
@@ -75,7 +75,7 @@ impl Conn {
     ) -> Poll<T> {
         let conn = &*self.inner;
         let shared = &conn.shared;
-        let adaptive = matches!(shared.cfg.polling, Polling::Adaptive { .. });
+        let adaptive = shared.policy.adaptive();
         let mut st = conn.state.lock();
         if let Some(found) = check(&mut st) {
             // The end of a wait that registered its waker.
@@ -86,25 +86,25 @@ impl Conn {
         }
         // How long it spins, and, while it does, the task counts as a spinning caller (the
         // progress thread stands aside for it).
-        let spin = match shared.cfg.busy_read {
-            d if !d.is_zero() => Some((d, Spinning::new(shared))),
-            // One task of the endpoint spins at a time: it polls for every connection, and
-            // the tasks it wakes run next on its thread (it stops spinning then). Several
-            // would take turns holding executor threads (and cores) from each other.
-            // Under a tokio driver only a lone connection's task spins: with several, the
-            // driver serves them all and a spinning task would hold a runtime thread from it
-            // (docs/benchmarks.md, "the tokio driver and a lone connection").
-            _ if adaptive
-                && (!shared.reactor_drives() || shared.conn_count() == 1)
-                && !on_a_single_threaded_runtime() =>
-            {
-                match conn.spin.get() {
-                    budget if budget.is_zero() => None,
-                    budget => Spinning::task(shared).map(|spinner| (budget, spinner)),
-                }
-            }
-            _ => None,
-        };
+        // One task of the endpoint spins at a time (unless `busy_read` is set): it polls for
+        // every connection, and the tasks it wakes run next on its thread (it stops spinning
+        // then). Several would take turns holding executor threads (and cores) from each
+        // other.
+        let spin = shared
+            .policy
+            .task_spin(
+                conn.spin.get(),
+                || shared.conn_count() == 1,
+                on_a_single_threaded_runtime,
+            )
+            .and_then(|spin| {
+                let spinner = if shared.policy.every_task_spins() {
+                    Some(Spinning::new(shared))
+                } else {
+                    Spinning::task(shared)
+                };
+                spinner.map(|s| (spin, s))
+            });
         let Some((busy, spinner)) = spin else {
             wait(&mut st, cx);
             return Poll::Pending;
@@ -194,7 +194,7 @@ impl Conn {
                     Some(w) if w.will_wake(cx.waker()) => {}
                     _ => {
                         st.wakers.calls.insert(id.0, cx.waker().clone());
-                        self.inner.shared.wake_progress();
+                        self.inner.shared.policy.wake_progress();
                     }
                 },
             )

@@ -80,7 +80,7 @@ mod tokio_driver {
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::task::Poll;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     use tokio::io::unix::AsyncFd;
     use tokio::io::Interest;
@@ -126,10 +126,8 @@ mod tokio_driver {
         /// with its runtime; the next async entry point on another runtime spawns a new one,
         /// and meanwhile the progress thread polls as configured.
         pub(crate) fn drive_from_current_runtime(&self) {
-            let shared = &self.engine.shared;
-            if !matches!(shared.cfg.polling, crate::Polling::Adaptive { .. })
-                || shared.drivers.load(Ordering::Relaxed) > 0
-            {
+            let policy = &self.engine.shared.policy;
+            if !policy.wants_driver() {
                 return;
             }
             let Ok(rt) = tokio::runtime::Handle::try_current() else {
@@ -141,8 +139,8 @@ mod tokio_driver {
                 return;
             }
             // Two first callers at once spawn one driver.
-            let _spawning = shared.driver_spawn.lock();
-            if shared.drivers.load(Ordering::Relaxed) == 0 {
+            let _spawning = policy.spawning_driver();
+            if policy.wants_driver() {
                 let _ = self.spawn_driver(&rt);
             }
         }
@@ -170,32 +168,25 @@ mod tokio_driver {
         }
     }
 
-    /// A driver task, counted in `Shared::drivers` while it lives; the progress thread takes
+    /// A driver task, counted by the endpoint's `Policy` while it lives; the progress thread takes
     /// over when the last goes.
     struct Alive(Arc<Shared>);
 
     impl Alive {
         fn new(shared: Arc<Shared>) -> Self {
-            shared.drivers.fetch_add(1, Ordering::Relaxed);
+            shared.policy.driver_began();
             Alive(shared)
         }
     }
 
     impl Drop for Alive {
         fn drop(&mut self) {
-            self.0.drivers.fetch_sub(1, Ordering::Relaxed);
-            self.0.unpark_progress();
+            self.0.policy.driver_ended();
         }
     }
 
     async fn drive(shared: Arc<Shared>, fd: AsyncFd<ChannelFd>) {
-        let spin = match shared.cfg.polling {
-            crate::Polling::Reactor { spin } => spin,
-            // As long as a blocked call's stretched spin lasts at most: a driver polls
-            // between other tasks, so its spin costs the runtime's threads only idle time.
-            crate::Polling::Adaptive { spin } => spin * crate::engine::GROWTH,
-            _ => Duration::ZERO,
-        };
+        let spin = shared.policy.driver_spin();
         let mut last = Instant::now();
         let mut turns = 0u32;
         loop {
@@ -205,7 +196,7 @@ mod tokio_driver {
             }
             if shared.reactor_poll() > 0 {
                 last = Instant::now();
-                shared.reactor_drove_at(last);
+                shared.policy.reactor_drove_at(last);
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -213,7 +204,7 @@ mod tokio_driver {
             // sees a completion sooner.
             turns = turns.wrapping_add(1);
             if !spin.is_zero()
-                && (turns % crate::wait::SPIN_TURNS_PER_CLOCK != 0 || last.elapsed() < spin)
+                && (turns % crate::engine::SPIN_TURNS_PER_CLOCK != 0 || last.elapsed() < spin)
             {
                 tokio::task::yield_now().await;
                 continue;

@@ -13,14 +13,14 @@ use crate::engine::{ConnState, Shared};
 /// check and the registration.
 pub(crate) fn register(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
     push_waker(&mut st.wakers.any, cx.waker());
-    shared.wake_progress();
+    shared.policy.wake_progress();
 }
 
 /// Adds the task's waker to the connection's receivers, woken when a message is delivered
 /// or the connection ends (same locking rule as [`register`]).
 pub(crate) fn register_recv(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
     push_waker(&mut st.wakers.recv, cx.waker());
-    shared.wake_progress();
+    shared.policy.wake_progress();
 }
 
 /// Adds the task's waker to the endpoint's list woken at every tick of the progress thread

@@ -5,16 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::conn::StateGuard;
-use crate::engine::{ConnShared, ConnState, Spinning};
-use crate::{Conn, Error, Polling, Result};
-
-/// Turns of a spinning wait per look at the clock.
-///
-/// A spinning turn has no `spin_loop` hint (PAUSE): each turn already polls the completion
-/// queue, and under emulation (qemu's TCG) a PAUSE leaves the translated code, making every
-/// turn longer and the completion's discovery later. perftest's and rsocket's polling
-/// loops have none either.
-pub(crate) const SPIN_TURNS_PER_CLOCK: u32 = 8;
+use crate::engine::{ConnShared, ConnState, Spinning, SPIN_TURNS_PER_CLOCK};
+use crate::{Conn, Error, Result};
 
 impl Conn {
     /// Waits (up to `timeout`) until `check` gives a result, driving progress meanwhile.
@@ -59,12 +51,9 @@ impl Conn {
         let deadline = deadline.unwrap_or(start + timeout);
         // How long this thread polls the queue itself before it sleeps until the progress
         // thread wakes it: no handoff between threads while it spins.
-        let adaptive = matches!(conn.shared.cfg.polling, Polling::Adaptive { .. });
-        let spin_until = match conn.shared.cfg.polling {
-            Polling::Busy => deadline,
-            Polling::Adaptive { .. } => start + conn.spin.get(),
-            Polling::Event | Polling::Reactor { .. } => start,
-        };
+        let policy = &conn.shared.policy;
+        let adaptive = policy.adaptive();
+        let spin_until = policy.spin_until(conn.spin.get(), start, deadline);
         let mut spinning = (start < spin_until).then(|| Spinning::new(&conn.shared));
         let mut turns = 0u32;
         // The last look at the clock, and whether the wait slept: how it ended tunes the
@@ -123,7 +112,7 @@ impl Conn {
             // Hand polling back to the progress thread before sleeping.
             spinning = None;
             slept = true;
-            conn.shared.wake_progress();
+            conn.shared.policy.wake_progress();
             let nap = deadline.min(now + Duration::from_millis(2));
             conn.cond.wait_until(&mut st, nap);
         }

@@ -31,7 +31,7 @@ impl ConnShared {
     /// completion and end the wait before it began, so it makes sure someone polls soon.
     pub(crate) fn after_send(&self, waits: bool) {
         if waits {
-            self.shared.wake_progress();
+            self.shared.policy.wake_progress();
         } else {
             self.shared.progress();
         }

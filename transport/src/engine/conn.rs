@@ -274,8 +274,8 @@ impl ConnShared {
     /// [`TRANSFER_STALL`]), unless another thread of the endpoint spins too (see
     /// [`spin`](super::spin)). Adaptive polling only.
     pub(crate) fn spins_through_transfer(&self, st: &ConnState, now: Instant) -> bool {
-        matches!(self.shared.cfg.polling, crate::Polling::Adaptive { .. })
-            && self.shared.spinners.load(Ordering::Relaxed) <= 1
+        self.shared.policy.adaptive()
+            && !self.shared.policy.others_spin()
             && st
                 .proto
                 .as_ref()

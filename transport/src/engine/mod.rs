@@ -13,6 +13,7 @@ mod cm_ops;
 mod conn;
 mod conn_table;
 mod one_sided_ops;
+mod policy;
 mod poll;
 mod post;
 mod resources;
@@ -22,9 +23,9 @@ mod user;
 mod worker;
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use memory::{Buffer, Pool};
 use parking_lot::Mutex;
@@ -32,7 +33,8 @@ use verbs::{CompletionBuf, Pd, Reclaimed};
 
 pub(crate) use cm_ops::{Backlog, CmWatcher, ConnectOp};
 pub(crate) use conn::{ConnShared, ConnState};
-pub(crate) use poll::{Counts, Spinning};
+pub(crate) use policy::{Policy, Spinning, SPIN_TURNS_PER_CLOCK, TASK_WAKES};
+pub(crate) use poll::Counts;
 pub(crate) use send_queue::SqOp;
 pub(crate) use spin::{SpinBudget, GROWTH};
 pub(crate) use worker::Engine;
@@ -55,35 +57,8 @@ const IDLE_TICK: Duration = Duration::from_millis(100);
 /// The shortest sleep before the next timer run.
 const MIN_TICK: Duration = Duration::from_micros(100);
 
-/// Idle turns of a busy progress thread between two yields of its core: a thread waiting
-/// for the core (an application thread just started) runs soon, not at the next tick.
-const IDLE_TURNS_PER_YIELD: u32 = 32;
-
 /// How long the CM thread waits before it reads again from a channel that failed a read.
 const CM_RETRY: Duration = Duration::from_millis(50);
-
-/// A reactor that polled or armed the queue this recently counts as driving progress: the
-/// progress thread's fallback poll ([`Polling::Reactor`]) waits until it has been quiet this
-/// long.
-const REACTOR_QUIET: Duration = Duration::from_secs(1);
-
-/// Application threads that polled the queue this recently count as polling: the progress
-/// thread stands aside (busy and adaptive), for at most this long after their last poll.
-const CALLERS_ACTIVE: Duration = Duration::from_micros(500);
-
-/// The longest the progress thread naps while standing aside for callers that keep polling
-/// (without a spinning caller). Its naps start at [`CALLERS_ACTIVE`] and double while the
-/// callers keep at it: waking every 500 us beside a streaming sender cost it a context switch
-/// pair each time, and the scheduler's moves that came with them. Whoever waits without
-/// polling unparks it at once ([`Shared::wake_progress`]), so only a completion nobody waits
-/// for can sit this long.
-const ASIDE_NAP_MAX: Duration = Duration::from_millis(20);
-
-/// Tasks the engines of this process woke so far: a task busy-polling for its connection
-/// stops when this moves, since other tasks then have work for an executor, maybe its own
-/// thread (two endpoints of one process on a current-thread runtime: the peer's task can
-/// only run once the spinning one yields).
-pub(crate) static TASK_WAKES: AtomicU64 = AtomicU64::new(0);
 
 /// Wakes a task waiting on the engine, counted in [`TASK_WAKES`].
 pub(crate) fn wake_task(waker: std::task::Waker) {
@@ -113,37 +88,11 @@ pub(crate) struct Shared {
     pub conns: ConnTable<Arc<ConnShared>>,
     progress: Mutex<Progress>,
     pub stop: AtomicBool,
-    /// Threads polling the completion queue themselves while they wait ([`Spinning`]); the
-    /// progress thread stands aside (timers only) while there is one, so it takes no core
-    /// from them.
-    spinners: AtomicU32,
-    /// A task spins in its poll ([`Spinning::task`]): one at a time per endpoint. It polls
-    /// the queue for every connection, and the tasks it wakes run next on its executor
-    /// thread, without a handoff; more spinning tasks would take turns holding executor
-    /// threads (and cores) from each other.
-    task_spinning: AtomicBool,
-    /// The progress thread stands aside (parked) for a spinning waiter: whoever starts
-    /// waiting without spinning (a thread going to sleep, a task registering its waker)
-    /// unparks it through [`wake_progress`](Shared::wake_progress).
-    standing_aside: AtomicBool,
-    /// An application thread polled the queue since the progress thread last looked (and
-    /// nobody waited without polling since): while they poll, the progress thread stands
-    /// aside too. A flag, not a time: a poll costs a store, no look at the clock.
-    caller_polled: AtomicBool,
-    /// When (after `epoch`) a reactor last polled or armed the queue (0: never).
-    reactor_polled: AtomicU64,
-    epoch: Instant,
-    /// The progress thread, unparked by [`wake_progress`](Shared::wake_progress).
-    progress_thread: OnceLock<std::thread::Thread>,
+    /// Who polls the completion queue, and for how long ([`policy`]).
+    pub policy: Policy,
     /// The task driving progress from a reactor ([`Polling::Reactor`]), woken when the
     /// endpoint stops.
     pub(crate) reactor_waker: Mutex<Option<std::task::Waker>>,
-    /// Tokio driver tasks alive (spawned and not yet dropped): while there is one, it polls
-    /// for the endpoint and the progress thread only runs the timers, as under
-    /// [`Polling::Reactor`], whatever the configured mode.
-    pub(crate) drivers: AtomicUsize,
-    /// Held while a driver task is spawned for the endpoint (one at a time).
-    pub(crate) driver_spawn: Mutex<()>,
     /// Completions handled, by who polled them.
     pub(crate) counts: Counts,
     /// Tasks waiting for something no connection signals (pool buffers): woken every tick.
@@ -205,18 +154,10 @@ impl Shared {
                 last: None,
             }),
             stop: AtomicBool::new(false),
-            spinners: AtomicU32::new(0),
-            task_spinning: AtomicBool::new(false),
-            caller_polled: AtomicBool::new(false),
-            reactor_polled: AtomicU64::new(0),
-            epoch: Instant::now(),
-            standing_aside: AtomicBool::new(false),
-            progress_thread: OnceLock::new(),
+            policy: Policy::new(&cfg),
             tick_wakers: Mutex::new(Vec::new()),
             tick_soon: AtomicBool::new(false),
             reactor_waker: Mutex::new(None),
-            drivers: AtomicUsize::new(0),
-            driver_spawn: Mutex::new(()),
             counts: Counts::default(),
             _anchor: anchor,
             cfg,
@@ -232,7 +173,7 @@ impl Shared {
         match self.res.pool.try_alloc(len) {
             Ok(buf) => Ok(buf),
             Err(memory::Error::Exhausted { .. }) => {
-                self.wake_progress();
+                self.policy.wake_progress();
                 self.res.pool.alloc(len, timeout).map_err(pool_error)
             }
             Err(e) => Err(pool_error(e)),

@@ -8,40 +8,13 @@ use std::time::{Duration, Instant};
 
 use verbs::{Reclaimed, WorkCompletion};
 
-use super::{ConnShared, LastConn, Progress, Shared, REACTOR_QUIET};
-use crate::config::Polling;
+use super::{ConnShared, LastConn, Progress, Shared};
 
 impl Shared {
-    /// Whether application threads poll the queue now (one spins in a call, or one polled
-    /// since the progress thread's last nap began): the progress thread then stands aside.
-    pub(super) fn callers_poll(&self) -> bool {
-        self.spinners.load(Ordering::SeqCst) > 0 || self.caller_polled.load(Ordering::Relaxed)
-    }
-
-    /// Whether `stamp` was recorded less than `window` ago (never, if it is 0).
-    pub(super) fn within(&self, stamp: &AtomicU64, window: Duration) -> bool {
-        let at = stamp.load(Ordering::Relaxed);
-        at > 0
-            && (self.epoch.elapsed().as_nanos() as u64).saturating_sub(at)
-                < window.as_nanos() as u64
-    }
-
-    /// Makes sure the progress thread polls: call before waiting without polling yourself
-    /// (sleeping, or returning `Pending` with a waker registered). Costs a store and a load
-    /// unless the progress thread stood aside for polling callers.
-    pub(crate) fn wake_progress(&self) {
-        // Someone now depends on the progress thread: earlier polls by callers no longer
-        // excuse it (a spinning caller still does).
-        self.caller_polled.store(false, Ordering::Relaxed);
-        if self.standing_aside.load(Ordering::SeqCst) {
-            self.unpark_progress();
-        }
-    }
-
     /// Polls the completion queue once and handles what it finds; returns how many
     /// completions. Does nothing (0) while another thread is polling.
     pub(crate) fn progress(&self) -> usize {
-        self.caller_polled.store(true, Ordering::Relaxed);
+        self.policy.caller_polled();
         self.caller_poll()
     }
 
@@ -64,7 +37,7 @@ impl Shared {
 
     /// One poll by a reactor's spin (counted as the reactor's); 0 while another polls. A
     /// reactor that found completions records when with
-    /// [`reactor_drove_at`](Self::reactor_drove_at) (it reads the clock for its spin anyway).
+    /// [`Policy::reactor_drove_at`](super::Policy::reactor_drove_at) (it reads the clock for its spin anyway).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn reactor_poll(&self) -> usize {
         let n = self.try_poll();
@@ -72,25 +45,6 @@ impl Shared {
             self.counts.reactor.fetch_add(n as u64, Ordering::Relaxed);
         }
         n
-    }
-
-    /// A reactor drove progress at `at` (see [`reactor_active`](Self::reactor_active)):
-    /// recorded as nanoseconds after `epoch`, at least 1 (0 means never).
-    pub(crate) fn reactor_drove_at(&self, at: Instant) {
-        let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
-        self.reactor_polled.store(at.max(1), Ordering::Relaxed);
-    }
-
-    /// Whether a reactor drives progress: the endpoint polls [`Polling::Reactor`], or a tokio
-    /// driver task lives.
-    pub(crate) fn reactor_drives(&self) -> bool {
-        matches!(self.cfg.polling, Polling::Reactor { .. })
-            || self.drivers.load(Ordering::Relaxed) > 0
-    }
-
-    /// Whether a reactor drove progress within [`REACTOR_QUIET`].
-    pub(super) fn reactor_active(&self) -> bool {
-        self.within(&self.reactor_polled, REACTOR_QUIET)
     }
 
     /// The completion channel's fd (every endpoint's CQ has one).
@@ -120,7 +74,7 @@ impl Shared {
         self.counts
             .reactor
             .fetch_add(total as u64, Ordering::Relaxed);
-        self.reactor_drove_at(Instant::now());
+        self.policy.reactor_drove_at(Instant::now());
         total
     }
 
@@ -238,51 +192,4 @@ pub(crate) struct Counts {
     pub progress_thread: AtomicU64,
     pub reactor: AtomicU64,
     pub callers: AtomicU64,
-}
-
-/// A thread that polls the completion queue itself while it waits (busy or adaptive
-/// polling): while one exists, the progress thread runs only the timers. A spinner that stops
-/// to sleep calls [`Shared::wake_progress`] first; one whose wait ended needs not.
-pub(crate) struct Spinning<'a> {
-    shared: &'a Shared,
-    /// It holds the endpoint's one task slot (`task_spinning`).
-    task: bool,
-}
-
-impl<'a> Spinning<'a> {
-    pub(crate) fn new(shared: &'a Shared) -> Self {
-        shared.spinners.fetch_add(1, Ordering::SeqCst);
-        Spinning {
-            shared,
-            task: false,
-        }
-    }
-
-    /// A spinning async task, if no other task of the endpoint spins now.
-    pub(crate) fn task(shared: &'a Shared) -> Option<Self> {
-        shared
-            .task_spinning
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()?;
-        let mut spinning = Spinning::new(shared);
-        spinning.task = true;
-        Some(spinning)
-    }
-
-    /// One poll of the spinner's ([`Shared::progress`] without the time stamp: while it
-    /// spins, the progress thread stands aside anyway).
-    pub(crate) fn poll(&self) -> usize {
-        self.shared.caller_poll()
-    }
-}
-
-impl Drop for Spinning<'_> {
-    fn drop(&mut self) {
-        // Its last poll counts as recent, as a caller's poll does.
-        self.shared.caller_polled.store(true, Ordering::Relaxed);
-        self.shared.spinners.fetch_sub(1, Ordering::SeqCst);
-        if self.task {
-            self.shared.task_spinning.store(false, Ordering::Release);
-        }
-    }
 }

@@ -7,11 +7,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{
-    wake_tasks, Shared, ASIDE_NAP_MAX, CALLERS_ACTIVE, CM_RETRY, IDLE_TICK, IDLE_TURNS_PER_YIELD,
-    MIN_TICK, TICK,
-};
-use crate::config::Polling;
+use super::policy::{CALLERS_ACTIVE, IDLE_TURNS_PER_YIELD};
+use super::{wake_tasks, Shared, CM_RETRY, IDLE_TICK, MIN_TICK, TICK};
 use crate::{Error, Result};
 
 impl Shared {
@@ -72,14 +69,7 @@ impl Shared {
     /// ended and is to be torn down (its slot is taken until then).
     pub(crate) fn tick_soon(&self) {
         self.tick_soon.store(true, Ordering::Relaxed);
-        self.unpark_progress();
-    }
-
-    /// Unparks the progress thread whatever it waits for (to stop, or to run the timers).
-    pub(crate) fn unpark_progress(&self) {
-        if let Some(t) = self.progress_thread.get() {
-            t.unpark();
-        }
+        self.policy.unpark_progress();
     }
 
     /// A CM event of an established connection (a disconnect).
@@ -134,7 +124,7 @@ impl Engine {
                 .spawn(move || progress_loop(&shared))
                 .map_err(Error::Thread)?
         };
-        let _ = shared.progress_thread.set(progress.thread().clone());
+        shared.policy.set_progress_thread(progress.thread().clone());
         let cm = {
             let shared = shared.clone();
             std::thread::Builder::new()
@@ -184,7 +174,7 @@ impl Drop for Engine {
         }
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.cm.stop();
-        self.shared.unpark_progress();
+        self.shared.policy.unpark_progress();
         if let Some(w) = self.shared.reactor_waker.lock().take() {
             w.wake();
         }
@@ -255,34 +245,22 @@ fn progress_loop(shared: &Arc<Shared>) {
         {
             timers.next = timers.next.min(timers.last + TICK);
         }
-        let spins = matches!(shared.cfg.polling, Polling::Busy | Polling::Adaptive { .. });
-        if spins && shared.callers_poll() {
+        if shared.policy.progress_thread_spins() && shared.policy.callers_poll() {
             // Application threads poll the queue themselves (for everyone): leave the core
             // to them and run the timers when due, until someone waits without polling
             // (`wake_progress`) or they stop polling.
             let now = Instant::now();
             timers.run_if_due(shared, now);
-            let until_tick = timers.until_next(now);
-            shared.standing_aside.store(true, Ordering::SeqCst);
-            if shared.spinners.load(Ordering::SeqCst) > 0 {
-                std::thread::park_timeout(until_tick);
-            } else if shared.caller_polled.swap(false, Ordering::Relaxed) {
-                // Callers polled since the last look (and nobody waited without polling
-                // since, which clears the flag): nap, and look again whether they polled
-                // during the nap.
-                std::thread::park_timeout(nap.min(until_tick));
-                nap = (nap * 2).min(ASIDE_NAP_MAX);
-            }
-            shared.standing_aside.store(false, Ordering::SeqCst);
+            shared.policy.stand_aside(timers.until_next(now), &mut nap);
             idle_since = None;
             continue;
         }
         nap = CALLERS_ACTIVE;
-        if shared.reactor_drives() {
+        if shared.policy.reactor_drives() {
             // A reactor waits on the channel. Poll once per tick in case none does, but not
             // while one is at work: a completion taken here would wake its task from this
             // thread, a handoff the reactor avoids. Meanwhile wake only for the timers.
-            let active = shared.reactor_active();
+            let active = shared.policy.reactor_active();
             if !active {
                 let n = shared.try_poll();
                 shared.count_thread(n);
@@ -310,16 +288,9 @@ fn progress_loop(shared: &Arc<Shared>) {
             continue;
         }
         let idle = *idle_since.get_or_insert(now);
-        // Without a connection nothing can complete: no spinning then (an endpoint that only
-        // listens, or one setting up its first connection, would take a core from the
-        // handshake itself).
-        let sleep = match shared.cfg.polling {
-            Polling::Busy => shared.conn_count() == 0,
-            Polling::Event | Polling::Reactor { .. } => true,
-            Polling::Adaptive { spin } => {
-                now.duration_since(idle) >= spin || shared.conn_count() == 0
-            }
-        };
+        let sleep = shared
+            .policy
+            .progress_sleeps(now.duration_since(idle), shared.conn_count());
         if !sleep {
             // A busy poller that finds nothing lets any other thread waiting for this core
             // run now and then (an application thread just started, say), rather than only
