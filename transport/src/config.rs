@@ -30,12 +30,7 @@ pub enum Polling {
     /// the progress thread wakes it (a blocked call). A connection whose blocked calls sleep
     /// for frames that arrive soon after (up to 16 times `spin`) stretches its calls' spin
     /// to twice that, so a ping-pong slower than `spin` does not pay a thread handoff per
-    /// message; calls that end early shrink it back towards `spin`. A wait also spins on
-    /// while a large message of its connection moved (a chunk READ completed, a rendezvous
-    /// frame arrived) less than twice the usual gap between such steps ago, at most 2 ms,
-    /// one waiting thread per endpoint: each chunk and the answer that follows a large
-    /// message come without a handoff, which counts most where a chunk's READ is slow (an
-    /// emulated device).
+    /// message; calls that end early shrink it back towards `spin`.
     ///
     /// On a multi-threaded tokio runtime (feature `tokio`), the endpoint is driven from the
     /// runtime itself: its first async connect or accept there spawns a driver task, as
@@ -55,10 +50,9 @@ pub enum Polling {
     /// [`Conn::call_async`](crate::Conn::call_async)) spin the same way as blocked calls in
     /// the waiting task before it registers its waker, one task of the endpoint at a time
     /// (not on tokio's current-thread runtime, whose one thread the spin would hold from
-    /// every other task), and stop as soon as an endpoint wakes another task. The spinning
-    /// task polls for every connection of the endpoint, so the tasks it wakes are woken on
-    /// its executor thread and run there next. The other waiting tasks register their
-    /// wakers at once. Set [`EndpointConfig::with_busy_read`] to spin every waiting task
+    /// every other task). The spinning task polls for every connection of the endpoint, so
+    /// the tasks it wakes are woken on its executor thread and run there next. The other
+    /// waiting tasks register their wakers at once. Set [`EndpointConfig::with_busy_read`] to spin every waiting task
     /// anyway.
     Adaptive {
         /// How long to spin before sleeping (at least; see above).

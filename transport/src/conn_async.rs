@@ -30,11 +30,10 @@
 //!   dropped future loses none.
 
 use std::future::poll_fn;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::engine::{ConnState, Spinning, SPIN_TURNS_PER_CLOCK, TASK_WAKES};
+use crate::engine::{ConnState, Spinning, SPIN_TURNS_PER_CLOCK};
 use crate::message::{Message, Request};
 use crate::proto::{CallId, Class};
 use crate::receive::{end_as_none, PendingCall};
@@ -59,14 +58,9 @@ impl Conn {
     }
 
     /// Looks for what a task waits for with `check` (under the state lock). While it finds
-    /// nothing, the task polls the completion queue itself, as a spinning caller, for up to
-    /// [`busy_read`](crate::EndpointConfig::with_busy_read) or, when that is zero, under
-    /// [`Polling::Adaptive`] while no other task of the endpoint spins, for the connection's
-    /// adaptive spin (see [`SpinBudget`](crate::engine::SpinBudget)), longer while a large
-    /// message of the connection moves, unless it runs on tokio's current-thread runtime.
-    /// It stops early when an endpoint wakes another task (an executor has work, maybe for
-    /// its thread: the task it woke, when the wake came from its own poll). Then `wait`
-    /// registers its waker (under the same lock) and the poll is `Pending`.
+    /// nothing, the task may poll the completion queue itself for a while, as a spinning
+    /// caller (how long, and which tasks: [`Policy::task_spin`](crate::engine::Policy)).
+    /// Then `wait` registers its waker (under the same lock) and the poll is `Pending`.
     fn poll_busy<T>(
         &self,
         cx: &mut Context<'_>,
@@ -112,7 +106,6 @@ impl Conn {
         drop(st);
         let start = Instant::now();
         let (mut looked, mut turns) = (start, 0u32);
-        let wakes = TASK_WAKES.load(Ordering::Relaxed);
         loop {
             spinner.poll();
             let mut st = conn.state.lock();
@@ -128,14 +121,10 @@ impl Conn {
             }
             // The clock only every few turns: a shorter turn sees a completion sooner.
             turns = turns.wrapping_add(1);
-            let other_work = TASK_WAKES.load(Ordering::Relaxed) != wakes;
-            if other_work
-                || (turns % SPIN_TURNS_PER_CLOCK == 0 && {
-                    looked = Instant::now();
-                    looked.duration_since(start) >= busy
-                        && !conn.spins_through_transfer(&st, looked)
-                })
-            {
+            if turns % SPIN_TURNS_PER_CLOCK == 0 && {
+                looked = Instant::now();
+                looked.duration_since(start) >= busy
+            } {
                 // Stop spinning first: registering then hands polling back to the progress
                 // thread (or the reactor).
                 drop(spinner);

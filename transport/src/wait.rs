@@ -104,7 +104,7 @@ impl Conn {
                 );
                 return Err(Error::TimedOut { op, after: timeout });
             }
-            if now < spin_until || conn.spins_through_transfer(&st, now) {
+            if now < spin_until {
                 drop(st);
                 spinning.get_or_insert_with(|| Spinning::new(&conn.shared));
                 continue;

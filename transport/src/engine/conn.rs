@@ -14,7 +14,6 @@ use verbs::Qp;
 
 use super::one_sided_ops::OneSidedOps;
 use super::send_queue::{SendQueue, SqOp};
-use super::spin::TRANSFER_STALL;
 use super::user::{UserQueues, Wakers};
 use super::Shared;
 use crate::proto::{self, Action, ConnError, PeerGone, ReadId, RemoteChunk};
@@ -183,7 +182,7 @@ pub(crate) struct ConnShared {
     /// taking the state lock.
     pub eager_limit: std::sync::atomic::AtomicUsize,
     /// How long a blocked call spins before it sleeps, under adaptive polling.
-    pub spin: super::spin::SpinBudget,
+    pub spin: super::SpinBudget,
     /// Sends go on their own at once: no batches of messages, no coalescing of stream
     /// writes (`Conn::set_nodelay`).
     pub nodelay: std::sync::atomic::AtomicBool,
@@ -267,22 +266,6 @@ impl ConnShared {
             self.spin
                 .slept(p.last_frame_at().saturating_duration_since(began));
         }
-    }
-
-    /// Whether a wait whose spin budget ran out keeps spinning at `now`: while the last step
-    /// of a large message of the connection is less than twice its steps' gap old (at most
-    /// [`TRANSFER_STALL`]), unless another thread of the endpoint spins too (see
-    /// [`spin`](super::spin)). Adaptive polling only.
-    pub(crate) fn spins_through_transfer(&self, st: &ConnState, now: Instant) -> bool {
-        self.shared.policy.adaptive()
-            && !self.shared.policy.others_spin()
-            && st
-                .proto
-                .as_ref()
-                .and_then(|p| p.last_transfer_step())
-                .is_some_and(|(at, gap)| {
-                    now.saturating_duration_since(at) < (gap * 2).min(TRANSFER_STALL)
-                })
     }
 
     /// Sets up the protocol (if it is not yet) and notes its eager limit.
@@ -436,7 +419,7 @@ impl ConnShared {
                     if let (Some(p), Some(buf)) = (st.proto.as_mut(), buf) {
                         // The peer's device answered the READ: a sign of life too.
                         p.on_peer_acknowledged(Instant::now());
-                        p.on_read_complete(id, buf, Instant::now());
+                        p.on_read_complete(id, buf);
                     }
                 }
                 (SqOp::OneSided(op), status) => {

@@ -18,12 +18,11 @@ mod poll;
 mod post;
 mod resources;
 mod send_queue;
-mod spin;
 mod user;
 mod worker;
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,10 +32,9 @@ use verbs::{CompletionBuf, Pd, Reclaimed};
 
 pub(crate) use cm_ops::{Backlog, CmWatcher, ConnectOp};
 pub(crate) use conn::{ConnShared, ConnState};
-pub(crate) use policy::{Policy, Spinning, SPIN_TURNS_PER_CLOCK, TASK_WAKES};
+pub(crate) use policy::{Policy, SpinBudget, Spinning, SPIN_TURNS_PER_CLOCK};
 pub(crate) use poll::Counts;
 pub(crate) use send_queue::SqOp;
-pub(crate) use spin::{SpinBudget, GROWTH};
 pub(crate) use worker::Engine;
 
 use conn_table::ConnTable;
@@ -60,9 +58,8 @@ const MIN_TICK: Duration = Duration::from_micros(100);
 /// How long the CM thread waits before it reads again from a channel that failed a read.
 const CM_RETRY: Duration = Duration::from_millis(50);
 
-/// Wakes a task waiting on the engine, counted in [`TASK_WAKES`].
+/// Wakes a task waiting on the engine.
 pub(crate) fn wake_task(waker: std::task::Waker) {
-    TASK_WAKES.fetch_add(1, Ordering::Relaxed);
     waker.wake();
 }
 

@@ -1,6 +1,7 @@
-//! Polling the completion queue: who polls (a waiting caller, the progress thread, a reactor),
-//! how none of them loses a completion (arm, poll again, then wait), and what each completion
-//! does (its connection found by QP number, its work request's buffer reclaimed).
+//! Polling the completion queue, the endpoint's passive side (who polls, and when, is
+//! [`super::Policy`]'s): one poll, how no poller loses a completion (arm, poll again, then
+//! wait), and what each completion does (its connection found by QP number, its work
+//! request's buffer reclaimed).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

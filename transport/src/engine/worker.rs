@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::policy::{CALLERS_ACTIVE, IDLE_TURNS_PER_YIELD};
 use super::{wake_tasks, Shared, CM_RETRY, IDLE_TICK, MIN_TICK, TICK};
 use crate::{Error, Result};
 
@@ -236,8 +235,6 @@ impl Timers {
 fn progress_loop(shared: &Arc<Shared>) {
     let mut timers = Timers::new();
     let mut idle_since: Option<Instant> = None;
-    // How long to nap while callers poll: grows from CALLERS_ACTIVE to ASIDE_NAP_MAX.
-    let mut nap = CALLERS_ACTIVE;
     let mut idle_turns = 0u32;
     while !shared.stop.load(Ordering::Relaxed) {
         if shared.tick_soon.load(Ordering::Relaxed)
@@ -251,11 +248,10 @@ fn progress_loop(shared: &Arc<Shared>) {
             // (`wake_progress`) or they stop polling.
             let now = Instant::now();
             timers.run_if_due(shared, now);
-            shared.policy.stand_aside(timers.until_next(now), &mut nap);
+            shared.policy.stand_aside(timers.until_next(now));
             idle_since = None;
             continue;
         }
-        nap = CALLERS_ACTIVE;
         if shared.policy.reactor_drives() {
             // A reactor waits on the channel. Poll once per tick in case none does, but not
             // while one is at work: a completion taken here would wake its task from this
@@ -292,15 +288,7 @@ fn progress_loop(shared: &Arc<Shared>) {
             .policy
             .progress_sleeps(now.duration_since(idle), shared.conn_count());
         if !sleep {
-            // A busy poller that finds nothing lets any other thread waiting for this core
-            // run now and then (an application thread just started, say), rather than only
-            // when the scheduler's tick preempts it.
-            idle_turns = idle_turns.wrapping_add(1);
-            if idle_turns % IDLE_TURNS_PER_YIELD == 0 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+            shared.policy.idle_turn(&mut idle_turns);
             continue;
         }
         // Lossless sleep: arm, poll again (a completion may have come before arming), and

@@ -125,10 +125,6 @@ struct InflightRead {
     len: u32,
 }
 
-/// Gaps between steps of large messages longer than this are pauses between transfers, not
-/// a transfer's pace (see [`Connection::last_transfer_step`]).
-pub(crate) const MAX_STEP_GAP: Duration = Duration::from_millis(10);
-
 /// The protocol state of one connection (see the [module docs](super)).
 #[derive(Debug)]
 pub struct Connection<B: Payload> {
@@ -168,10 +164,6 @@ pub struct Connection<B: Payload> {
     /// RNDV_CHUNK) went: everything sent has arrived once `frames_done` reaches it.
     last_data_frame: u64,
     last_recv: Instant,
-    /// When a large message last moved, and how far apart its steps come (see
-    /// [`last_transfer_step`](Self::last_transfer_step)).
-    last_transfer: Option<Instant>,
-    transfer_gap: Duration,
     /// The last sign of life: a frame received, or one of ours acknowledged by the peer's
     /// device ([`on_peer_acknowledged`](Self::on_peer_acknowledged)).
     last_heard: Instant,
@@ -234,8 +226,6 @@ impl<B: Payload> Connection<B> {
             frames_done: 0,
             last_data_frame: 0,
             last_recv: now,
-            last_transfer: None,
-            transfer_gap: Duration::ZERO,
             last_heard: now,
             last_probe: None,
             last_ping: None,
@@ -307,31 +297,6 @@ impl<B: Payload> Connection<B> {
     /// connection's start before any).
     pub fn last_frame_at(&self) -> Instant {
         self.last_recv
-    }
-
-    /// When a large message, in either direction, last moved (a rendezvous frame arrived: a
-    /// start, a chunk, an acknowledgement; or one of our READs completed), and how far apart
-    /// such steps come: a decaying maximum of the gaps between consecutive steps (steps come
-    /// in clusters, a start and its chunks back to back, then a READ's time apart), leaving
-    /// out gaps over [`MAX_STEP_GAP`] (pauses between transfers). `None` before any step;
-    /// a zero gap before the second.
-    ///
-    /// The steps of a transfer follow each other without the peer's application doing
-    /// anything new, and a peer that answers a large message (an echo, a response) answers
-    /// soon after the last step: a driver may keep polling for about a gap after each.
-    pub fn last_transfer_step(&self) -> Option<(Instant, Duration)> {
-        self.last_transfer.map(|at| (at, self.transfer_gap))
-    }
-
-    /// A large message moved at `now` (see [`last_transfer_step`](Self::last_transfer_step)).
-    fn transfer_step(&mut self, now: Instant) {
-        if let Some(prev) = self.last_transfer {
-            let gap = now.saturating_duration_since(prev);
-            if gap <= MAX_STEP_GAP {
-                self.transfer_gap = gap.max(self.transfer_gap - self.transfer_gap / 8);
-            }
-        }
-        self.last_transfer = Some(now);
     }
 
     /// Whether [`poll_action`](Self::poll_action) may have something now that it had not at

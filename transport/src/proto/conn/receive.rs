@@ -193,7 +193,6 @@ impl<B: Payload> Connection<B> {
             FrameBody::RndvStart { total, call } => {
                 self.merging.on_data_received();
                 self.release_now(buf);
-                self.transfer_step(self.last_recv);
                 if total > self.max_recv {
                     return Err(ProtocolError::MessageTooLarge {
                         len: total,
@@ -218,7 +217,6 @@ impl<B: Payload> Connection<B> {
             }
             FrameBody::RndvChunk { offset, remote } => {
                 self.release_now(buf);
-                self.transfer_step(self.last_recv);
                 let outstanding = self.read_wait.len() + self.reads.len() + self.acks.len();
                 let msg = MsgId(h.tag);
                 let Some(l) = self.large_in_mut(msg).filter(|l| l.next_offset < l.total) else {
@@ -249,7 +247,6 @@ impl<B: Payload> Connection<B> {
             }
             FrameBody::RndvAck { offset } => {
                 self.release_now(buf);
-                self.transfer_step(self.last_recv);
                 let unknown = ProtocolError::UnknownAck { msg: h.tag, offset };
                 let i = self.large_out_index(MsgId(h.tag)).ok_or(unknown.clone())?;
                 let payload = self.large_out[i].ack(offset).ok_or(unknown)?;
@@ -399,11 +396,10 @@ impl<B: Payload> Connection<B> {
     }
 
     /// The READ `read` completed into `dest`, which now holds the chunk's bytes from offset 0.
-    pub fn on_read_complete(&mut self, read: ReadId, dest: B, now: Instant) {
+    pub fn on_read_complete(&mut self, read: ReadId, dest: B) {
         if self.state != State::Open {
             return;
         }
-        self.transfer_step(now);
         let Some(i) = self.reads.iter().position(|r| r.id == read) else {
             return;
         };

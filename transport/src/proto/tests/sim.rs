@@ -628,7 +628,7 @@ impl Sim {
         let dest = SimBuf::plain(e.data.clone());
         let me = &mut self.hosts[side];
         me.sq_used -= 1;
-        me.conn.on_read_complete(id, dest, self.now);
+        me.conn.on_read_complete(id, dest);
         true
     }
 

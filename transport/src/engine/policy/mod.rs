@@ -13,16 +13,27 @@
 //! - a reactor (the tokio driver task, or the application's), which spins
 //!   [`driver_spin`](Policy::driver_spin) after its last completion.
 //!
-//! The mode ([`Polling`]) gives the base: busy spins, event sleeps at once, adaptive spins
-//! for its `spin` then sleeps, reactor leaves the polling to the reactor. What goes beyond
-//! it was kept because a benchmark showed it pays (`docs/benchmarks.md`, "Figures behind the
-//! defaults"), and each says so where it is decided here.
+//! The mode ([`Polling`]) is the policy: busy spins, event sleeps at once, adaptive spins for
+//! its `spin` then sleeps, reactor leaves the polling to a reactor. Four rules go beyond it,
+//! each kept because a benchmark showed it pays (the figures where each is decided, and in
+//! `docs/benchmarks.md`, "Figures behind the defaults"):
+//! - adaptive polling stretches a connection's spin while its waits keep ending soon after
+//!   the spin gave up ([`SpinBudget`]);
+//! - the tokio driver of an adaptive endpoint spins [`GROWTH`] times the `spin`
+//!   ([`driver_spin`](Policy::driver_spin));
+//! - while a driver lives, only a lone connection's task spins
+//!   ([`task_spin`](Policy::task_spin));
+//! - a busy progress thread yields its core now and then ([`idle_turn`](Policy::idle_turn)).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+
+mod spin;
+
+pub(crate) use spin::{SpinBudget, GROWTH};
 
 use super::Shared;
 use crate::config::{EndpointConfig, Polling};
@@ -35,9 +46,13 @@ use crate::config::{EndpointConfig, Polling};
 /// loops have none either.
 pub(crate) const SPIN_TURNS_PER_CLOCK: u32 = 8;
 
-/// Idle turns of a busy progress thread between two yields of its core: a thread waiting
-/// for the core (an application thread just started) runs soon, not at the next tick.
-pub(super) const IDLE_TURNS_PER_YIELD: u32 = 32;
+/// Idle turns of a busy progress thread between two yields of its core: a thread waiting for
+/// the core (the sender of a one-way stream, an application thread just started) runs soon,
+/// not at the scheduler's next tick. Kept because it pays: the 64 B one-way message rate under
+/// busy polling (`cargo xtask bench transport`, medians of 3 rounds) measured 118,000 a second
+/// with it against 84,000 and 91,000 without (two boots; single rounds ranged from 50,000 to
+/// 181,000 either way), on the guest's 2 vCPUs.
+const IDLE_TURNS_PER_YIELD: u32 = 32;
 
 /// A reactor that polled or armed the queue this recently counts as driving progress: the
 /// progress thread's fallback poll ([`Polling::Reactor`]) waits until it has been quiet this
@@ -45,22 +60,10 @@ pub(super) const IDLE_TURNS_PER_YIELD: u32 = 32;
 const REACTOR_QUIET: Duration = Duration::from_secs(1);
 
 /// Application threads that polled the queue this recently count as polling: the progress
-/// thread stands aside (busy and adaptive), for at most this long after their last poll.
+/// thread stands aside (busy and adaptive), napping this long between looks at whether they
+/// still poll. Whoever waits without polling unparks it at once
+/// ([`Policy::wake_progress`]), so only a completion nobody waits for can sit this long.
 pub(super) const CALLERS_ACTIVE: Duration = Duration::from_micros(500);
-
-/// The longest the progress thread naps while standing aside for callers that keep polling
-/// (without a spinning caller). Its naps start at [`CALLERS_ACTIVE`] and double while the
-/// callers keep at it: waking every 500 us beside a streaming sender cost it a context switch
-/// pair each time, and the scheduler's moves that came with them. Whoever waits without
-/// polling unparks it at once ([`Policy::wake_progress`]), so only a completion nobody waits
-/// for can sit this long.
-const ASIDE_NAP_MAX: Duration = Duration::from_millis(20);
-
-/// Tasks the engines of this process woke so far: a task busy-polling for its connection
-/// stops when this moves, since other tasks then have work for an executor, maybe its own
-/// thread (two endpoints of one process on a current-thread runtime: the peer's task can
-/// only run once the spinning one yields).
-pub(crate) static TASK_WAKES: AtomicU64 = AtomicU64::new(0);
 
 /// Who polls an endpoint's completion queue now, and what the mode lets each driver do.
 #[derive(Debug)]
@@ -189,18 +192,17 @@ impl Policy {
     }
 
     /// The progress thread's wait while callers poll: parks up to `until_tick` while one
-    /// spins, naps `nap` while callers polled since its last look (doubling it up to
-    /// [`ASIDE_NAP_MAX`] for the next), and returns at once when they stopped. Whoever waits
-    /// without polling meanwhile unparks it ([`wake_progress`](Self::wake_progress)).
-    pub(super) fn stand_aside(&self, until_tick: Duration, nap: &mut Duration) {
+    /// spins, naps [`CALLERS_ACTIVE`] while callers polled since its last look, and returns
+    /// at once when they stopped. Whoever waits without polling meanwhile unparks it
+    /// ([`wake_progress`](Self::wake_progress)).
+    pub(super) fn stand_aside(&self, until_tick: Duration) {
         self.standing_aside.store(true, Ordering::SeqCst);
         if self.spinners.load(Ordering::SeqCst) > 0 {
             std::thread::park_timeout(until_tick);
         } else if self.caller_polled.swap(false, Ordering::Relaxed) {
             // Callers polled since the last look (and nobody waited without polling since,
             // which clears the flag): nap, and look again whether they polled during it.
-            std::thread::park_timeout((*nap).min(until_tick));
-            *nap = (*nap * 2).min(ASIDE_NAP_MAX);
+            std::thread::park_timeout(CALLERS_ACTIVE.min(until_tick));
         }
         self.standing_aside.store(false, Ordering::SeqCst);
     }
@@ -214,6 +216,17 @@ impl Policy {
             Polling::Busy => conns == 0,
             Polling::Event | Polling::Reactor { .. } => true,
             Polling::Adaptive { spin } => idle >= spin || conns == 0,
+        }
+    }
+
+    /// One idle turn of a spinning progress thread (`turns` counts them): a spin hint, and
+    /// every [`IDLE_TURNS_PER_YIELD`] turns a yield of its core.
+    pub(super) fn idle_turn(&self, turns: &mut u32) {
+        *turns = turns.wrapping_add(1);
+        if *turns % IDLE_TURNS_PER_YIELD == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
         }
     }
 
@@ -265,15 +278,17 @@ impl Policy {
     }
 
     /// How long the tokio driver keeps polling after its last completion before it waits
-    /// for the channel: the reactor mode's `spin`; under adaptive polling
-    /// [`GROWTH`](super::GROWTH) times the `spin`, as long as a blocked call's stretched spin
-    /// lasts at most (a driver polls between other tasks, so its spin costs the runtime's
-    /// threads only idle time).
+    /// for the channel: the reactor mode's `spin`; under adaptive polling [`GROWTH`] times
+    /// its `spin`, as long as a blocked call's stretched spin lasts at most. A driver polls
+    /// between the runtime's other tasks, so its spin costs the runtime's threads only idle
+    /// time, and it catches replies later than the configured spin: the 64 B echo on the
+    /// default configuration measured a median of 81 us with it against 613 us with the
+    /// driver spinning `spin` alone (`cargo xtask bench stream`, its control at 0.91).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn driver_spin(&self) -> Duration {
         match self.mode {
             Polling::Reactor { spin } => spin,
-            Polling::Adaptive { spin } => spin * super::GROWTH,
+            Polling::Adaptive { spin } => spin * GROWTH,
             _ => Duration::ZERO,
         }
     }
@@ -302,11 +317,6 @@ impl Policy {
     pub(crate) fn driver_ended(&self) {
         self.drivers.fetch_sub(1, Ordering::Relaxed);
         self.unpark_progress();
-    }
-
-    /// Whether another thread of the endpoint spins besides the caller.
-    pub(crate) fn others_spin(&self) -> bool {
-        self.spinners.load(Ordering::Relaxed) > 1
     }
 }
 
