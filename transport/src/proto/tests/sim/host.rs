@@ -1,122 +1,17 @@
-//! A simulated RC wire between two protocol cores: in-order delivery, a bounded number of posted
-//! receives per side (a SEND finding none is RNR and fails the test), send-queue bounds, and
-//! RDMA READs served from the memory the peer has announced and not yet released.
+//! One end of the simulated wire: the protocol core, plus the simulated driver (posted
+//! receives, the send queue, exposed chunks, READs) and user (what it sends, what it got)
+//! around it.
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use super::{bytes_of, content, Exposed, Msg, SimBuf, WireFrame};
 use crate::proto::{
-    Action, Body, CallError, CallId, Class, Config, ConnError, Connection, Delivery, MsgId, Parts,
-    Payload, ReadId, Received, RemoteChunk, SendErrorKind, BATCH_ENTRY_HEADER, HEADER_LEN,
-    MAX_HEAD,
+    Action, Body, CallError, CallId, Class, Config, ConnError, Connection, Delivery, MsgId, ReadId,
+    Received, RemoteChunk, SendErrorKind, BATCH_ENTRY_HEADER, HEADER_LEN,
 };
-
-/// A buffer of the simulated driver. A receive buffer gives its posted-receive slot back when
-/// dropped; a chunk buffer names the address it is exposed at.
-#[derive(Debug)]
-pub struct SimBuf {
-    pub data: Vec<u8>,
-    slot: Option<Rc<Cell<u32>>>,
-    addr: Option<u64>,
-}
-
-impl SimBuf {
-    pub fn plain(data: Vec<u8>) -> Self {
-        SimBuf {
-            data,
-            slot: None,
-            addr: None,
-        }
-    }
-}
-
-impl Drop for SimBuf {
-    fn drop(&mut self) {
-        if let Some(s) = &self.slot {
-            s.set(s.get() + 1);
-        }
-    }
-}
-
-impl Payload for SimBuf {
-    fn len(&self) -> usize {
-        self.data.len()
-    }
-    fn bytes(&self) -> &[u8] {
-        &self.data
-    }
-    fn spare(&self) -> usize {
-        usize::MAX - self.data.len()
-    }
-    fn append(&mut self, bytes: &[u8], max_len: usize) -> usize {
-        Payload::append(&mut self.data, bytes, max_len)
-    }
-}
-
-/// The bytes of message `k` sent by side `side`, `len` long.
-pub fn content(side: usize, k: usize, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i.wrapping_mul(7) ^ k.wrapping_mul(31) ^ (side * 101)) as u8)
-        .collect()
-}
-
-/// A SEND on the simulated wire: its bytes, and its immediate data if it is a compact DATA
-/// frame (a plain message without its header).
-#[derive(Debug, Clone)]
-pub struct WireFrame {
-    pub imm: Option<u32>,
-    pub bytes: Vec<u8>,
-}
-
-impl std::ops::Deref for WireFrame {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.bytes
-    }
-}
-
-/// The message bytes of a delivery.
-pub fn bytes_of(d: &Delivery<SimBuf>) -> Vec<u8> {
-    match &d.parts {
-        Parts::Eager(b) => b.data[HEADER_LEN..HEADER_LEN + d.len as usize].to_vec(),
-        Parts::Bare(b) => b.data[..d.len as usize].to_vec(),
-        Parts::Part { frame, offset } => frame.data[*offset..offset + d.len as usize].to_vec(),
-        Parts::Chunks(cs) => {
-            let mut v = Vec::new();
-            for c in cs {
-                v.extend_from_slice(&c.buf.data[..c.len as usize]);
-            }
-            assert_eq!(v.len() as u64, d.len, "chunks add up to the message length");
-            v
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Exposed {
-    rkey: u32,
-    data: Vec<u8>,
-    read: bool,
-}
-
-/// A message the simulated user wants to send.
-#[derive(Debug, Clone, Copy)]
-pub struct Msg {
-    pub len: usize,
-    pub class: Class,
-}
-
-/// Plain messages of the lengths `lens`, in order.
-pub fn messages(lens: &[usize]) -> Vec<Msg> {
-    lens.iter()
-        .map(|&len| Msg {
-            len,
-            class: Class::Message,
-        })
-        .collect()
-}
 
 /// One end: the protocol core plus the simulated driver and user around it.
 #[derive(Debug)]
@@ -125,18 +20,18 @@ pub struct Host {
     pub posted: Rc<Cell<u32>>,
     pub sq_depth: u32,
     pub sq_used: u32,
-    completable: u32,
-    reads: VecDeque<(ReadId, RemoteChunk)>,
-    exposed: HashMap<u64, Exposed>,
-    next_addr: u64,
+    pub(super) completable: u32,
+    pub(super) reads: VecDeque<(ReadId, RemoteChunk)>,
+    pub(super) exposed: HashMap<u64, Exposed>,
+    pub(super) next_addr: u64,
     pub to_send: Vec<Msg>,
     /// Messages whose bytes are given rather than computed by `content` (responses).
-    explicit: HashMap<usize, Vec<u8>>,
+    pub(super) explicit: HashMap<usize, Vec<u8>>,
     pub next: usize,
     /// Sends were refused because the connection is closing.
     pub stopped: bool,
-    large: VecDeque<(MsgId, usize, u64)>,
-    chunk_size: u32,
+    pub(super) large: VecDeque<(MsgId, usize, u64)>,
+    pub(super) chunk_size: u32,
     pub close_when_done: bool,
     pub received: Vec<(Received, Vec<u8>)>,
     pub held: VecDeque<Delivery<SimBuf>>,
@@ -164,7 +59,7 @@ pub struct Host {
     /// Frames carried out that way.
     pub lone: usize,
     /// Frames taken at once, posted before the next actions.
-    posted_at_once: VecDeque<WireFrame>,
+    pub(super) posted_at_once: VecDeque<WireFrame>,
     /// Plain messages go as compact DATA frames (`Connection::compact_imm`), as the driver
     /// sends them; else every frame carries its header.
     pub compact: bool,
@@ -178,7 +73,7 @@ pub struct Host {
 }
 
 impl Host {
-    fn new(cfg: &Config, peer: &Config, now: Instant) -> Self {
+    pub(super) fn new(cfg: &Config, peer: &Config, now: Instant) -> Self {
         Host {
             conn: Connection::new(cfg, &peer.connect_info(), now).expect("valid config"),
             posted: Rc::new(Cell::new(cfg.window())),
@@ -247,7 +142,7 @@ impl Host {
     }
 
     /// A plain message in a batch, as the driver batches them; `None`: send it on its own.
-    fn send_in_batch(&mut self, data: &[u8]) -> Option<bool> {
+    pub(super) fn send_in_batch(&mut self, data: &[u8]) -> Option<bool> {
         if !self.conn.append_message(data) {
             if !self.conn.would_hold() || self.conn.queue_full() {
                 return None;
@@ -264,7 +159,7 @@ impl Host {
     }
 
     /// A byte-stream write of (the rest of) message `next`.
-    fn write_stream(&mut self, data: &[u8]) -> bool {
+    pub(super) fn write_stream(&mut self, data: &[u8]) -> bool {
         let rest = &data[self.partial..];
         let taken = if rest.is_empty() {
             0
@@ -296,7 +191,7 @@ impl Host {
         true
     }
 
-    fn send_bytes(&mut self, class: Class, data: &[u8]) -> bool {
+    pub(super) fn send_bytes(&mut self, class: Class, data: &[u8]) -> bool {
         if self.at_once && data.len() <= self.conn.eager_limit() {
             if let Some(f) = self.conn.send_at_once(class, data.len()) {
                 if let Some(c) = f.call {
@@ -337,7 +232,7 @@ impl Host {
 
     /// Posts a frame the connection let go at once: it goes on the wire before the frames of
     /// the next actions.
-    fn post_at_once(&mut self, header: [u8; HEADER_LEN], signal: bool, data: &[u8]) {
+    pub(super) fn post_at_once(&mut self, header: [u8; HEADER_LEN], signal: bool, data: &[u8]) {
         self.frames += 1;
         self.signaled += usize::from(signal);
         let frame = self.frame(header, data);
@@ -351,7 +246,7 @@ impl Host {
 
     /// The SEND of a frame with `header` and `body`: compact when the connection lets a plain
     /// message go so and this driver sends compact frames.
-    fn frame(&mut self, header: [u8; HEADER_LEN], body: &[u8]) -> WireFrame {
+    pub(super) fn frame(&mut self, header: [u8; HEADER_LEN], body: &[u8]) -> WireFrame {
         if let Some(imm) = self.conn.compact_imm(&header).filter(|_| self.compact) {
             self.compact_frames += 1;
             return WireFrame {
@@ -373,7 +268,7 @@ impl Host {
     }
 
     /// A refused send: backpressure, or the end of sending once the connection is closing.
-    fn refused(&mut self, e: SendErrorKind) -> bool {
+    pub(super) fn refused(&mut self, e: SendErrorKind) -> bool {
         match e {
             SendErrorKind::WouldBlock => {}
             SendErrorKind::Closed => self.stopped = true,
@@ -383,7 +278,7 @@ impl Host {
     }
 
     /// The driver copies chunks of large messages into exposed buffers while it may.
-    fn feed_chunks(&mut self, side: usize) -> bool {
+    pub(super) fn feed_chunks(&mut self, side: usize) -> bool {
         let mut any = false;
         for i in 0..self.large.len() {
             let (msg, k, mut off) = self.large[i];
@@ -424,7 +319,7 @@ impl Host {
     }
 
     /// Drains the connection's actions; the SENDs go onto `wire`. True if anything happened.
-    fn drain(&mut self, wire: &mut VecDeque<WireFrame>) -> bool {
+    pub(super) fn drain(&mut self, wire: &mut VecDeque<WireFrame>) -> bool {
         let mut any = !self.posted_at_once.is_empty();
         wire.extend(self.posted_at_once.drain(..));
         while let Some(a) = self.conn.poll_action() {
@@ -435,7 +330,7 @@ impl Host {
     }
 
     /// Carries out one action, as a driver does.
-    fn carry_out(&mut self, a: Action<SimBuf>, wire: &mut VecDeque<WireFrame>) {
+    pub(super) fn carry_out(&mut self, a: Action<SimBuf>, wire: &mut VecDeque<WireFrame>) {
         {
             let release = matches!(a, Action::Release(_));
             assert!(
@@ -525,151 +420,5 @@ impl Host {
         self.sq_used -= self.completable;
         self.completable = 0;
         true
-    }
-}
-
-/// Two hosts joined by an RC wire.
-#[derive(Debug)]
-pub struct Sim {
-    pub hosts: [Host; 2],
-    /// `wires[i]`: frames from host i to the other, in order.
-    pub wires: [VecDeque<WireFrame>; 2],
-    pub now: Instant,
-}
-
-impl Sim {
-    pub fn new(a: &Config, b: &Config) -> Self {
-        let now = Instant::now();
-        Sim {
-            hosts: [Host::new(a, b, now), Host::new(b, a, now)],
-            wires: [VecDeque::new(), VecDeque::new()],
-            now,
-        }
-    }
-
-    /// Lets both drivers act until neither has anything to do. True if anything happened.
-    pub fn pump(&mut self) -> bool {
-        let mut any = false;
-        loop {
-            let mut step = false;
-            for side in 0..2 {
-                step |= self.hosts[side].feed_chunks(side);
-                step |= self.hosts[side].drain(&mut self.wires[side]);
-                if self.hosts[side].close_when_done
-                    && self.hosts[side].all_sent()
-                    && !self.hosts[side].conn.is_closed()
-                {
-                    self.hosts[side].conn.close();
-                }
-            }
-            if !step {
-                return any;
-            }
-            any = true;
-        }
-    }
-
-    /// Delivers the oldest frame from `from` to its peer. Panics on RNR (no posted receive).
-    pub fn deliver(&mut self, from: usize) -> bool {
-        let Some(frame) = self.wires[from].pop_front() else {
-            return false;
-        };
-        self.hosts[from].completable += 1;
-        let to = &mut self.hosts[1 - from];
-        let slots = to.posted.get();
-        assert!(
-            slots > 0,
-            "RNR: a SEND from host {from} found no posted receive"
-        );
-        to.posted.set(slots - 1);
-        let buf = SimBuf {
-            data: frame.bytes.clone(),
-            slot: Some(to.posted.clone()),
-            addr: None,
-        };
-        if let Some(imm) = frame.imm {
-            to.conn
-                .on_receive_compact(imm, frame.len(), buf, self.now)
-                .expect("valid compact frame");
-        } else {
-            // as a driver does: copy the head, move the buffer
-            let mut head = [0u8; MAX_HEAD];
-            let n = frame.len().min(MAX_HEAD);
-            head[..n].copy_from_slice(&frame[..n]);
-            to.conn
-                .on_receive_head(&head[..n], frame.len(), buf, self.now)
-                .expect("valid frame");
-        }
-        if to.lone_deliveries {
-            // As a driver carries out a lone delivery: nothing else may be left to do.
-            if let Some(a) = to.conn.take_lone_delivery() {
-                to.lone += 1;
-                to.carry_out(a, &mut self.wires[1 - from]);
-                let left = to.conn.poll_action();
-                assert!(left.is_none(), "a lone delivery left {left:?} to do");
-            }
-        }
-        true
-    }
-
-    /// Executes the oldest READ of `side` against the peer's exposed memory.
-    pub fn complete_read(&mut self, side: usize) -> bool {
-        let Some((id, remote)) = self.hosts[side].reads.pop_front() else {
-            return false;
-        };
-        let peer = &mut self.hosts[1 - side];
-        let e = peer
-            .exposed
-            .get_mut(&remote.addr)
-            .expect("READ of memory the peer no longer exposes");
-        assert_eq!(e.rkey, remote.rkey, "READ with a wrong rkey");
-        assert_eq!(e.data.len(), remote.len as usize);
-        e.read = true;
-        let dest = SimBuf::plain(e.data.clone());
-        let me = &mut self.hosts[side];
-        me.sq_used -= 1;
-        me.conn.on_read_complete(id, dest);
-        true
-    }
-
-    /// Advances time and lets both ends see it.
-    pub fn tick(&mut self, dt: Duration) {
-        self.now += dt;
-        for h in &mut self.hosts {
-            h.conn.on_timeout(self.now);
-        }
-    }
-
-    /// One step chosen by `op` (from a proptest schedule). True if anything happened.
-    pub fn step(&mut self, op: u8) -> bool {
-        let side = (op & 1) as usize;
-        let did = match op >> 1 {
-            0 => self.hosts[side].send_next(side),
-            1 => self.deliver(side),
-            2 => self.hosts[side].complete_sends(),
-            3 => self.complete_read(side),
-            4 => self.hosts[side].release_one(),
-            _ => {
-                self.tick(Duration::from_millis(3));
-                true
-            }
-        };
-        self.pump() || did
-    }
-
-    /// Runs every kind of step fairly until nothing happens any more; returns the steps taken.
-    pub fn run_until_quiet(&mut self, max_steps: usize) -> usize {
-        let mut steps = 0;
-        loop {
-            let mut any = false;
-            for op in 0..10u8 {
-                any |= self.step(op);
-                steps += 1;
-            }
-            if !any {
-                return steps;
-            }
-            assert!(steps < max_steps, "no quiescence after {steps} steps");
-        }
     }
 }
