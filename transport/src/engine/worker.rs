@@ -256,12 +256,12 @@ fn progress_loop(shared: &Arc<Shared>) {
             // A reactor waits on the channel. Poll once per tick in case none does, but not
             // while one is at work: a completion taken here would wake its task from this
             // thread, a handoff the reactor avoids. Meanwhile wake only for the timers.
-            let active = shared.policy.reactor_active();
+            let now = Instant::now();
+            let active = shared.policy.reactor_active(now);
             if !active {
                 let n = shared.try_poll();
                 shared.count_thread(n);
             }
-            let now = Instant::now();
             timers.run_if_due(shared, now);
             let until_tick = timers.until_next(now);
             std::thread::park_timeout(if active {
