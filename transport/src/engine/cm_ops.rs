@@ -13,7 +13,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use super::{wake_task, ConnShared, Shared};
+use super::{ConnShared, Shared};
 use crate::proto::{self, ConnectInfo, HandshakeError};
 use crate::{Error, Result};
 
@@ -376,7 +376,7 @@ impl Shared {
         }
         if matches!(st.stage, Stage::Done(_)) {
             if let Some(w) = st.waker.take() {
-                wake_task(w);
+                w.wake();
             }
         }
     }

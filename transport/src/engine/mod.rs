@@ -58,15 +58,10 @@ const MIN_TICK: Duration = Duration::from_micros(100);
 /// How long the CM thread waits before it reads again from a channel that failed a read.
 const CM_RETRY: Duration = Duration::from_millis(50);
 
-/// Wakes a task waiting on the engine.
-pub(crate) fn wake_task(waker: std::task::Waker) {
-    waker.wake();
-}
-
-/// Wakes (and empties) `wakers`, each through [`wake_task`].
+/// Wakes (and empties) `wakers`.
 pub(crate) fn wake_tasks(wakers: &mut Vec<std::task::Waker>) {
     if !wakers.is_empty() {
-        wakers.drain(..).for_each(wake_task);
+        wakers.drain(..).for_each(std::task::Waker::wake);
     }
 }
 

@@ -9,7 +9,7 @@ use memory::Buffer;
 use rustc_hash::FxHashMap;
 
 use super::calls::FinishedCalls;
-use super::{wake_task, wake_tasks};
+use super::wake_tasks;
 use crate::proto::Delivery;
 
 /// What a connection delivered and its users did not take yet.
@@ -55,7 +55,7 @@ impl Wakers {
     pub(crate) fn call_done(&mut self, id: u64) {
         if !self.calls.is_empty() {
             if let Some(w) = self.calls.remove(&id) {
-                wake_task(w);
+                w.wake();
             }
         }
     }
@@ -68,7 +68,7 @@ impl Wakers {
         if ended {
             wake_tasks(&mut self.recv);
             for (_, w) in self.calls.drain() {
-                wake_task(w);
+                w.wake();
             }
         }
     }
