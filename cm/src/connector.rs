@@ -488,14 +488,7 @@ impl Connecting {
 
     /// Looks at the clock: past the deadline, the connect timed out.
     pub fn on_timer(&mut self, now: Instant) -> Result<Step<Connection>> {
-        if self.pending.is_none() || now < self.deadline {
-            return Ok(Step::Waiting);
-        }
-        self.pending = None;
-        Err(Error::Timeout {
-            op: "connect",
-            after: self.total,
-        })
+        crate::step::expire(&mut self.pending, now, self.deadline, "connect", self.total)
     }
 }
 

@@ -327,14 +327,7 @@ impl Accepting {
 
     /// Looks at the clock: past the deadline, the accept timed out.
     pub fn on_timer(&mut self, now: Instant) -> Result<Step<Connection>> {
-        if self.request.is_none() || now < self.deadline {
-            return Ok(Step::Waiting);
-        }
-        self.request = None;
-        Err(Error::Timeout {
-            op: "accept",
-            after: self.total,
-        })
+        crate::step::expire(&mut self.request, now, self.deadline, "accept", self.total)
     }
 }
 

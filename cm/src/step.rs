@@ -6,9 +6,9 @@
 //! they arrive on, shared or its own) and performs the next rdma_cm call itself. The blocking
 //! forms of this crate are a loop around the same steps, reading the id's own channel until
 //! the operation's deadline.
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::{CmEvent, EventChannel, Result};
+use crate::{CmEvent, Error, EventChannel, Result};
 
 /// What a step-wise operation says after an event or a look at the clock. A failure is the
 /// `Err` around it; the operation is over then.
@@ -28,6 +28,23 @@ pub(crate) trait Stepwise {
     fn on_event(&mut self, ev: &CmEvent) -> Result<Step<Self::Output>>;
     fn on_timer(&mut self, now: Instant) -> Result<Step<Self::Output>>;
     fn deadline(&self) -> Instant;
+}
+
+/// The look at the clock of an operation that waits for one last event while it holds
+/// `pending`, until `deadline`: past it, `pending` is let go and `op` timed out after
+/// `total`; before it (or once nothing is pending), it waits on.
+pub(crate) fn expire<T, O>(
+    pending: &mut Option<T>,
+    now: Instant,
+    deadline: Instant,
+    op: &'static str,
+    total: Duration,
+) -> Result<Step<O>> {
+    if pending.is_none() || now < deadline {
+        return Ok(Step::Waiting);
+    }
+    *pending = None;
+    Err(Error::Timeout { op, after: total })
 }
 
 /// Drives `op` to its end with the events of `channel` (the channel of its id alone): a
