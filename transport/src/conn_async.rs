@@ -78,27 +78,12 @@ impl Conn {
             }
             return Poll::Ready(found);
         }
-        // How long it spins, and, while it does, the task counts as a spinning caller (the
-        // progress thread stands aside for it).
-        // One task of the endpoint spins at a time (unless `busy_read` is set): it polls for
-        // every connection, and the tasks it wakes run next on its thread (it stops spinning
-        // then). Several would take turns holding executor threads (and cores) from each
-        // other.
-        let spin = shared
-            .policy
-            .task_spin(
-                conn.spin.get(),
-                || shared.conn_count() == 1,
-                on_a_single_threaded_runtime,
-            )
-            .and_then(|spin| {
-                let spinner = if shared.policy.every_task_spins() {
-                    Some(Spinning::new(shared))
-                } else {
-                    Spinning::task(shared)
-                };
-                spinner.map(|s| (spin, s))
-            });
+        let spin = Spinning::for_task(
+            shared,
+            conn.spin.get(),
+            || shared.conn_count() == 1,
+            on_a_single_threaded_runtime,
+        );
         let Some((busy, spinner)) = spin else {
             wait(&mut st, cx);
             return Poll::Pending;

@@ -337,8 +337,29 @@ impl<'a> Spinning<'a> {
         }
     }
 
+    /// How long a waiting task that found nothing spins ([`Policy::task_spin`], whose
+    /// arguments these are), counted as spinning meanwhile (the progress thread stands aside
+    /// for it); `None`: it registers its waker at once. One task of the endpoint spins at a
+    /// time unless `busy_read` spins them all: it polls for every connection, and the tasks
+    /// it wakes run next on its thread; several would take turns holding executor threads
+    /// (and cores) from each other.
+    pub(crate) fn for_task(
+        shared: &'a Shared,
+        budget: Duration,
+        lone: impl FnOnce() -> bool,
+        single_threaded: impl FnOnce() -> bool,
+    ) -> Option<(Duration, Self)> {
+        let spin = shared.policy.task_spin(budget, lone, single_threaded)?;
+        let spinner = if shared.policy.every_task_spins() {
+            Spinning::new(shared)
+        } else {
+            Spinning::task(shared)?
+        };
+        Some((spin, spinner))
+    }
+
     /// A spinning async task, if no other task of the endpoint spins now.
-    pub(crate) fn task(shared: &'a Shared) -> Option<Self> {
+    fn task(shared: &'a Shared) -> Option<Self> {
         shared
             .policy
             .task_spinning
