@@ -5,6 +5,7 @@
 //! ([`Step`]); a blocking call waits around it ([`Conn::wait`]), an async one registers its
 //! waker and returns `Pending`.
 
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::Duration;
 
 use crate::conn::StateGuard;
@@ -38,8 +39,10 @@ pub(crate) enum Alloc {
 
 impl Alloc {
     /// The frame of eager message `data`: a pool buffer with room for `room` bytes after the
-    /// header, taken as this says and filled, with `st` let go of meanwhile. `Err(None)`:
-    /// none is free now.
+    /// header, taken as this says and filled. `Err(None)`: none is free now. A wait for a
+    /// buffer lets go of `st` meanwhile; a take that cannot wait keeps it (the copy is at
+    /// most the eager limit, and letting go and taking the lock again would cost the data
+    /// path more than the copy holds it).
     fn frame(
         self,
         conn: &ConnShared,
@@ -48,20 +51,21 @@ impl Alloc {
         data: &[u8],
     ) -> std::result::Result<memory::Buffer, Option<Error>> {
         let len = HEADER_LEN + room;
-        StateGuard::unlocked(st, || {
-            let frame = match self {
-                Alloc::Now => conn.shared.res.pool.try_alloc(len).map_err(|e| match e {
-                    memory::Error::Exhausted { .. } => None,
-                    e => Some(pool_error(e)),
-                }),
-                Alloc::Within(timeout) => conn.shared.alloc(len, timeout).map_err(Some),
-            }?;
-            fill(frame, data).map_err(Some)
-        })
+        let frame = match self {
+            Alloc::Now => conn.shared.res.pool.try_alloc(len).map_err(|e| match e {
+                memory::Error::Exhausted { .. } => None,
+                e => Some(pool_error(e)),
+            })?,
+            Alloc::Within(timeout) => {
+                StateGuard::unlocked(st, || conn.shared.alloc(len, timeout)).map_err(Some)?
+            }
+        };
+        fill(frame, data).map_err(Some)
     }
 }
 
 /// `data` copied after the header room of `frame`, cut to that length.
+#[inline]
 fn fill(mut frame: memory::Buffer, data: &[u8]) -> Result<memory::Buffer> {
     let len = HEADER_LEN + data.len();
     frame.set_len(len).map_err(Error::Memory)?;
@@ -88,7 +92,7 @@ pub(crate) struct Sent {
 /// One eager send, tried as often as it takes. In order: into a batch (plain messages, when
 /// the connection batches them), into the stream's waiting message (stream writes), posted
 /// inline at once with no copy, then copied into a frame (the spare one of the last inline
-/// post, else a pool buffer, copied with the lock let go) and queued. A frame that found no
+/// post, else a pool buffer, waited for with the lock let go) and queued. A frame that found no
 /// room is kept for the next attempt.
 pub(crate) struct EagerSend<'d> {
     kind: Eager,
@@ -153,20 +157,22 @@ impl<'d> EagerSend<'d> {
         st: &mut StateGuard<'_>,
         alloc: Alloc,
     ) -> Step {
-        if self.frame.is_none() {
-            match self.without_frame(conn, st, alloc) {
-                Some(step) => return step,
-                None if self.frame.is_none() => return Step::Progress,
-                None => {}
-            }
-        }
+        let frame = match self.frame.take() {
+            Some(frame) => frame,
+            None => match self.without_frame(conn, st, alloc) {
+                Continue(frame) => frame,
+                Break(step) => return step,
+            },
+        };
+        // Copied by an earlier attempt, or after a wait for a buffer that let go of the lock:
+        // the connection may have ended since.
         if let Some(e) = st.ended() {
             return self.failed(e);
         }
         let Some(p) = st.proto.as_mut() else {
+            self.frame = Some(frame);
             return Step::Progress;
         };
-        let frame = self.frame.take().expect("copied above");
         let sent = match self.kind {
             Eager::Message(class) => p.send(class, frame),
             Eager::StreamWrite => p.send_mergeable(frame).map(|()| None),
@@ -187,27 +193,29 @@ impl<'d> EagerSend<'d> {
         }
     }
 
-    /// The steps before a frame is queued: `Some` when the send finished (or must wait
-    /// without a frame), `None` with `self.frame` set when a frame is ready to queue.
+    /// The steps before a frame is queued: the frame to queue, or the step the attempt ends
+    /// at without one (it finished, or waits).
     fn without_frame(
         &mut self,
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
         alloc: Alloc,
-    ) -> Option<Step> {
+    ) -> ControlFlow<Step, memory::Buffer> {
         let data = self.data;
         if matches!(self.kind, Eager::Message(Class::Message)) && conn.batches_messages() {
             if let Some(r) = conn.try_batch(st, data) {
-                return Some(match r {
+                return Break(match r {
                     Ok(()) => self.went(st, None),
                     Err(e) => self.failed(e),
                 });
             }
         }
         if let Some(e) = st.ended() {
-            return Some(self.failed(e));
+            return Break(self.failed(e));
         }
-        let p = st.proto.as_mut()?;
+        let Some(p) = st.proto.as_mut() else {
+            return Break(Step::Progress);
+        };
         if self.kind == Eager::StreamWrite {
             let appended = p.append(data);
             if appended > 0 {
@@ -216,19 +224,19 @@ impl<'d> EagerSend<'d> {
                     conn.drive(st);
                 }
                 self.sent.len = appended;
-                return Some(Step::Done);
+                return Break(Step::Done);
             }
         }
         // Waits without copying while the queue is full (many tasks may be waiting).
         if p.queue_full() {
-            return None;
+            return Break(Step::Progress);
         }
         let at_once = match self.kind {
             Eager::Message(class) => conn.send_inline_at_once(st, class, data),
             Eager::StreamWrite => conn.write_inline_at_once(st, data).then_some(None),
         };
         if let Some(call) = at_once {
-            return Some(self.went(st, call));
+            return Break(self.went(st, call));
         }
         if self.release_due {
             conn.drive_if_release_due(st);
@@ -245,11 +253,10 @@ impl<'d> EagerSend<'d> {
             None => alloc.frame(conn, st, room, data),
         };
         match frame {
-            Ok(frame) => self.frame = Some(frame),
-            Err(None) => return Some(Step::Pool),
-            Err(Some(e)) => return Some(self.failed(e)),
+            Ok(frame) => Continue(frame),
+            Err(None) => Break(Step::Pool),
+            Err(Some(e)) => Break(self.failed(e)),
         }
-        None
     }
 
     /// The send went, as call `call` if a request: the sender's poll is due for plain
