@@ -44,7 +44,9 @@ impl Conn {
         let conn = &*self.inner;
         if data.len() <= self.eager_limit() {
             let mut send = EagerSend::new(Eager::Message(class), data);
-            return self.poll_eager(cx, &mut send).map_ok(|s| s.call);
+            return self
+                .poll_eager(cx, &mut send)
+                .map(|r| r.map(|s| s.call).map_err(|e| *e));
         }
         let limit = self.max_whole_send();
         if data.len() > limit {
@@ -98,12 +100,19 @@ impl Conn {
     ) -> Poll<Result<usize>> {
         let data = &data[..data.len().min(self.eager_limit())];
         self.poll_eager(cx, &mut EagerSend::new(Eager::StreamWrite, data))
-            .map_ok(|s| s.len)
+            .map(|r| r.map(|s| s.len).map_err(|e| *e))
     }
 
     /// One attempt of `send` ([`EagerSend::attempt`]), taking a pool buffer only if one is
     /// free: `Pending` (the task registered) while it waits for progress or a buffer.
-    fn poll_eager(&self, cx: &mut Context<'_>, send: &mut EagerSend<'_>) -> Poll<Result<Sent>> {
+    /// Inlined into each async send, as `send_eager` is into each blocking one: a call of
+    /// its own costs every send a frame and a copy of its large result.
+    #[inline(always)]
+    fn poll_eager(
+        &self,
+        cx: &mut Context<'_>,
+        send: &mut EagerSend<'_>,
+    ) -> Poll<std::result::Result<Sent, Box<Error>>> {
         let conn = &*self.inner;
         let mut st = conn.state.lock();
         match send.attempt(conn, &mut st, Alloc::Now) {

@@ -138,10 +138,13 @@ impl<'d> EagerSend<'d> {
     /// The outcome of an attempt that was [`Step::Done`], to take with the state's lock let
     /// go: after a plain message or stream write went, the sender's poll
     /// ([`ConnShared::after_send`]) runs first (not after requests and responses: their
-    /// senders poll next anyway, waiting for the response or the next request).
-    pub(crate) fn outcome(&mut self, conn: &ConnShared) -> Result<Sent> {
+    /// senders poll next anyway, waiting for the response or the next request). The error
+    /// stays boxed until the caller's edge: a result the size of [`Error`] would be copied
+    /// whole at every layer of a send that went.
+    #[inline]
+    pub(crate) fn outcome(&mut self, conn: &ConnShared) -> std::result::Result<Sent, Box<Error>> {
         if let Some(e) = self.error.take() {
-            return Err(*e);
+            return Err(e);
         }
         if let Some(waits) = self.poll.take() {
             conn.after_send(waits);
@@ -150,13 +153,46 @@ impl<'d> EagerSend<'d> {
     }
 
     /// One attempt under `st`, the connection's state locked; after [`Step::Done`], take
-    /// [`outcome`](Self::outcome) with the lock let go.
+    /// [`outcome`](Self::outcome) with the lock let go. Its first step, a stream write
+    /// joining the waiting message (most small writes), is inlined into each send; the
+    /// rest is a call.
+    #[inline(always)]
     pub(crate) fn attempt(
         &mut self,
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
         alloc: Alloc,
     ) -> Step {
+        if self.joined_waiting(conn, st) {
+            return Step::Done;
+        }
+        self.attempt_rest(conn, st, alloc)
+    }
+
+    /// A stream write, with no frame of its own yet, appended to the stream's message
+    /// waiting to go: whether it was (all of it or a first part; `sent.len` says).
+    #[inline(always)]
+    fn joined_waiting(&mut self, conn: &ConnShared, st: &mut ConnState) -> bool {
+        if self.kind != Eager::StreamWrite || self.frame.is_some() || st.end.is_some() {
+            return false;
+        }
+        let Some(p) = st.proto.as_mut() else {
+            return false;
+        };
+        let appended = p.append(self.data);
+        if appended == 0 {
+            return false;
+        }
+        if appended < self.data.len() {
+            // The waiting message is full: it goes unless credit or the queue stop it.
+            conn.drive(st);
+        }
+        self.sent.len = appended;
+        true
+    }
+
+    /// The attempt after [`joined_waiting`](Self::joined_waiting) found no room.
+    fn attempt_rest(&mut self, conn: &ConnShared, st: &mut StateGuard<'_>, alloc: Alloc) -> Step {
         let frame = match self.frame.take() {
             Some(frame) => frame,
             None => match self.without_frame(conn, st, alloc) {
@@ -216,17 +252,6 @@ impl<'d> EagerSend<'d> {
         let Some(p) = st.proto.as_mut() else {
             return Break(Step::Progress);
         };
-        if self.kind == Eager::StreamWrite {
-            let appended = p.append(data);
-            if appended > 0 {
-                if appended < data.len() {
-                    // The waiting message is full: it goes unless credit or the queue stop it.
-                    conn.drive(st);
-                }
-                self.sent.len = appended;
-                return Break(Step::Done);
-            }
-        }
         // Waits without copying while the queue is full (many tasks may be waiting).
         if p.queue_full() {
             return Break(Step::Progress);
@@ -414,7 +439,7 @@ impl Conn {
         } else {
             drop(st);
         }
-        send.outcome(conn)
+        send.outcome(conn).map_err(|e| *e)
     }
 }
 
