@@ -41,6 +41,7 @@ use conn_table::ConnTable;
 pub(crate) use resources::Resources;
 
 use crate::config::EndpointConfig;
+use crate::proto::BATCH_ENTRY_HEADER;
 use crate::{Error, Result};
 
 /// How often the progress thread runs timers and teardown when nothing else wakes it, and
@@ -225,5 +226,19 @@ impl crate::proto::Payload for Buffer {
         }
         self[len..len + n].copy_from_slice(&bytes[..n]);
         n
+    }
+
+    /// The entry's length and bytes in one step: one length set, the length written in
+    /// place, one copy (a batched message costs one copy call, not two appends).
+    fn append_entry(&mut self, data: &[u8], max_len: usize) -> bool {
+        let len = Buffer::len(self);
+        let end = len + BATCH_ENTRY_HEADER + data.len();
+        if end > max_len.min(self.capacity()) || self.set_len(end).is_err() {
+            return false;
+        }
+        let (head, body) = self[len..end].split_at_mut(BATCH_ENTRY_HEADER);
+        head.copy_from_slice(&(data.len() as u32).to_le_bytes());
+        body.copy_from_slice(data);
+        true
     }
 }

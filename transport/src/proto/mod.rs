@@ -111,6 +111,19 @@ pub trait Payload {
         let _ = (bytes, max_len);
         0
     }
+    /// Appends one entry of a batch frame, `data` after its length ([`BATCH_ENTRY_HEADER`]
+    /// bytes, little-endian), whole or not at all (within `max_len`, as
+    /// [`append`](Self::append)); returns whether it did. The default appends the two
+    /// parts; a buffer may write both at once.
+    fn append_entry(&mut self, data: &[u8], max_len: usize) -> bool {
+        let need = BATCH_ENTRY_HEADER + data.len();
+        if need > self.spare() || self.len() + need > max_len {
+            return false;
+        }
+        self.append(&(data.len() as u32).to_le_bytes(), max_len);
+        self.append(data, max_len);
+        true
+    }
 }
 
 impl Payload for Vec<u8> {

@@ -18,7 +18,6 @@
 //! enough to know when a given frame is done.
 
 use super::*;
-use crate::proto::frame::BATCH_ENTRY_HEADER;
 
 /// A frame that counts towards signals (a mergeable one, or a plain message's while
 /// coalescing is on) is signaled, and followed by a hold, at least this often while sends
@@ -108,10 +107,10 @@ impl<B: Payload> Connection<B> {
 
     /// Queues a batch of plain messages (see `PROTOCOL.md`, "Batches"): `payload` is header
     /// room, then the first message as a batch entry (its length as a little-endian `u32`
-    /// [`BATCH_ENTRY_HEADER`], then its bytes). Later messages join it with
-    /// [`append_message`](Self::append_message) while it waits, as stream writes join a
-    /// message from [`send_mergeable`](Self::send_mergeable), and it waits by the same rule.
-    /// The peer receives each message on its own, in order.
+    /// ([`BATCH_ENTRY_HEADER`](crate::proto::BATCH_ENTRY_HEADER)), then its bytes). Later
+    /// messages join it with [`append_message`](Self::append_message) while it waits, as
+    /// stream writes join a message from [`send_mergeable`](Self::send_mergeable), and it
+    /// waits by the same rule. The peer receives each message on its own, in order.
     pub fn send_batch(&mut self, payload: B) -> Result<(), SendError<B>> {
         self.queue_mergeable(payload, true)
     }
@@ -139,7 +138,6 @@ impl<B: Payload> Connection<B> {
             return false;
         }
         let max_len = HEADER_LEN + self.send_eager_limit;
-        let need = BATCH_ENTRY_HEADER + data.len();
         let Some(Out::Eager {
             batch: true,
             payload,
@@ -148,12 +146,9 @@ impl<B: Payload> Connection<B> {
         else {
             return false;
         };
-        if need > payload.spare() || payload.len() + need > max_len {
+        if !payload.append_entry(data, max_len) {
             return false;
         }
-        let len = (data.len() as u32).to_le_bytes();
-        payload.append(&len, max_len);
-        payload.append(data, max_len);
         self.stats.messages_batched += 1;
         true
     }
