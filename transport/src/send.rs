@@ -96,7 +96,6 @@ impl Conn {
         }
         let mut send = EagerSend::new(Eager::Message(class), data);
         self.send_eager(&mut send, Some(timeout), self.inner.state.lock())
-            .map(|s| s.call)
     }
 
     /// Whether messages and stream writes go on their own at once (see

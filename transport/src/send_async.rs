@@ -8,7 +8,7 @@ use crate::conn::StateGuard;
 use crate::engine::{pool_error, ConnShared, ConnState};
 use crate::proto::{CallId, Class, SendError, SendErrorKind};
 use crate::send_core::{
-    announce, remote_chunk, send_error, Alloc, Chunks, Eager, EagerSend, Sent, Step,
+    announce, joined_waiting, remote_chunk, send_error, Alloc, Chunks, Eager, EagerSend, Step,
 };
 use crate::task::{register, register_tick};
 use crate::{Conn, Error, Result};
@@ -44,9 +44,7 @@ impl Conn {
         let conn = &*self.inner;
         if data.len() <= self.eager_limit() {
             let mut send = EagerSend::new(Eager::Message(class), data);
-            return self
-                .poll_eager(cx, &mut send)
-                .map(|r| r.map(|s| s.call).map_err(|e| *e));
+            return self.poll_eager(cx, &mut send).map_err(|e| *e);
         }
         let limit = self.max_whole_send();
         if data.len() > limit {
@@ -98,28 +96,57 @@ impl Conn {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<Result<usize>> {
+        let conn = &*self.inner;
         let data = &data[..data.len().min(self.eager_limit())];
-        self.poll_eager(cx, &mut EagerSend::new(Eager::StreamWrite, data))
-            .map(|r| r.map(|s| s.len).map_err(|e| *e))
+        let mut st = conn.state.lock();
+        // Most small writes join the waiting message: no send is built for them.
+        if let Some(len) = joined_waiting(conn, &mut st, data) {
+            return Poll::Ready(Ok(len));
+        }
+        let mut send = EagerSend::new(Eager::StreamWrite, data);
+        let step = send.attempt(conn, &mut st, Alloc::Now);
+        self.poll_step(cx, &send, step, st)
+            .map(|r| r.map(|_| data.len()).map_err(|e| *e))
     }
 
     /// One attempt of `send` ([`EagerSend::attempt`]), taking a pool buffer only if one is
     /// free: `Pending` (the task registered) while it waits for progress or a buffer.
     /// Inlined into each async send, as `send_eager` is into each blocking one: a call of
-    /// its own costs every send a frame and a copy of its large result.
+    /// its own costs every send a frame and a copy of its result.
     #[inline(always)]
     fn poll_eager(
         &self,
         cx: &mut Context<'_>,
         send: &mut EagerSend<'_>,
-    ) -> Poll<std::result::Result<Sent, Box<Error>>> {
+    ) -> Poll<std::result::Result<Option<CallId>, Box<Error>>> {
         let conn = &*self.inner;
         let mut st = conn.state.lock();
-        match send.attempt(conn, &mut st, Alloc::Now) {
-            Step::Done => {
+        let step = send.attempt(conn, &mut st, Alloc::Now);
+        self.poll_step(cx, send, step, st)
+    }
+
+    /// What the `step` of an attempt of `send`, taken under `st`, means to a task: sent (as
+    /// this call, if a request; the sender's poll run), failed, or `Pending` with the task
+    /// registered for what it waits for.
+    #[inline(always)]
+    fn poll_step(
+        &self,
+        cx: &mut Context<'_>,
+        send: &EagerSend<'_>,
+        step: Step,
+        mut st: StateGuard<'_>,
+    ) -> Poll<std::result::Result<Option<CallId>, Box<Error>>> {
+        let conn = &*self.inner;
+        match step {
+            Step::Went(call) => {
+                let poll = send.poll_due(&st);
                 drop(st);
-                Poll::Ready(send.outcome(conn))
+                if let Some(waits) = poll {
+                    conn.after_send(waits);
+                }
+                Poll::Ready(Ok(call))
             }
+            Step::Failed(e) => Poll::Ready(Err(e)),
             Step::Progress => {
                 register(&conn.shared, &mut st, cx);
                 Poll::Pending

@@ -1,5 +1,6 @@
 //! The sends of a [`Conn`] as non-blocking attempts over its state, each written once and
-//! shared by the blocking and the async calls: an eager message or byte-stream write
+//! shared by the blocking and the async calls: a byte-stream write joining the waiting
+//! message ([`joined_waiting`]), an eager message or stream write of its own
 //! ([`EagerSend`]), the announcement of a rendezvous message ([`announce`]) and the addition
 //! of its chunks ([`Chunks`]). An attempt either finishes or says what it waits for
 //! ([`Step`]); a blocking call waits around it ([`Conn::wait`]), an async one registers its
@@ -15,12 +16,15 @@ use crate::proto::{
 };
 use crate::{Conn, Error, Result};
 
-/// How an attempt ended. Small on purpose: the outcome stays in the attempt (an error is
-/// large, and the data path moves this through every layer of a wait).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// How an attempt ended: it went (as this call, if a request), it failed, or what it waits
+/// for. Two words, returned in registers: the data path moves a step through every layer of
+/// a send, and a sent one needs no more than this.
 pub(crate) enum Step {
-    /// Finished: sent, or failed ([`EagerSend::outcome`] says which).
-    Done,
+    /// Sent. A plain message's or a stream write's sender then polls
+    /// ([`EagerSend::poll_due`]).
+    Went(Option<CallId>),
+    /// Failed (boxed: an error is large).
+    Failed(Box<Error>),
     /// Waits for this connection's progress (credit, room in the queue, the connection set
     /// up).
     Progress,
@@ -81,19 +85,12 @@ pub(crate) enum Eager {
     StreamWrite,
 }
 
-/// What an eager send sent: the call id of a request, and how many bytes went (all of a
-/// message; at least one of a stream write).
-#[derive(Clone, Copy)]
-pub(crate) struct Sent {
-    pub call: Option<CallId>,
-    pub len: usize,
-}
-
 /// One eager send, tried as often as it takes. In order: into a batch (plain messages, when
-/// the connection batches them), into the stream's waiting message (stream writes), posted
-/// inline at once with no copy, then copied into a frame (the spare one of the last inline
-/// post, else a pool buffer, waited for with the lock let go) and queued. A frame that found no
-/// room is kept for the next attempt.
+/// the connection batches them), posted inline at once with no copy, then copied into a frame
+/// (the spare one of the last inline post, else a pool buffer, waited for with the lock let
+/// go) and queued. A frame that found no room is kept for the next attempt. A stream write
+/// first tries to join the stream's message waiting to go ([`joined_waiting`]), before a send
+/// is built: most small writes do, and then build none.
 pub(crate) struct EagerSend<'d> {
     kind: Eager,
     data: &'d [u8],
@@ -101,98 +98,50 @@ pub(crate) struct EagerSend<'d> {
     /// A response that carries a released credit back: if it cannot go at once, the credit
     /// goes on its own when due.
     pub release_due: bool,
-    /// What went, once it went.
-    sent: Sent,
-    /// The sender's poll due once the lock is let go, once it went (see
-    /// [`outcome`](Self::outcome)): whether the next sends wait for the frame just sent.
-    poll: Option<bool>,
-    /// Why it failed, once it failed (boxed: an error is large, and the send is built and
-    /// moved on every send).
-    error: Option<Box<Error>>,
 }
 
 impl<'d> EagerSend<'d> {
     /// A send of `data`, at most the eager limit long.
     pub(crate) fn new(kind: Eager, data: &'d [u8]) -> Self {
-        Self::of(kind, data, None, data.len())
+        EagerSend {
+            kind,
+            data,
+            frame: None,
+            release_due: false,
+        }
     }
 
     /// A send of `frame`, filled already after its header room: queued as it is.
     pub(crate) fn with_frame(kind: Eager, frame: memory::Buffer) -> Self {
-        let len = frame.len() - HEADER_LEN;
-        Self::of(kind, &[], Some(frame), len)
-    }
-
-    fn of(kind: Eager, data: &'d [u8], frame: Option<memory::Buffer>, len: usize) -> Self {
         EagerSend {
             kind,
-            data,
-            frame,
+            data: &[],
+            frame: Some(frame),
             release_due: false,
-            sent: Sent { call: None, len },
-            poll: None,
-            error: None,
         }
     }
 
-    /// The outcome of an attempt that was [`Step::Done`], to take with the state's lock let
-    /// go: after a plain message or stream write went, the sender's poll
-    /// ([`ConnShared::after_send`]) runs first (not after requests and responses: their
-    /// senders poll next anyway, waiting for the response or the next request). The error
-    /// stays boxed until the caller's edge: a result the size of [`Error`] would be copied
-    /// whole at every layer of a send that went.
-    #[inline]
-    pub(crate) fn outcome(&mut self, conn: &ConnShared) -> std::result::Result<Sent, Box<Error>> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
-        if let Some(waits) = self.poll.take() {
-            conn.after_send(waits);
-        }
-        Ok(self.sent)
-    }
-
-    /// One attempt under `st`, the connection's state locked; after [`Step::Done`], take
-    /// [`outcome`](Self::outcome) with the lock let go. Its first step, a stream write
-    /// joining the waiting message (most small writes), is inlined into each send; the
-    /// rest is a call.
+    /// The sender's poll due after this send went ([`ConnShared::after_send`], to run with
+    /// the state's lock let go; `st` still locked): after a plain message or stream write
+    /// (not after requests and responses: their senders poll next anyway, waiting for the
+    /// response or the next request), whether the next sends wait for the frame just sent.
     #[inline(always)]
+    pub(crate) fn poll_due(&self, st: &ConnState) -> Option<bool> {
+        matches!(
+            self.kind,
+            Eager::Message(Class::Message) | Eager::StreamWrite
+        )
+        .then(|| st.waits_for_completion())
+    }
+
+    /// One attempt under `st`, the connection's state locked; after [`Step::Went`], take
+    /// [`poll_due`](Self::poll_due) under the lock and run it once the lock is let go.
     pub(crate) fn attempt(
         &mut self,
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
         alloc: Alloc,
     ) -> Step {
-        if self.joined_waiting(conn, st) {
-            return Step::Done;
-        }
-        self.attempt_rest(conn, st, alloc)
-    }
-
-    /// A stream write, with no frame of its own yet, appended to the stream's message
-    /// waiting to go: whether it was (all of it or a first part; `sent.len` says).
-    #[inline(always)]
-    fn joined_waiting(&mut self, conn: &ConnShared, st: &mut ConnState) -> bool {
-        if self.kind != Eager::StreamWrite || self.frame.is_some() || st.end.is_some() {
-            return false;
-        }
-        let Some(p) = st.proto.as_mut() else {
-            return false;
-        };
-        let appended = p.append(self.data);
-        if appended == 0 {
-            return false;
-        }
-        if appended < self.data.len() {
-            // The waiting message is full: it goes unless credit or the queue stop it.
-            conn.drive(st);
-        }
-        self.sent.len = appended;
-        true
-    }
-
-    /// The attempt after [`joined_waiting`](Self::joined_waiting) found no room.
-    fn attempt_rest(&mut self, conn: &ConnShared, st: &mut StateGuard<'_>, alloc: Alloc) -> Step {
         let frame = match self.frame.take() {
             Some(frame) => frame,
             None => match self.without_frame(conn, st, alloc) {
@@ -216,7 +165,7 @@ impl<'d> EagerSend<'d> {
         match sent {
             Ok(call) => {
                 conn.drive(st);
-                self.went(st, call)
+                Step::Went(call)
             }
             Err(SendError {
                 kind: SendErrorKind::WouldBlock,
@@ -241,7 +190,7 @@ impl<'d> EagerSend<'d> {
         if matches!(self.kind, Eager::Message(Class::Message)) && conn.batches_messages() {
             if let Some(r) = conn.try_batch(st, data) {
                 return Break(match r {
-                    Ok(()) => self.went(st, None),
+                    Ok(()) => Step::Went(None),
                     Err(e) => self.failed(e),
                 });
             }
@@ -261,7 +210,7 @@ impl<'d> EagerSend<'d> {
             Eager::StreamWrite => conn.write_inline_at_once(st, data).then_some(None),
         };
         if let Some(call) = at_once {
-            return Break(self.went(st, call));
+            return Break(Step::Went(call));
         }
         if self.release_due {
             conn.drive_if_release_due(st);
@@ -284,23 +233,29 @@ impl<'d> EagerSend<'d> {
         }
     }
 
-    /// The send went, as call `call` if a request: the sender's poll is due for plain
-    /// messages and stream writes.
-    fn went(&mut self, st: &ConnState, call: Option<CallId>) -> Step {
-        self.sent.call = call;
-        if matches!(
-            self.kind,
-            Eager::Message(Class::Message) | Eager::StreamWrite
-        ) {
-            self.poll = Some(st.waits_for_completion());
-        }
-        Step::Done
+    fn failed(&self, e: Error) -> Step {
+        Step::Failed(Box::new(e))
     }
+}
 
-    fn failed(&mut self, e: Error) -> Step {
-        self.error = Some(Box::new(e));
-        Step::Done
+/// Stream write `data` appended to the stream's message waiting to go, under `st`: how many
+/// bytes were (all of it or a first part), if any. No frame went for it, so no sender's poll
+/// is due. Inlined into each stream write.
+#[inline(always)]
+pub(crate) fn joined_waiting(conn: &ConnShared, st: &mut ConnState, data: &[u8]) -> Option<usize> {
+    if st.end.is_some() {
+        return None;
     }
+    let p = st.proto.as_mut()?;
+    let appended = p.append(data);
+    if appended == 0 {
+        return None;
+    }
+    if appended < data.len() {
+        // The waiting message is full: it goes unless credit or the queue stop it.
+        conn.drive(st);
+    }
+    Some(appended)
 }
 
 /// Announces a rendezvous message of `total` bytes if the protocol takes it now (`None`:
@@ -416,30 +371,41 @@ impl<'d> Chunks<'d> {
 
 impl Conn {
     /// Sends `send`, the first attempt under `st`, waiting up to `timeout` for room and for
-    /// a buffer (`None`: only if it can go now, else [`Error::WouldBlock`]). Inlined into
-    /// each blocking send (the cost bench counts a call frame and a copy of the result per
-    /// message otherwise).
+    /// a buffer (`None`: only if it can go now, else [`Error::WouldBlock`]); the call id of a
+    /// request. Inlined into each blocking send (the cost bench counts a call frame and a
+    /// copy of the result per message otherwise).
     #[inline(always)]
     pub(crate) fn send_eager(
         &self,
         send: &mut EagerSend<'_>,
         timeout: Option<Duration>,
         mut st: StateGuard<'_>,
-    ) -> Result<Sent> {
+    ) -> Result<Option<CallId>> {
         let conn = &*self.inner;
         let alloc = timeout.map_or(Alloc::Now, Alloc::Within);
-        if send.attempt(conn, &mut st, alloc) != Step::Done {
-            drop(st);
-            let Some(t) = timeout else {
-                return Err(Error::WouldBlock);
-            };
-            self.wait("send", t, |conn, st| {
-                (send.attempt(conn, st, alloc) == Step::Done).then_some(Ok(()))
-            })?;
-        } else {
-            drop(st);
+        let went = match send.attempt(conn, &mut st, alloc) {
+            Step::Went(call) => {
+                let poll = send.poll_due(&st);
+                drop(st);
+                (call, poll)
+            }
+            Step::Failed(e) => return Err(*e),
+            Step::Progress | Step::Pool => {
+                drop(st);
+                let Some(t) = timeout else {
+                    return Err(Error::WouldBlock);
+                };
+                self.wait("send", t, |conn, st| match send.attempt(conn, st, alloc) {
+                    Step::Went(call) => Some(Ok((call, send.poll_due(st)))),
+                    Step::Failed(e) => Some(Err(*e)),
+                    Step::Progress | Step::Pool => None,
+                })?
+            }
+        };
+        if let (_, Some(waits)) = went {
+            conn.after_send(waits);
         }
-        send.outcome(conn).map_err(|e| *e)
+        Ok(went.0)
     }
 }
 
