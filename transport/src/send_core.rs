@@ -6,7 +6,6 @@
 //! ([`Step`]); a blocking call waits around it ([`Conn::wait`]), an async one registers its
 //! waker and returns `Pending`.
 
-use std::ops::ControlFlow::{self, Break, Continue};
 use std::time::Duration;
 
 use crate::conn::StateGuard;
@@ -42,39 +41,36 @@ pub(crate) enum Alloc {
 }
 
 impl Alloc {
-    /// The frame of eager message `data`: a pool buffer with room for `room` bytes after the
-    /// header, taken as this says and filled. `Err(None)`: none is free now. A wait for a
-    /// buffer lets go of `st` meanwhile; a take that cannot wait keeps it (the copy is at
-    /// most the eager limit, and letting go and taking the lock again would cost the data
-    /// path more than the copy holds it).
-    fn frame(
+    /// A pool buffer of `len` bytes, taken as this says. `Err(None)`: none is free now. A
+    /// wait for a buffer lets go of `st` meanwhile; a take that cannot wait keeps it (the
+    /// copy that follows is at most the eager limit, and letting go and taking the lock
+    /// again would cost the data path more than the copy holds it).
+    fn take(
         self,
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
-        room: usize,
-        data: &[u8],
+        len: usize,
     ) -> std::result::Result<memory::Buffer, Option<Error>> {
-        let len = HEADER_LEN + room;
-        let frame = match self {
+        match self {
             Alloc::Now => conn.shared.res.pool.try_alloc(len).map_err(|e| match e {
                 memory::Error::Exhausted { .. } => None,
                 e => Some(pool_error(e)),
-            })?,
+            }),
             Alloc::Within(timeout) => {
-                StateGuard::unlocked(st, || conn.shared.alloc(len, timeout)).map_err(Some)?
+                StateGuard::unlocked(st, || conn.shared.alloc(len, timeout)).map_err(Some)
             }
-        };
-        fill(frame, data).map_err(Some)
+        }
     }
 }
 
-/// `data` copied after the header room of `frame`, cut to that length.
+/// `data` copied after the header room of `frame`, which is cut to that length. In place:
+/// the frame is not moved through a result on the data path.
 #[inline]
-fn fill(mut frame: memory::Buffer, data: &[u8]) -> Result<memory::Buffer> {
+fn fill(frame: &mut memory::Buffer, data: &[u8]) -> Result<()> {
     let len = HEADER_LEN + data.len();
     frame.set_len(len).map_err(Error::Memory)?;
     frame[HEADER_LEN..].copy_from_slice(data);
-    Ok(frame)
+    Ok(())
 }
 
 /// What an eager send is: a message of a class, or byte-stream data that a message still
@@ -142,13 +138,14 @@ impl<'d> EagerSend<'d> {
         st: &mut StateGuard<'_>,
         alloc: Alloc,
     ) -> Step {
-        let frame = match self.frame.take() {
-            Some(frame) => frame,
-            None => match self.without_frame(conn, st, alloc) {
-                Continue(frame) => frame,
-                Break(step) => return step,
-            },
-        };
+        match self.frame.take() {
+            Some(frame) => self.queue(conn, st, frame),
+            None => self.without_frame(conn, st, alloc),
+        }
+    }
+
+    /// Queues `frame`, filled: the last step of an attempt.
+    fn queue(&mut self, conn: &ConnShared, st: &mut ConnState, frame: memory::Buffer) -> Step {
         // Copied by an earlier attempt, or after a wait for a buffer that let go of the lock:
         // the connection may have ended since.
         if let Some(e) = st.ended() {
@@ -178,39 +175,36 @@ impl<'d> EagerSend<'d> {
         }
     }
 
-    /// The steps before a frame is queued: the frame to queue, or the step the attempt ends
-    /// at without one (it finished, or waits).
-    fn without_frame(
-        &mut self,
-        conn: &ConnShared,
-        st: &mut StateGuard<'_>,
-        alloc: Alloc,
-    ) -> ControlFlow<Step, memory::Buffer> {
+    /// An attempt with no frame copied yet: into a batch, at once, or copied into a frame
+    /// and queued.
+    fn without_frame(&mut self, conn: &ConnShared, st: &mut StateGuard<'_>, alloc: Alloc) -> Step {
         let data = self.data;
         if matches!(self.kind, Eager::Message(Class::Message)) && conn.batches_messages() {
             if let Some(r) = conn.try_batch(st, data) {
-                return Break(match r {
+                return match r {
                     Ok(()) => Step::Went(None),
                     Err(e) => self.failed(e),
-                });
+                };
             }
         }
         if let Some(e) = st.ended() {
-            return Break(self.failed(e));
+            return self.failed(e);
         }
-        let Some(p) = st.proto.as_mut() else {
-            return Break(Step::Progress);
-        };
-        // Waits without copying while the queue is full (many tasks may be waiting).
-        if p.queue_full() {
-            return Break(Step::Progress);
-        }
+        // First, as most sends of a request-and-reply exchange go: at once, when nothing is
+        // ahead of it (so the queue is not full either; with no protocol yet, nothing goes).
         let at_once = match self.kind {
             Eager::Message(class) => conn.send_inline_at_once(st, class, data),
             Eager::StreamWrite => conn.write_inline_at_once(st, data).then_some(None),
         };
         if let Some(call) = at_once {
-            return Break(Step::Went(call));
+            return Step::Went(call);
+        }
+        let Some(p) = st.proto.as_mut() else {
+            return Step::Progress;
+        };
+        // Waits without copying while the queue is full (many tasks may be waiting).
+        if p.queue_full() {
+            return Step::Progress;
         }
         if self.release_due {
             conn.drive_if_release_due(st);
@@ -222,15 +216,18 @@ impl<'d> EagerSend<'d> {
             }
             _ => data.len(),
         };
-        let frame = match conn.spare_frame(st, HEADER_LEN + room) {
-            Some(spare) => fill(spare, data).map_err(Some),
-            None => alloc.frame(conn, st, room, data),
+        let mut frame = match conn.spare_frame(st, HEADER_LEN + room) {
+            Some(spare) => spare,
+            None => match alloc.take(conn, st, HEADER_LEN + room) {
+                Ok(frame) => frame,
+                Err(None) => return Step::Pool,
+                Err(Some(e)) => return self.failed(e),
+            },
         };
-        match frame {
-            Ok(frame) => Continue(frame),
-            Err(None) => Break(Step::Pool),
-            Err(Some(e)) => Break(self.failed(e)),
+        if let Err(e) = fill(&mut frame, data) {
+            return self.failed(e);
         }
+        self.queue(conn, st, frame)
     }
 
     fn failed(&self, e: Error) -> Step {
