@@ -74,9 +74,9 @@ fn fill(frame: &mut memory::Buffer, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// What an eager send is: a message of a class, or byte-stream data that a message still
-/// waiting to go may take in.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// What an eager send is: a message of a class, or byte-stream data in a frame that later
+/// writes may join (one that joined the waiting message, [`joined_waiting`], needs no send).
+#[derive(Clone, Copy)]
 pub(crate) enum Eager {
     Message(Class),
     StreamWrite,
