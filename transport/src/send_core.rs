@@ -133,15 +133,56 @@ impl<'d> EagerSend<'d> {
 
     /// One attempt under `st`, the connection's state locked; after [`Step::Went`], take
     /// [`poll_due`](Self::poll_due) under the lock and run it once the lock is let go.
+    /// Inlined, as far as the steps that copy nothing: most sends of a request-and-reply
+    /// exchange end at the post at once, and then cost no call of their own and no step
+    /// returned through memory. The copy into a frame and its queueing are a call
+    /// ([`copied`](Self::copied)).
+    #[inline(always)]
     pub(crate) fn attempt(
         &mut self,
         conn: &ConnShared,
         st: &mut StateGuard<'_>,
         alloc: Alloc,
     ) -> Step {
+        if self.frame.is_none() {
+            if let Some(step) = self.without_copy(conn, st) {
+                return step;
+            }
+        }
+        self.copied(conn, st, alloc)
+    }
+
+    /// The steps of an attempt that copy nothing: into a batch (plain messages, when the
+    /// connection batches them), or posted inline at once. `None`: neither took the send.
+    #[inline(always)]
+    fn without_copy(&self, conn: &ConnShared, st: &mut ConnState) -> Option<Step> {
+        let data = self.data;
+        if matches!(self.kind, Eager::Message(Class::Message)) && conn.batches_messages() {
+            if let Some(r) = conn.try_batch(st, data) {
+                return Some(match r {
+                    Ok(()) => Step::Went(None),
+                    Err(e) => failed(e),
+                });
+            }
+        }
+        if let Some(e) = st.ended() {
+            return Some(failed(e));
+        }
+        // As most sends of a request-and-reply exchange go: at once, when nothing is ahead
+        // of it (so the queue is not full either; with no protocol yet, nothing goes).
+        let at_once = match self.kind {
+            Eager::Message(class) => conn.send_inline_at_once(st, class, data),
+            Eager::StreamWrite => conn.write_inline_at_once(st, data).then_some(None),
+        };
+        at_once.map(Step::Went)
+    }
+
+    /// The steps of an attempt that queue a frame: the one copied by an earlier attempt, or
+    /// `data` copied into one now.
+    fn copied(&mut self, conn: &ConnShared, st: &mut StateGuard<'_>, alloc: Alloc) -> Step {
         match self.frame.take() {
             Some(frame) => self.queue(conn, st, frame),
-            None => self.without_frame(conn, st, alloc),
+            None => self.copy(conn, st, alloc),
         }
     }
 
@@ -153,7 +194,7 @@ impl<'d> EagerSend<'d> {
         // Copied by an earlier attempt, or after a wait for a buffer that let go of the lock:
         // the connection may have ended since.
         if let Some(e) = st.ended() {
-            return self.failed(e);
+            return failed(e);
         }
         let Some(p) = st.proto.as_mut() else {
             self.frame = Some(frame);
@@ -175,34 +216,14 @@ impl<'d> EagerSend<'d> {
                 self.frame = Some(payload);
                 Step::Progress
             }
-            Err(SendError { kind, .. }) => self.failed(send_error(kind, st)),
+            Err(SendError { kind, .. }) => failed(send_error(kind, st)),
         }
     }
 
-    /// An attempt with no frame copied yet: into a batch, at once, or copied into a frame
-    /// and queued.
-    fn without_frame(&mut self, conn: &ConnShared, st: &mut StateGuard<'_>, alloc: Alloc) -> Step {
+    /// `data` copied into a frame (the spare one of the last inline post, else a pool
+    /// buffer) and queued, once neither a batch nor the post at once took it.
+    fn copy(&mut self, conn: &ConnShared, st: &mut StateGuard<'_>, alloc: Alloc) -> Step {
         let data = self.data;
-        if matches!(self.kind, Eager::Message(Class::Message)) && conn.batches_messages() {
-            if let Some(r) = conn.try_batch(st, data) {
-                return match r {
-                    Ok(()) => Step::Went(None),
-                    Err(e) => self.failed(e),
-                };
-            }
-        }
-        if let Some(e) = st.ended() {
-            return self.failed(e);
-        }
-        // First, as most sends of a request-and-reply exchange go: at once, when nothing is
-        // ahead of it (so the queue is not full either; with no protocol yet, nothing goes).
-        let at_once = match self.kind {
-            Eager::Message(class) => conn.send_inline_at_once(st, class, data),
-            Eager::StreamWrite => conn.write_inline_at_once(st, data).then_some(None),
-        };
-        if let Some(call) = at_once {
-            return Step::Went(call);
-        }
         let Some(p) = st.proto.as_mut() else {
             return Step::Progress;
         };
@@ -225,18 +246,19 @@ impl<'d> EagerSend<'d> {
             None => match alloc.take(conn, st, HEADER_LEN + room) {
                 Ok(frame) => frame,
                 Err(None) => return Step::Pool,
-                Err(Some(e)) => return self.failed(e),
+                Err(Some(e)) => return failed(e),
             },
         };
         if let Err(e) = fill(&mut frame, data) {
-            return self.failed(e);
+            return failed(e);
         }
         self.queue(conn, st, frame)
     }
+}
 
-    fn failed(&self, e: Error) -> Step {
-        Step::Failed(Box::new(e))
-    }
+/// A failed step (its error boxed: an error is large).
+fn failed(e: Error) -> Step {
+    Step::Failed(Box::new(e))
 }
 
 /// Stream write `data` appended to the stream's message waiting to go, under `st`: how many
