@@ -155,14 +155,15 @@ impl Conn {
         let conn = &*self.inner;
         let request = request.and_then(Message::into_delivery);
         let mut st = conn.state.lock();
-        let mut send = EagerSend::new(Eager::Message(class), response);
         // The response carries the request's credit back; if it waits, the credit goes on its
         // own when due.
-        send.release_due = request.as_ref().is_some_and(|d| d.holds_credit());
-        if send.release_due {
+        let release_due = request.as_ref().is_some_and(|d| d.holds_credit());
+        if release_due {
             conn.release_one(&mut st);
         }
-        let sent = self.send_eager(&mut send, Some(DEFAULT_OP_TIMEOUT), st);
+        let mut send = EagerSend::new(Eager::Message(class), response);
+        send.release_due = release_due;
+        let sent = self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st);
         if let Some(d) = request {
             conn.shared.res.release_delivery(d);
         }

@@ -94,8 +94,12 @@ impl Conn {
         if data.len() > eager {
             return self.send_large(class, data, timeout);
         }
-        let mut send = EagerSend::new(Eager::Message(class), data);
-        self.send_eager(&mut send, Some(timeout), self.inner.state.lock())
+        let st = self.inner.state.lock();
+        self.send_eager(
+            EagerSend::new(Eager::Message(class), data),
+            Some(timeout),
+            st,
+        )
     }
 
     /// Whether messages and stream writes go on their own at once (see
@@ -174,9 +178,9 @@ impl Conn {
                 limit: self.eager_limit() as u64,
             });
         }
-        let mut send = EagerSend::new(Eager::Message(Class::Message), data);
-        self.send_eager(&mut send, None, self.inner.state.lock())
-            .map(drop)
+        let st = self.inner.state.lock();
+        let send = EagerSend::new(Eager::Message(Class::Message), data);
+        self.send_eager(send, None, st).map(drop)
     }
 
     /// A pool buffer for `len` bytes to fill and [`send_buf`](Self::send_buf) without a copy
@@ -197,8 +201,9 @@ impl Conn {
 
     /// Sends a buffer from [`alloc`](Self::alloc) without copying it.
     pub fn send_buf(&self, buf: MessageBuf) -> Result<()> {
-        let mut send = EagerSend::with_frame(Eager::Message(Class::Message), buf.buf);
-        self.send_eager(&mut send, Some(DEFAULT_OP_TIMEOUT), self.inner.state.lock())
+        let st = self.inner.state.lock();
+        let send = EagerSend::with_frame(Eager::Message(Class::Message), buf.buf);
+        self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st)
             .map(drop)
     }
 }

@@ -139,7 +139,7 @@ impl Conn {
         let conn = &*self.inner;
         match step {
             Step::Went(call) => {
-                let poll = send.poll_due(&st);
+                let poll = send.kind.poll_due(&st);
                 drop(st);
                 if let Some(waits) = poll {
                     conn.after_send(waits);

@@ -21,7 +21,7 @@ use crate::{Conn, Error, Result};
 /// scalar, so the step is no scalar pair.)
 pub(crate) enum Step {
     /// Sent. A plain message's or a stream write's sender then polls
-    /// ([`EagerSend::poll_due`]).
+    /// ([`Eager::poll_due`]).
     Went(Option<CallId>),
     /// Failed (boxed: an error is large).
     Failed(Box<Error>),
@@ -82,6 +82,19 @@ pub(crate) enum Eager {
     StreamWrite,
 }
 
+impl Eager {
+    /// The sender's poll due after a send of this kind went ([`ConnShared::after_send`], to
+    /// run with the state's lock let go; `st` still locked): after a plain message or stream
+    /// write (not after requests and responses: their senders poll next anyway, waiting for
+    /// the response or the next request), whether the next sends wait for the frame just
+    /// sent.
+    #[inline(always)]
+    pub(crate) fn poll_due(self, st: &ConnState) -> Option<bool> {
+        matches!(self, Eager::Message(Class::Message) | Eager::StreamWrite)
+            .then(|| st.waits_for_completion())
+    }
+}
+
 /// One eager send, tried as often as it takes. In order: into a batch (plain messages, when
 /// the connection batches them), posted inline at once with no copy, then copied into a frame
 /// (the spare one of the last inline post, else a pool buffer, waited for with the lock let
@@ -89,7 +102,7 @@ pub(crate) enum Eager {
 /// first tries to join the stream's message waiting to go ([`joined_waiting`]), before a send
 /// is built: most small writes do, and then build none.
 pub(crate) struct EagerSend<'d> {
-    kind: Eager,
+    pub kind: Eager,
     data: &'d [u8],
     frame: Option<memory::Buffer>,
     /// A response that carries a released credit back: if it cannot go at once, the credit
@@ -118,21 +131,8 @@ impl<'d> EagerSend<'d> {
         }
     }
 
-    /// The sender's poll due after this send went ([`ConnShared::after_send`], to run with
-    /// the state's lock let go; `st` still locked): after a plain message or stream write
-    /// (not after requests and responses: their senders poll next anyway, waiting for the
-    /// response or the next request), whether the next sends wait for the frame just sent.
-    #[inline(always)]
-    pub(crate) fn poll_due(&self, st: &ConnState) -> Option<bool> {
-        matches!(
-            self.kind,
-            Eager::Message(Class::Message) | Eager::StreamWrite
-        )
-        .then(|| st.waits_for_completion())
-    }
-
     /// One attempt under `st`, the connection's state locked; after [`Step::Went`], take
-    /// [`poll_due`](Self::poll_due) under the lock and run it once the lock is let go.
+    /// [`Eager::poll_due`] under the lock and run it once the lock is let go.
     /// Inlined, as far as the steps that copy nothing: most sends of a request-and-reply
     /// exchange end at the post at once, and then cost no call of their own and no step
     /// returned through memory. The copy into a frame and its queueing are a call
@@ -396,19 +396,22 @@ impl Conn {
     /// Sends `send`, the first attempt under `st`, waiting up to `timeout` for room and for
     /// a buffer (`None`: only if it can go now, else [`Error::WouldBlock`]); the call id of a
     /// request. Inlined into each blocking send (the cost bench counts a call frame and a
-    /// copy of the result per message otherwise).
+    /// copy of the result per message otherwise). Build `send` once `st` is locked, just
+    /// before this call: its first attempt then reads its kind and bytes as the caller wrote
+    /// them, not from memory that the lock or writes to the state might have changed.
     #[inline(always)]
     pub(crate) fn send_eager(
         &self,
-        send: &mut EagerSend<'_>,
+        mut send: EagerSend<'_>,
         timeout: Option<Duration>,
         mut st: StateGuard<'_>,
     ) -> Result<Option<CallId>> {
         let conn = &*self.inner;
+        let kind = send.kind;
         let alloc = timeout.map_or(Alloc::Now, Alloc::Within);
         let went = match send.attempt(conn, &mut st, alloc) {
             Step::Went(call) => {
-                let poll = send.poll_due(&st);
+                let poll = kind.poll_due(&st);
                 drop(st);
                 (call, poll)
             }
@@ -419,7 +422,7 @@ impl Conn {
                     return Err(Error::WouldBlock);
                 };
                 self.wait("send", t, |conn, st| match send.attempt(conn, st, alloc) {
-                    Step::Went(call) => Some(Ok((call, send.poll_due(st)))),
+                    Step::Went(call) => Some(Ok((call, kind.poll_due(st)))),
                     Step::Failed(e) => Some(Err(*e)),
                     Step::Progress | Step::Pool => None,
                 })?
