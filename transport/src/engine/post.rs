@@ -172,34 +172,48 @@ impl ConnShared {
     /// protocol takes it straight to the wire ([`proto::Connection::send_at_once`]: nothing
     /// ahead of it) and the frame fits the QP's inline room. The device copies the header and
     /// the message from where they are: no pool buffer, no copy, no queued action. Returns the
-    /// call id of a request; `None`: nothing was sent, send it the queued way.
+    /// call id of a request; `None`: nothing was sent, send it the queued way. Whether the
+    /// frame fits is judged inline, in the caller: a send too long for it costs no call.
+    #[inline(always)]
     pub(crate) fn send_inline_at_once(
         &self,
         st: &mut ConnState,
         class: Class,
         data: &[u8],
     ) -> Option<Option<CallId>> {
+        if !self.fits_at_once(data.len()) {
+            return None;
+        }
         self.post_at_once(st, data, |p| p.send_at_once(class, data.len()))
     }
 
     /// [`send_inline_at_once`](Self::send_inline_at_once) for a byte-stream write
     /// ([`proto::Connection::write_at_once`]); true if it went.
+    #[inline(always)]
     pub(crate) fn write_inline_at_once(&self, st: &mut ConnState, data: &[u8]) -> bool {
-        self.post_at_once(st, data, |p| p.write_at_once(data.len()))
-            .is_some()
+        self.fits_at_once(data.len())
+            && self
+                .post_at_once(st, data, |p| p.write_at_once(data.len()))
+                .is_some()
     }
 
-    /// Posts `data` inline behind the header of the frame `take` gets from the protocol, if
-    /// the frame fits the inline room (two slices gathered) and the protocol lets it go at
-    /// once.
-    pub(super) fn post_at_once(
+    /// Whether a frame of `len` bytes after its header may go at once: it fits the inline
+    /// room, gathered from two slices (the header, the bytes where they are).
+    #[inline(always)]
+    fn fits_at_once(&self, len: usize) -> bool {
+        HEADER_LEN + len <= self.inline_room() && self.qp.cap().max_send_sge >= 2
+    }
+
+    /// Posts `data` (which [`fits_at_once`](Self::fits_at_once)) inline behind the header of
+    /// the frame `take` gets from the protocol, if the protocol lets it go at once.
+    #[inline(never)]
+    fn post_at_once(
         &self,
         st: &mut ConnState,
         data: &[u8],
         take: impl FnOnce(&mut proto::Connection<Buffer>) -> Option<proto::FrameAtOnce>,
     ) -> Option<Option<CallId>> {
-        let fits = HEADER_LEN + data.len() <= self.inline_room() && self.qp.cap().max_send_sge >= 2;
-        if !fits || !st.deferred_reads.is_empty() {
+        if !st.deferred_reads.is_empty() {
             return None;
         }
         let p = st.proto.as_mut()?;
