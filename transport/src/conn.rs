@@ -161,9 +161,19 @@ impl Conn {
         if release_due {
             conn.release_one(&mut st);
         }
-        let mut send = EagerSend::new(Eager::Message(class), response);
-        send.release_due = release_due;
-        let sent = self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st);
+        // Most responses go at once (nothing of the exchange is ahead of them): tried before
+        // a send is built, whose first attempt would find the response's kind back in
+        // memory and match it again. One that cannot go at once is sent as any other.
+        let at_once =
+            st.end.is_none() && conn.send_inline_at_once(&mut st, class, response).is_some();
+        let sent = if at_once {
+            drop(st);
+            Ok(None)
+        } else {
+            let mut send = EagerSend::new(Eager::Message(class), response);
+            send.release_due = release_due;
+            self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st)
+        };
         if let Some(d) = request {
             conn.shared.res.release_delivery(d);
         }
