@@ -72,14 +72,20 @@ impl SendQueue {
 
     /// The oldest request a completion for `wr_id` finishes, taken off the queue: call until
     /// `None` (the requests up to `wr_id`, in order; none for a stale completion, whose
-    /// request is not ours).
+    /// request is not ours). The poll of every send completion runs this: the oldest request
+    /// is read once, and the counts are written only when they change.
+    #[inline]
     pub(crate) fn finish_through(&mut self, wr_id: u64) -> Option<(u64, SqOp)> {
-        if !self.ops.front().is_some_and(|(id, _)| *id <= wr_id) {
+        let &(id, op) = self.ops.front()?;
+        if id > wr_id {
             return None;
         }
-        let (id, op) = self.ops.pop_front()?;
-        self.unsignaled = self.unsignaled.min(self.ops.len() as u32);
-        if matches!(op, SqOp::Probe) {
+        self.ops.pop_front();
+        let left = self.ops.len() as u32;
+        if self.unsignaled > left {
+            self.unsignaled = left;
+        }
+        if op == SqOp::Probe {
             self.probe_in_flight = false;
         }
         Some((id, op))
