@@ -43,8 +43,9 @@ impl Conn {
     ) -> Poll<Result<Option<CallId>>> {
         let conn = &*self.inner;
         if data.len() <= self.eager_limit() {
-            let mut send = EagerSend::new(Eager::Message(class), data);
-            return self.poll_eager(cx, &mut send).map_err(|e| *e);
+            return self
+                .poll_eager(cx, Eager::Message(class), data)
+                .map_err(|e| *e);
         }
         let limit = self.max_whole_send();
         if data.len() > limit {
@@ -105,41 +106,46 @@ impl Conn {
         }
         let mut send = EagerSend::new(Eager::StreamWrite, data);
         let step = send.attempt(conn, &mut st, Alloc::Now);
-        self.poll_step(cx, &send, step, st)
+        self.poll_step(cx, Eager::StreamWrite, step, st)
             .map(|r| r.map(|_| data.len()).map_err(|e| *e))
     }
 
-    /// One attempt of `send` ([`EagerSend::attempt`]), taking a pool buffer only if one is
-    /// free: `Pending` (the task registered) while it waits for progress or a buffer.
-    /// Inlined into each async send, as `send_eager` is into each blocking one: a call of
-    /// its own costs every send a frame and a copy of its result.
+    /// One attempt of an eager send of `data` as `kind` ([`EagerSend::attempt`]), taking a
+    /// pool buffer only if one is free: `Pending` (the task registered) while it waits for
+    /// progress or a buffer (the send kept nothing: a retry starts anew). Inlined into each
+    /// async send, as `send_eager` is into each blocking one: a call of its own costs every
+    /// send a frame and a copy of its result. The send is built under the lock, so its
+    /// attempt reads its kind and bytes as written.
     #[inline(always)]
     fn poll_eager(
         &self,
         cx: &mut Context<'_>,
-        send: &mut EagerSend<'_>,
+        kind: Eager,
+        data: &[u8],
     ) -> Poll<std::result::Result<Option<CallId>, Box<Error>>> {
         let conn = &*self.inner;
         let mut st = conn.state.lock();
+        let mut send = EagerSend::new(kind, data);
         let step = send.attempt(conn, &mut st, Alloc::Now);
-        self.poll_step(cx, send, step, st)
+        self.poll_step(cx, kind, step, st)
     }
 
-    /// What the `step` of an attempt of `send`, taken under `st`, means to a task: sent (as
-    /// this call, if a request; the sender's poll run), failed, or `Pending` with the task
-    /// registered for what it waits for.
+    /// What the `step` of an attempt of a send of `kind`, taken under `st`, means to a task:
+    /// sent (as this call, if a request; the sender's poll run), failed, or `Pending` with
+    /// the task registered for what it waits for. The kind comes as the caller knows it, not
+    /// read back from the send.
     #[inline(always)]
     fn poll_step(
         &self,
         cx: &mut Context<'_>,
-        send: &EagerSend<'_>,
+        kind: Eager,
         step: Step,
         mut st: StateGuard<'_>,
     ) -> Poll<std::result::Result<Option<CallId>, Box<Error>>> {
         let conn = &*self.inner;
         match step {
             Step::Went(call) => {
-                let poll = send.kind.poll_due(&st);
+                let poll = kind.poll_due(&st);
                 drop(st);
                 if let Some(waits) = poll {
                     conn.after_send(waits);
