@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{ConnState, Spinning, SPIN_TURNS_PER_CLOCK};
 use crate::message::{Message, Request};
-use crate::proto::{CallId, Class};
+use crate::proto::Class;
 use crate::receive::{end_as_none, PendingCall};
 use crate::task::{register, register_recv, register_tick};
 
@@ -164,10 +164,10 @@ impl Conn {
                 cx,
                 |st| self.take_response(st, id),
                 // Woken by this call's end only, not by every change of a busy connection.
-                |st, cx| match st.wakers.calls.get(&id.0) {
+                |st, cx| match st.wakers.calls.get(&id.get()) {
                     Some(w) if w.will_wake(cx.waker()) => {}
                     _ => {
-                        st.wakers.calls.insert(id.0, cx.waker().clone());
+                        st.wakers.calls.insert(id.get(), cx.waker().clone());
                         self.inner.shared.policy.wake_progress();
                     }
                 },
@@ -225,13 +225,15 @@ impl Request {
     /// the request is then answered "no handler" when the `Request` is dropped.
     pub async fn respond_async(mut self, response: &[u8]) -> Result<()> {
         drop(self.message.take());
-        let call = self.call;
+        let Some(call) = self.call else {
+            return Ok(());
+        };
         let conn = self.conn.clone();
         let sent = conn
             .send_class_async(Class::Response { call }, response)
             .await;
         if sent.is_ok() {
-            self.call = CallId(0);
+            self.call = None;
         }
         sent.map(drop)
     }

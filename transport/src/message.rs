@@ -132,7 +132,8 @@ impl Drop for Message {
 /// Dropping it unanswered answers "no handler", so the caller never waits in vain.
 pub struct Request {
     pub(crate) message: Option<Message>,
-    pub(crate) call: CallId,
+    /// The call, until it is answered.
+    pub(crate) call: Option<CallId>,
     pub(crate) conn: crate::Conn,
 }
 
@@ -147,9 +148,10 @@ impl Request {
     /// response).
     pub fn respond(mut self, response: &[u8]) -> crate::Result<()> {
         let request = self.message.take();
-        let call = self.call;
-        self.call = CallId(0);
-        self.conn.respond(call, response, request)
+        match self.call.take() {
+            Some(call) => self.conn.respond(call, response, request),
+            None => Ok(()),
+        }
     }
 }
 
@@ -165,8 +167,8 @@ impl fmt::Debug for Request {
 impl Drop for Request {
     fn drop(&mut self) {
         drop(self.message.take());
-        if self.call.0 != 0 {
-            self.conn.reject(self.call);
+        if let Some(call) = self.call.take() {
+            self.conn.reject(call);
         }
     }
 }

@@ -30,7 +30,7 @@ impl Conn {
             };
             return Some(Ok(Request {
                 message: Some(Message::new(self.inner.clone(), d)),
-                call,
+                call: Some(call),
                 conn: self.clone(),
             }));
         }
@@ -40,7 +40,7 @@ impl Conn {
     /// Takes the outcome of call `id`: its response, or why it failed.
     #[inline]
     pub(crate) fn take_response(&self, st: &mut ConnState, id: CallId) -> Option<Result<Message>> {
-        if let Some(r) = st.user.calls.remove(id.0) {
+        if let Some(r) = st.user.calls.remove(id.get()) {
             return Some(match r {
                 Ok(d) => Ok(Message::new(self.inner.clone(), d)),
                 Err(e) => Err(Error::Call(e)),
@@ -75,10 +75,10 @@ impl Drop for PendingCall<'_> {
             return;
         }
         let mut st = self.conn.inner.state.lock();
-        st.wakers.calls.remove(&self.id.0);
+        st.wakers.calls.remove(&self.id.get());
         if let Some(p) = st.proto.as_mut() {
             p.cancel_call(self.id);
         }
-        st.user.calls.remove(self.id.0);
+        st.user.calls.remove(self.id.get());
     }
 }

@@ -16,9 +16,9 @@ use crate::proto::{
 use crate::{Conn, Error, Result};
 
 /// How an attempt ended: it went (as this call, if a request), it failed, or what it waits
-/// for. Two words: the data path moves a step through every layer of a send, and a sent one
-/// needs no more than this. (It is still returned through memory: `Option<CallId>` is not a
-/// scalar, so the step is no scalar pair.)
+/// for. Two words, returned in two registers (a call id is non-zero, so `Option<CallId>` is
+/// one word): the data path moves a step through every layer of a send, and a sent one needs
+/// no more than this.
 pub(crate) enum Step {
     /// Sent. A plain message's or a stream write's sender then polls
     /// ([`Eager::poll_due`]).

@@ -325,8 +325,8 @@ impl ConnShared {
                 }
             },
             Action::CallDone { id, result } => {
-                st.user.calls.insert(id.0, result);
-                st.wakers.call_done(id.0);
+                st.user.calls.insert(id.get(), result);
+                st.wakers.call_done(id.get());
             }
             Action::Closed { error } => {
                 #[cfg(feature = "tracing")]

@@ -89,6 +89,9 @@ pub enum ProtocolError {
     /// The reserved header field is not zero.
     #[error("reserved header field is {0:#06x}, must be zero")]
     ReservedNonZero(u16),
+    /// A request or response (REQUEST or RESPONSE set) with call id 0, which is no call's.
+    #[error("frame kind {0} is a request or response with call id 0, which no call has")]
+    ZeroCallId(u8),
     /// A field that must be zero for this frame kind is not.
     #[error("frame kind {kind} carries a non-zero {field}, which must be zero")]
     NonZeroField {

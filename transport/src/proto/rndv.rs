@@ -76,7 +76,7 @@ pub(crate) enum InClass {
     /// Delivered to the user.
     Deliver(Received),
     /// Completes (or not, if late) a call.
-    Response(u64),
+    Response(super::CallId),
 }
 
 /// A large message on the receiving side.

@@ -1,22 +1,37 @@
 //! RPC call ids and the table of pending calls with their deadlines.
 
+use std::num::NonZeroU64;
 use std::time::Instant;
 
-/// Id of an RPC call, allocated per connection, never reused.
+/// Id of an RPC call, allocated per connection from 1, never reused; never 0 (a request
+/// whose tag is 0 is a protocol error). Non-zero, so `Option<CallId>` is a word, and a send's
+/// outcome that carries one fits two registers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct CallId(pub u64);
+pub struct CallId(NonZeroU64);
+
+impl CallId {
+    /// The id of wire tag `tag`; `None` for 0, which is no call's.
+    pub fn new(tag: u64) -> Option<CallId> {
+        NonZeroU64::new(tag).map(CallId)
+    }
+
+    /// The id as its wire tag.
+    pub fn get(self) -> u64 {
+        self.0.get()
+    }
+}
 
 /// Pending calls of one connection, ordered by id (ids are allocated increasing).
 #[derive(Debug)]
 pub(crate) struct Calls {
-    next: u64,
+    next: NonZeroU64,
     pending: Vec<(CallId, Instant)>,
 }
 
 impl Calls {
     pub(crate) fn new(capacity: usize) -> Self {
         Calls {
-            next: 1,
+            next: NonZeroU64::MIN,
             pending: Vec::with_capacity(capacity),
         }
     }
@@ -24,7 +39,7 @@ impl Calls {
     /// Allocates an id and records the call as pending until `deadline`.
     pub(crate) fn start(&mut self, deadline: Instant) -> CallId {
         let id = CallId(self.next);
-        self.next += 1;
+        self.next = self.next.saturating_add(1);
         self.pending.push((id, deadline));
         id
     }

@@ -106,7 +106,7 @@ enum In<B> {
         offset: usize,
         len: usize,
     },
-    NoHandler(u64),
+    NoHandler(CallId),
     Large(LargeIn<B>),
 }
 

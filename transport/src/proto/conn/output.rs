@@ -144,7 +144,7 @@ impl<B: Payload> Connection<B> {
                     return Some(self.frame(
                         Kind::Data,
                         FLAG_RESPONSE | FLAG_NO_HANDLER,
-                        call.0,
+                        call.get(),
                         FrameBody::Empty,
                     ));
                 }

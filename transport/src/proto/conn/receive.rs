@@ -183,11 +183,12 @@ impl<B: Payload> Connection<B> {
                 }
                 if h.flags & FLAG_NO_HANDLER != 0 {
                     self.release_now(buf);
-                    self.inq.push_back(In::NoHandler(h.tag));
+                    self.inq.push_back(In::NoHandler(call_id(h.kind, h.tag)?));
                 } else if h.flags & FLAG_BATCH != 0 {
                     self.receive_batch(buf, frame_len)?;
                 } else {
-                    self.eager(in_class(h.flags, h.tag), buf, len, bare);
+                    let class = in_class(h.kind, h.flags, h.tag)?;
+                    self.eager(class, buf, len, bare);
                 }
             }
             FrameBody::RndvStart { total, call } => {
@@ -212,7 +213,7 @@ impl<B: Payload> Connection<B> {
                 self.inq.push_back(In::Large(LargeIn::new(
                     MsgId(h.tag),
                     total,
-                    in_class(h.flags, call),
+                    in_class(h.kind, h.flags, call)?,
                 )));
             }
             FrameBody::RndvChunk { offset, remote } => {
@@ -318,8 +319,7 @@ impl<B: Payload> Connection<B> {
                     len as u64,
                     Parts::Part { frame, offset },
                 ),
-                Some(In::NoHandler(call)) => {
-                    let id = CallId(call);
+                Some(In::NoHandler(id)) => {
                     if self.calls.finish(id) {
                         self.actions.push_back(Action::CallDone {
                             id,
@@ -373,8 +373,7 @@ impl<B: Payload> Connection<B> {
                 self.actions
                     .push_back(Action::Deliver(Delivery { class, len, parts }));
             }
-            InClass::Response(call) => {
-                let id = CallId(call);
+            InClass::Response(id) => {
                 if self.calls.finish(id) {
                     self.held += u32::from(eager);
                     let d = Delivery {
@@ -444,12 +443,20 @@ fn eager_parts<B>(buf: B, bare: bool) -> Parts<B> {
     }
 }
 
-fn in_class(flags: u8, tag: u64) -> InClass {
-    if flags & FLAG_RESPONSE != 0 {
-        InClass::Response(tag)
+/// What a message of frame `kind` with `flags` and call id `tag` is.
+fn in_class(kind: Kind, flags: u8, tag: u64) -> Result<InClass, ProtocolError> {
+    Ok(if flags & FLAG_RESPONSE != 0 {
+        InClass::Response(call_id(kind, tag)?)
     } else if flags & FLAG_REQUEST != 0 {
-        InClass::Deliver(Received::Request { call: CallId(tag) })
+        InClass::Deliver(Received::Request {
+            call: call_id(kind, tag)?,
+        })
     } else {
         InClass::Deliver(Received::Message)
-    }
+    })
+}
+
+/// The call id a request or response of frame `kind` carries: never 0, which is no call's.
+fn call_id(kind: Kind, tag: u64) -> Result<CallId, ProtocolError> {
+    CallId::new(tag).ok_or(ProtocolError::ZeroCallId(kind as u8))
 }

@@ -105,9 +105,9 @@ impl<B: Payload> Connection<B> {
             Class::Message => (0, 0, None),
             Class::Request { deadline } => {
                 let id = self.calls.start(deadline);
-                (FLAG_REQUEST, id.0, Some(id))
+                (FLAG_REQUEST, id.get(), Some(id))
             }
-            Class::Response { call } => (FLAG_RESPONSE, call.0, None),
+            Class::Response { call } => (FLAG_RESPONSE, call.get(), None),
         }
     }
 

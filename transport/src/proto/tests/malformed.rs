@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use crate::proto::{
     encode_body, Action, ConnError, Connection, FrameBody, Header, Kind, ProtocolError,
-    RemoteChunk, FLAG_BATCH, FLAG_REQUEST,
+    RemoteChunk, FLAG_BATCH, FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE,
 };
 
 use super::small_config;
@@ -215,6 +215,28 @@ fn each_fault_is_named() {
     });
     expect_failure(&[chunk(0, 10)], |e| {
         matches!(e, ProtocolError::UnknownMessage(1))
+    });
+    // A request, a response or a "no handler" answer with call id 0, eager or rendezvous:
+    // no call has it.
+    let data = Kind::Data as u8;
+    for flags in [FLAG_REQUEST, FLAG_RESPONSE, FLAG_RESPONSE | FLAG_NO_HANDLER] {
+        let len = if flags & FLAG_NO_HANDLER != 0 { 0 } else { 3 };
+        let mut f = frame(Kind::Data, flags, L, 0, FrameBody::Data { len: 0 });
+        f.extend_from_slice(&b"req"[..len]);
+        expect_failure(&[f], |e| *e == ProtocolError::ZeroCallId(data));
+    }
+    let start_request = frame(
+        Kind::RndvStart,
+        FLAG_REQUEST,
+        L,
+        1,
+        FrameBody::RndvStart {
+            total: 100,
+            call: 0,
+        },
+    );
+    expect_failure(&[start_request], |e| {
+        *e == ProtocolError::ZeroCallId(Kind::RndvStart as u8)
     });
     // A batch whose second message runs past the frame's end.
     let mut batch = frame(Kind::Data, FLAG_BATCH, L, 0, FrameBody::Data { len: 0 });
