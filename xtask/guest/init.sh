@@ -1,7 +1,7 @@
 #!/bb/sh
 # /init of the test guest (busybox sh). Loads the RDMA modules of the Debian kernel, mounts the
-# workspace and the host's /usr over 9p, brings up rxe (one device on a dummy netdev, or two
-# devices on the two ends of a veth pair), checks that each
+# workspace and the host's /usr over 9p, brings up rxe or siw (xtask.device; one device on a
+# dummy netdev, or two devices on the two ends of a veth pair), checks that each
 # device is usable, runs the command the xtask wrote to the share, and hands back its status.
 #
 # Lines starting with XTASK- are read by the xtask (xtask/src/guest.rs); keep both in step.
@@ -22,7 +22,7 @@ echo  # the firmware's last line has no newline
 /bb/mount -t tmpfs tmpfs /tmp
 /bb/mount -t tmpfs tmpfs /run
 
-WS=; RUN=; RCFILE=; HOSTS=1; BREAK=
+WS=; RUN=; RCFILE=; HOSTS=1; BREAK=; DEVICE=rxe
 for a in $(cat /proc/cmdline); do
   case $a in
     xtask.ws=*) WS=${a#*=} ;;
@@ -30,6 +30,7 @@ for a in $(cat /proc/cmdline); do
     xtask.rc=*) RCFILE=${a#*=} ;;
     xtask.hosts=*) HOSTS=${a#*=} ;;
     xtask.break=*) BREAK=${a#*=} ;;
+    xtask.device=*) DEVICE=${a#*=} ;;
   esac
 done
 
@@ -55,6 +56,7 @@ while read -r m; do
   }
 done < /etc/xtask/modules
 
+case $DEVICE in rxe | siw) ;; *) fail "unknown xtask.device=$DEVICE (rxe or siw)" ;; esac
 [ -n "$WS" ] || fail "no xtask.ws= on the kernel command line"
 mkdir -p "$WS"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 ws "$WS" ||
@@ -87,22 +89,28 @@ roce_v2_gid() { # dev addr
   return 1
 }
 
-# rdma link add (nsexec: a prefix entering the netdev's namespace, empty for this one), then
-# wait (bounded) until the port is ACTIVE and its RoCE v2 IPv4 GID is in the GID table.
-rxe_up() { # nsexec dev netdev addr -> sets GID
+# rdma link add of a $DEVICE device (nsexec: a prefix entering the netdev's namespace, empty
+# for this one), then wait (bounded) until the port is ACTIVE and, for rxe, its RoCE v2 IPv4
+# GID is in the GID table (an iWARP device has one GID, from its netdev's MAC: index 0).
+link_up() { # nsexec dev netdev addr -> sets GID
   nsexec=$1; dev=$2; netdev=$3; addr=$4
   if [ "$BREAK" = no-rdma-link ]; then
     echo "XTASK-NOTE XTASK_GUEST_BREAK=no-rdma-link: skipping rdma link add $dev"
   else
-    out=$($nsexec $RDMA link add "$dev" type rxe netdev "$netdev" 2>&1) ||
+    out=$($nsexec $RDMA link add "$dev" type "$DEVICE" netdev "$netdev" 2>&1) ||
       fail "rdma link add $dev netdev $netdev failed: $out"
   fi
   # rdma link add is synchronous: no device now means none will come.
-  [ -d /sys/class/infiniband/$dev ] || fail "no rxe device $dev after rdma link add (netdev $netdev)"
+  [ -d /sys/class/infiniband/$dev ] || fail "no $DEVICE device $dev after rdma link add (netdev $netdev)"
   n=0
   while :; do
     state=$(cat /sys/class/infiniband/$dev/ports/1/state 2>/dev/null)
-    GID=$(roce_v2_gid "$dev" "$addr") && [ "${state#*: }" = ACTIVE ] && return 0
+    if [ "$DEVICE" = rxe ]; then
+      GID=$(roce_v2_gid "$dev" "$addr") && [ "${state#*: }" = ACTIVE ] && return 0
+    else
+      GID=0
+      [ "${state#*: }" = ACTIVE ] && return 0
+    fi
     n=$((n + 1))
     if [ $n -ge 100 ]; then
       [ "${state#*: }" = ACTIVE ] || fail "$dev port 1 not ACTIVE after 10 s (state: ${state:-none})"
@@ -136,16 +144,16 @@ if [ "$HOSTS" = 2 ]; then
     $IP route add 10.77.0.2 dev veth-a src 10.77.0.1 table 100 &&
     $IP route add 10.77.0.1 dev veth-b src 10.77.0.2 table 101; } ||
     fail "cannot set up policy routing between veth-a and veth-b"
-  rxe_up "" rxe0 veth-a 10.77.0.1; GID_A=$GID
-  rxe_up "" rxe1 veth-b 10.77.0.2; GID_B=$GID
-  export RDMA_TEST_DEVICE=rxe0 RDMA_TEST_GID_INDEX=$GID_A RDMA_TEST_ADDR=10.77.0.1
-  export RDMA_TEST_PEER_DEVICE=rxe1 RDMA_TEST_PEER_GID_INDEX=$GID_B RDMA_TEST_PEER_ADDR=10.77.0.2
+  link_up "" ${DEVICE}0 veth-a 10.77.0.1; GID_A=$GID
+  link_up "" ${DEVICE}1 veth-b 10.77.0.2; GID_B=$GID
+  export RDMA_TEST_DEVICE=${DEVICE}0 RDMA_TEST_GID_INDEX=$GID_A RDMA_TEST_ADDR=10.77.0.1
+  export RDMA_TEST_PEER_DEVICE=${DEVICE}1 RDMA_TEST_PEER_GID_INDEX=$GID_B RDMA_TEST_PEER_ADDR=10.77.0.2
 else
   $IP link add rxe-dummy0 type dummy || fail "cannot create the dummy netdev rxe-dummy0"
   $IP addr add 10.77.1.1/24 dev rxe-dummy0
   $IP link set rxe-dummy0 up
-  rxe_up "" rxe0 rxe-dummy0 10.77.1.1
-  export RDMA_TEST_DEVICE=rxe0 RDMA_TEST_GID_INDEX=$GID RDMA_TEST_ADDR=10.77.1.1
+  link_up "" ${DEVICE}0 rxe-dummy0 10.77.1.1
+  export RDMA_TEST_DEVICE=${DEVICE}0 RDMA_TEST_GID_INDEX=$GID RDMA_TEST_ADDR=10.77.1.1
 fi
 
 for v in RDMA_TEST_DEVICE RDMA_TEST_GID_INDEX RDMA_TEST_ADDR RDMA_TEST_PEER_DEVICE \

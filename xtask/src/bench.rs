@@ -270,6 +270,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             Target::Guest => {
                 let outcome = guest::run(&mut guest::Options {
                     two_hosts: true,
+                    device: guest::Device::Rxe,
                     timeout: Duration::from_secs(if cost_chosen { 7200 } else { 3600 }),
                     script,
                     on_line: &mut on_line,

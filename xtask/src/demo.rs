@@ -157,6 +157,7 @@ fi
     script.push_str("exit $fail\n");
     let outcome = guest::run(&mut guest::Options {
         two_hosts: true,
+        device: guest::Device::Rxe,
         timeout: Duration::from_secs(600),
         script,
         on_line: &mut |line: &str| println!("{line}"),

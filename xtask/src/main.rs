@@ -32,8 +32,9 @@ usage: cargo xtask <task>
   demo                                  bring up a device and run the reference programs
   faults                                the transport's fault suite on a real device: one table
                                         and target/faults/report.json
-  guest [--two-hosts] [--timeout S] -- CMD...
-                                        run CMD in a qemu guest with rxe up (Debian kernel)
+  guest [--two-hosts] [--device rxe|siw] [--timeout S] -- CMD...
+                                        run CMD in a qemu guest with rxe (or siw) up
+                                        (Debian kernel)
   rxe up|down|status                    Soft-RoCE on this host (kernel with rdma_rxe, root)
 ";
 
@@ -68,15 +69,22 @@ fn run(args: &[String]) -> Result<ExitCode> {
     }
 }
 
-/// `cargo xtask guest [--two-hosts] [--timeout S] -- CMD...`
+/// `cargo xtask guest [--two-hosts] [--device rxe|siw] [--timeout S] -- CMD...`
 fn guest_main(args: &[String]) -> Result<ExitCode> {
     let mut two_hosts = false;
+    let mut device = guest::Device::Rxe;
     let mut timeout = Duration::from_secs(600);
     let mut it = args.iter();
     let mut cmd = Vec::new();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--two-hosts" => two_hosts = true,
+            "--device" => {
+                let v = it
+                    .next()
+                    .ok_or_else(|| Error::new("--device needs rxe or siw"))?;
+                device = guest::Device::parse(v)?;
+            }
             "--timeout" => {
                 let v = it
                     .next()
@@ -91,7 +99,7 @@ fn guest_main(args: &[String]) -> Result<ExitCode> {
             }
             s if s.starts_with('-') && cmd.is_empty() => {
                 return Err(Error::new(format!(
-                    "unknown option {s:?}; usage: cargo xtask guest [--two-hosts] [--timeout S] -- CMD..."
+                    "unknown option {s:?}; usage: cargo xtask guest [--two-hosts] [--device rxe|siw] [--timeout S] -- CMD..."
                 )))
             }
             _ => {
@@ -102,13 +110,14 @@ fn guest_main(args: &[String]) -> Result<ExitCode> {
     }
     if cmd.is_empty() {
         return Err(Error::new(
-            "no command; usage: cargo xtask guest [--two-hosts] [--timeout S] -- CMD...",
+            "no command; usage: cargo xtask guest [--two-hosts] [--device rxe|siw] [--timeout S] -- CMD...",
         ));
     }
     apt::ensure(apt::BASE)?;
     let script = format!("exec {}\n", util::shell_words(&cmd));
     let outcome = guest::run(&mut guest::Options {
         two_hosts,
+        device,
         timeout,
         script,
         on_line: &mut |line: &str| println!("{line}"),

@@ -319,6 +319,7 @@ fn device_tier(
             let mut current: Option<(usize, Tally)> = None;
             let outcome = guest::run(&mut guest::Options {
                 two_hosts: true,
+                device: guest::Device::Rxe,
                 timeout,
                 script,
                 on_line: &mut |line: &str| {

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::cpio::Archive;
+use super::{siw, Device};
 use crate::apt;
 use crate::util::{self, Context, Error, Result};
 
@@ -46,8 +47,9 @@ pub(super) fn cache_dir() -> PathBuf {
     util::target_dir().join("xtask").join("guest")
 }
 
-/// Packages, kernel, vmlinux and initramfs, each done once and cached.
-pub fn prepare() -> Result<Prepared> {
+/// Packages, kernel, vmlinux and initramfs (with siw's module for `Device::Siw`), each done
+/// once and cached.
+pub fn prepare(device: Device) -> Result<Prepared> {
     apt::ensure(apt::GUEST)?;
     let cache = cache_dir();
     fs::create_dir_all(&cache).context(format_args!("cannot create {}", cache.display()))?;
@@ -82,7 +84,15 @@ pub fn prepare() -> Result<Prepared> {
     if !vmlinux.exists() {
         extract_vmlinux(&vmlinuz, &vmlinux)?;
     }
-    let modules = module_closure(&root, &kver)?;
+    let mut modules = module_closure(&root, &kver, MODULES, true)?;
+    if device == Device::Siw {
+        for m in module_closure(&root, &kver, siw::DEPENDENCIES, false)? {
+            if !modules.contains(&m) {
+                modules.push(m);
+            }
+        }
+        modules.push(siw::module(&cache, &kpkg, &kver)?);
+    }
     let initramfs = build_initramfs(&cache, &kver, &modules)?;
     Ok(Prepared { vmlinux, initramfs })
 }
@@ -197,14 +207,18 @@ fn extract_vmlinux(vmlinuz: &Path, vmlinux: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Module files to insmod, dependencies first, resolved with `modprobe --show-depends`.
-fn module_closure(root: &Path, kver: &str) -> Result<Vec<PathBuf>> {
+/// Module files to insmod for `names`, dependencies first, resolved with `modprobe
+/// --show-depends`; with their soft dependencies if `softdeps`.
+fn module_closure(root: &Path, kver: &str, names: &[&str], softdeps: bool) -> Result<Vec<PathBuf>> {
     let mut files: Vec<PathBuf> = Vec::new();
-    for m in MODULES {
+    for m in names {
         let mut cmd = Command::new("modprobe");
         cmd.arg("-d")
             .arg(root)
             .args(["-S", kver, "--show-depends", m]);
+        if !softdeps {
+            cmd.arg("--ignore-install");
+        }
         let out = util::output(cmd, &format!("modprobe --show-depends {m} (kernel {kver})"))?;
         for l in out.lines() {
             // "insmod PATH [options from the host's modprobe.d]": the options are the host's

@@ -1,6 +1,7 @@
 //! The qemu guest for hosts whose kernel cannot do rxe: Debian's stock kernel (downloaded and
 //! unpacked, never installed), an initramfs with our init (`xtask/guest/init.sh`), the workspace
-//! and the host's `/usr` shared over 9p at the same paths, rxe brought up inside.
+//! and the host's `/usr` shared over 9p at the same paths, rxe (or siw, built for the kernel:
+//! `siw.rs`) brought up inside.
 //!
 //! Everything is cached under `target/xtask/guest/`.
 use std::collections::{BTreeMap, VecDeque};
@@ -15,6 +16,7 @@ use crate::util::{self, Context, Error, Result};
 
 mod cpio;
 mod image;
+mod siw;
 
 use image::{cache_dir, prepare};
 
@@ -25,12 +27,46 @@ const GUEST_MEMORY: &str = "4G";
 /// Devices of the two-hosts guest (see init.sh).
 pub const TWO_HOSTS: &str = "two hosts: rxe0 on veth-a 10.77.0.1 <-> rxe1 on veth-b 10.77.0.2";
 
+/// The software RDMA device the guest brings up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Device {
+    /// Soft-RoCE (`rdma_rxe`, in Debian's kernel): RoCE v2, devices rxe0 and rxe1.
+    #[default]
+    Rxe,
+    /// Soft-iWARP (`siw`, built for the kernel, see `siw.rs`): iWARP over TCP, devices siw0
+    /// and siw1.
+    Siw,
+}
+
+impl Device {
+    /// The link type `rdma link add` takes, which also names the devices.
+    pub fn name(self) -> &'static str {
+        match self {
+            Device::Rxe => "rxe",
+            Device::Siw => "siw",
+        }
+    }
+
+    /// `rxe` or `siw`, as `--device` takes it.
+    pub fn parse(s: &str) -> Result<Device> {
+        match s {
+            "rxe" => Ok(Device::Rxe),
+            "siw" => Ok(Device::Siw),
+            other => Err(Error::new(format!(
+                "unknown device {other:?}: rxe (Soft-RoCE) or siw (Soft-iWARP)"
+            ))),
+        }
+    }
+}
+
 /// What to run in the guest.
 pub struct Options<'a> {
     /// Two "hosts": a veth pair with one rxe device on each end (both in the initial network
     /// namespace, where Debian 12's rxe receives RoCE). Otherwise one rxe device on a dummy
     /// netdev.
     pub two_hosts: bool,
+    /// The device brought up (on each host).
+    pub device: Device,
     /// Limit for the whole guest, boot included.
     pub timeout: Duration,
     /// sh script run in the guest with the `RDMA_TEST_*` environment set; its status is the
@@ -50,6 +86,7 @@ pub struct Outcome {
     /// Wall time, boot included.
     pub elapsed: Duration,
     pub two_hosts: bool,
+    pub device: Device,
 }
 
 impl Outcome {
@@ -65,12 +102,16 @@ impl Outcome {
     pub fn device(&self) -> String {
         let get = |k: &str| self.env.get(k).map_or("?", String::as_str);
         let mut s = format!(
-            "{} (rxe in qemu guest, Debian kernel {}",
+            "{} ({} in qemu guest, Debian kernel {}",
             get("RDMA_TEST_DEVICE"),
+            self.device.name(),
             get("kernel")
         );
         if self.two_hosts {
-            s.push_str(&format!(", {TWO_HOSTS}"));
+            s.push_str(&format!(
+                ", {}",
+                TWO_HOSTS.replace("rxe", self.device.name())
+            ));
         }
         s.push(')');
         s
@@ -87,7 +128,7 @@ enum Msg {
 /// to `opts.on_line`; boot noise is held back (a failure quotes its last line;
 /// `XTASK_GUEST_VERBOSE=1` shows it all).
 pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
-    let prep = prepare()?;
+    let prep = prepare(opts.device)?;
     if !util::have("qemu-system-x86_64") {
         return Err(Error::new(
             "no qemu-system-x86_64 (package qemu-system-x86)",
@@ -130,10 +171,11 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
     )?;
 
     let mut append = format!(
-        "console=ttyS0 quiet loglevel=1 panic=-1 tsc=reliable clocksource=tsc xtask.ws={ws_str} xtask.run={} xtask.rc={} xtask.hosts={}",
+        "console=ttyS0 quiet loglevel=1 panic=-1 tsc=reliable clocksource=tsc xtask.ws={ws_str} xtask.run={} xtask.rc={} xtask.hosts={} xtask.device={}",
         script.display(),
         rc_file.display(),
-        if opts.two_hosts { 2 } else { 1 }
+        if opts.two_hosts { 2 } else { 1 },
+        opts.device.name()
     );
     if let Some(b) = std::env::var("XTASK_GUEST_BREAK")
         .ok()
@@ -250,6 +292,7 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
             env,
             elapsed,
             two_hosts: opts.two_hosts,
+            device: opts.device,
         }),
         None => {
             let why = qemu_err
@@ -298,5 +341,22 @@ fn wait_bounded(child: &mut std::process::Child, limit: Duration) -> Option<Exit
             return child.wait().ok();
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_device_is_rxe_or_siw_and_anything_else_is_refused_naming_both() {
+        assert_eq!(Device::parse("rxe").unwrap(), Device::Rxe);
+        assert_eq!(Device::parse("siw").unwrap(), Device::Siw);
+        let e = Device::parse("mlx5").unwrap_err().to_string();
+        assert!(
+            e.contains("\"mlx5\"") && e.contains("rxe") && e.contains("siw"),
+            "{e}"
+        );
+        assert_eq!(Device::Siw.name(), "siw");
     }
 }
