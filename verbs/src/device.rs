@@ -40,6 +40,38 @@ impl TryFrom<i32> for NodeType {
     }
 }
 
+/// The transport a device speaks (`enum ibv_transport_type`): what it can do and which rules
+/// its queue pairs follow. RoCE devices (rxe among them) speak InfiniBand's transport over
+/// Ethernet ([`Transport::Ib`], link layer Ethernet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Transport {
+    /// InfiniBand, or RoCE (`IBV_TRANSPORT_IB`).
+    Ib,
+    /// iWARP (`IBV_TRANSPORT_IWARP`): RC only, connected through the RDMA CM (no manual
+    /// connect); its queue pairs take no P_Key, address vector or PSNs.
+    Iwarp,
+    /// Cisco usNIC (`IBV_TRANSPORT_USNIC`).
+    Usnic,
+    /// Cisco usNIC over UDP (`IBV_TRANSPORT_USNIC_UDP`).
+    UsnicUdp,
+    /// Not a recognised transport (`IBV_TRANSPORT_UNKNOWN`, `IBV_TRANSPORT_UNSPECIFIED`).
+    Unknown,
+}
+
+impl From<i32> for Transport {
+    fn from(v: i32) -> Self {
+        use sys::ibv_transport_type as t;
+        match v {
+            t::IBV_TRANSPORT_IB => Self::Ib,
+            t::IBV_TRANSPORT_IWARP => Self::Iwarp,
+            t::IBV_TRANSPORT_USNIC => Self::Usnic,
+            t::IBV_TRANSPORT_USNIC_UDP => Self::UsnicUdp,
+            _ => Self::Unknown,
+        }
+    }
+}
+
 /// One entry of the device list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {

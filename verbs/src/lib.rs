@@ -198,7 +198,7 @@ pub use cq::{
     AsCq, Completion, CompletionBuf, CompletionChannel, Cq, CqEx, CqExAttr, ExPoll, ExWc, Polled,
     PolledWc, WcError, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
-pub use device::{devices, DeviceInfo, NodeType};
+pub use device::{devices, DeviceInfo, NodeType, Transport};
 pub use error::{Error, Result};
 pub use mr::{
     AccessFlags, LocalSlice, MemoryRegion, RawMr, RegisteredBuf, RegisteredBufMut, RemoteSlice,

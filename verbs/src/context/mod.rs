@@ -54,6 +54,16 @@ pub(crate) enum Release {
     },
 }
 
+impl ContextInner {
+    /// [`Context::transport`].
+    pub(crate) fn transport(&self) -> crate::Transport {
+        // SAFETY: an open context points at its device, which lives as long as the context;
+        // transport_type is a plain field of it.
+        let raw = unsafe { (*(*self.raw.as_ptr()).device).transport_type };
+        crate::Transport::from(raw)
+    }
+}
+
 impl Drop for ContextInner {
     fn drop(&mut self) {
         match &self.release {
@@ -154,6 +164,12 @@ impl Context {
     /// The raw `ibv_context`, valid while this handle (or any object from it) lives.
     pub fn as_raw(&self) -> *mut sys::ibv_context {
         self.inner.raw.as_ptr()
+    }
+
+    /// The transport the device speaks: InfiniBand (and RoCE) or iWARP, which have different
+    /// rules (see [`Transport`](crate::Transport)).
+    pub fn transport(&self) -> crate::Transport {
+        self.inner.transport()
     }
 
     /// Whether the device is soft-RoCE (rxe, `vendor_id` 0xffffff), whose quirks this crate

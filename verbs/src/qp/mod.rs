@@ -308,7 +308,8 @@ impl Qp {
                 problem: "needs a target state (qp_state)".into(),
             });
         };
-        check_transition(self.qp_type(), from, to, attr.mask()).map_err(|problem| {
+        let transport = self.inner._pd.ctx.transport();
+        check_transition(transport, self.qp_type(), from, to, attr.mask()).map_err(|problem| {
             Error::InvalidTransition {
                 qp_num: self.qp_num(),
                 from,

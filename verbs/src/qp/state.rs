@@ -1,6 +1,8 @@
-//! QP types and states, and the state transition table of `man ibv_modify_qp` (which
-//! attributes each transition requires and allows, per QP type).
+//! QP types and states, and the state transition tables: InfiniBand's of `man ibv_modify_qp`
+//! (which attributes each transition requires and allows, per QP type), and iWARP's, whose
+//! queue pairs take no P_Key, address vector or PSNs (the iWARP CM connects them).
 use super::attr::QpAttrMask as M;
+use crate::Transport;
 use verbs_sys as sys;
 
 /// Transport service of a QP (`enum ibv_qp_type`).
@@ -108,8 +110,40 @@ impl From<QpState> for u32 {
 }
 
 /// Attributes a transition requires and those it also allows (besides `STATE`, always
-/// required, and `CUR_STATE`, always allowed). `None`: the transition does not exist.
-pub fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<(M, M)> {
+/// required, and `CUR_STATE`, always allowed) on a device of `transport`. `None`: the
+/// transition does not exist.
+pub fn transition(
+    transport: Transport,
+    qp_type: QpType,
+    from: QpState,
+    to: QpState,
+) -> Option<(M, M)> {
+    match transport {
+        Transport::Iwarp => iwarp_transition(qp_type, from, to),
+        _ => ib_transition(qp_type, from, to),
+    }
+}
+
+/// iWARP's table: RC only; what the RDMA CM sets (access flags into Init and Rtr, the port
+/// throughout; the kernel's `iw_cm_init_qp_attr`), and nothing of InfiniBand's path.
+fn iwarp_transition(qp_type: QpType, from: QpState, to: QpState) -> Option<(M, M)> {
+    use QpState::*;
+    let none = M::empty();
+    if qp_type != QpType::Rc {
+        return None;
+    }
+    Some(match (from, to) {
+        (_, Reset) | (_, Err) => (none, none),
+        (Reset, Init) => (M::ACCESS_FLAGS, M::PORT),
+        (Init, Init) | (Init, Rtr) | (Rtr, Rts) => (none, M::ACCESS_FLAGS | M::PORT),
+        (Rts, Rts) | (Sqd, Rts) => (none, M::ACCESS_FLAGS),
+        (Rts, Sqd) => (none, M::EN_SQD_ASYNC_NOTIFY),
+        _ => return None,
+    })
+}
+
+/// InfiniBand's (and RoCE's) table, of `man ibv_modify_qp`.
+fn ib_transition(qp_type: QpType, from: QpState, to: QpState) -> Option<(M, M)> {
     use QpState::*;
     use QpType::*;
     let none = M::empty();
@@ -173,15 +207,17 @@ pub fn transition(qp_type: QpType, from: QpState, to: QpState) -> Option<(M, M)>
     })
 }
 
-/// Checks `mask` against the table for `from -> to`; `Err` says what is wrong.
+/// Checks `mask` against the table of `transport` for `from -> to`; `Err` says what is wrong.
 pub fn check_transition(
+    transport: Transport,
     qp_type: QpType,
     from: QpState,
     to: QpState,
     mask: M,
 ) -> Result<(), String> {
-    let (required, optional) = transition(qp_type, from, to)
-        .ok_or_else(|| format!("is not a transition of a {qp_type:?} QP"))?;
+    let (required, optional) = transition(transport, qp_type, from, to).ok_or_else(|| {
+        format!("is not a transition of a {qp_type:?} QP on a device of transport {transport:?}")
+    })?;
     let required = required | M::STATE;
     let allowed = required | optional | M::CUR_STATE;
     let missing = required - mask;
@@ -200,6 +236,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const IB: Transport = Transport::Ib;
+
     #[test]
     fn conversions_round_trip() {
         for s in QpState::ALL {
@@ -216,8 +254,9 @@ mod tests {
     #[test]
     fn the_classic_rc_bring_up_is_valid_and_lacks_are_caught() {
         let init = M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS;
-        assert!(check_transition(QpType::Rc, QpState::Reset, QpState::Init, init).is_ok());
+        assert!(check_transition(IB, QpType::Rc, QpState::Reset, QpState::Init, init).is_ok());
         let e = check_transition(
+            IB,
             QpType::Rc,
             QpState::Reset,
             QpState::Init,
@@ -229,9 +268,32 @@ mod tests {
             "{e}"
         );
         // A UD QP takes a Q_Key, not access flags.
-        assert!(check_transition(QpType::Ud, QpState::Reset, QpState::Init, init).is_err());
-        assert!(check_transition(QpType::Rc, QpState::Reset, QpState::Rts, M::STATE).is_err());
-        assert!(check_transition(QpType::Rc, QpState::Rts, QpState::Err, M::STATE).is_ok());
+        assert!(check_transition(IB, QpType::Ud, QpState::Reset, QpState::Init, init).is_err());
+        assert!(check_transition(IB, QpType::Rc, QpState::Reset, QpState::Rts, M::STATE).is_err());
+        assert!(check_transition(IB, QpType::Rc, QpState::Rts, QpState::Err, M::STATE).is_ok());
+    }
+
+    #[test]
+    fn an_iwarp_qp_comes_up_with_what_the_rdma_cm_sets_and_no_p_key() {
+        let iw = Transport::Iwarp;
+        let (rc, init) = (QpType::Rc, M::STATE | M::ACCESS_FLAGS | M::PORT);
+        // What rdma_init_qp_attr gives an iWARP QP: Init and Rtr with access flags and the
+        // port, Rts with the port.
+        assert!(check_transition(iw, rc, QpState::Reset, QpState::Init, init).is_ok());
+        assert!(check_transition(iw, rc, QpState::Init, QpState::Rtr, init).is_ok());
+        let rts = M::STATE | M::PORT;
+        assert!(check_transition(iw, rc, QpState::Rtr, QpState::Rts, rts).is_ok());
+        // The same Init on InfiniBand lacks the P_Key index.
+        let e = check_transition(IB, rc, QpState::Reset, QpState::Init, init).unwrap_err();
+        assert!(e.contains("PKEY_INDEX"), "{e}");
+        // iWARP has no P_Key, path or PSN, and no UD or UC.
+        let e = check_transition(iw, rc, QpState::Reset, QpState::Init, init | M::PKEY_INDEX)
+            .unwrap_err();
+        assert!(e.contains("PKEY_INDEX"), "{e}");
+        assert!(check_transition(iw, rc, QpState::Init, QpState::Rtr, init | M::AV).is_err());
+        let e = check_transition(iw, QpType::Ud, QpState::Reset, QpState::Init, init).unwrap_err();
+        assert!(e.contains("Iwarp"), "{e}");
+        assert!(check_transition(iw, rc, QpState::Reset, QpState::Init, M::STATE).is_err());
     }
 
     fn state() -> impl Strategy<Value = QpState> {
@@ -240,14 +302,23 @@ mod tests {
     fn qp_type() -> impl Strategy<Value = QpType> {
         prop::sample::select(vec![QpType::Rc, QpType::Uc, QpType::Ud])
     }
+    fn transport() -> impl Strategy<Value = Transport> {
+        prop::sample::select(vec![Transport::Ib, Transport::Iwarp])
+    }
 
     proptest! {
         /// The check accepts exactly the masks between "required" and "required + optional".
         #[test]
-        fn check_matches_the_table(t in qp_type(), from in state(), to in state(), bits: u32) {
+        fn check_matches_the_table(
+            tr in transport(),
+            t in qp_type(),
+            from in state(),
+            to in state(),
+            bits: u32,
+        ) {
             let mask = M::from_bits_truncate(bits) | M::STATE;
-            let ok = check_transition(t, from, to, mask).is_ok();
-            let expected = match transition(t, from, to) {
+            let ok = check_transition(tr, t, from, to, mask).is_ok();
+            let expected = match transition(tr, t, from, to) {
                 None => false,
                 Some((req, opt)) => mask.contains(req)
                     && (req | opt | M::STATE | M::CUR_STATE).contains(mask),
@@ -255,11 +326,17 @@ mod tests {
             prop_assert_eq!(ok, expected);
         }
 
-        /// Moving to Reset or Err is always possible with the state alone.
+        /// Moving to Reset or Err is always possible with the state alone (on iWARP, of
+        /// the RC QPs it has).
         #[test]
         fn reset_and_error_from_anywhere(t in qp_type(), from in state()) {
-            prop_assert!(check_transition(t, from, QpState::Reset, M::STATE).is_ok());
-            prop_assert!(check_transition(t, from, QpState::Err, M::STATE).is_ok());
+            for tr in [Transport::Ib, Transport::Iwarp] {
+                if tr == Transport::Iwarp && t != QpType::Rc {
+                    continue;
+                }
+                prop_assert!(check_transition(tr, t, from, QpState::Reset, M::STATE).is_ok());
+                prop_assert!(check_transition(tr, t, from, QpState::Err, M::STATE).is_ok());
+            }
         }
     }
 }
