@@ -21,6 +21,10 @@ pub enum Error {
     /// `ibv_get_device_list` failed otherwise.
     #[error("cannot list RDMA devices")]
     ListDevices(#[source] io::Error),
+    /// `getifaddrs` failed: the host's interface addresses, which an iWARP device's addresses
+    /// are found among, could not be listed.
+    #[error("cannot list the host's network interfaces (getifaddrs)")]
+    ListInterfaces(#[source] io::Error),
     /// No device has this name.
     #[error("no RDMA device named {name:?} (found: {found})")]
     NoSuchDevice {
