@@ -475,6 +475,7 @@ impl Connecting {
         let Some(PendingConnection { qp, cq, pd, id, .. }) = self.pending.take() else {
             return Ok(Step::Waiting);
         };
+        id.established_qp(&qp)?;
         let (private_data, peer_param) = (ev.private_data().to_vec(), ev.param());
         Ok(Step::Done(Connection::new(
             id,

@@ -480,10 +480,25 @@ impl CmId {
     }
 
     /// Moves `qp` (Init) to RTR and RTS with the CM's attributes: on the passive side before
-    /// [`accept`](Self::accept), on the active side after the `ConnectResponse` event.
+    /// [`accept`](Self::accept), on the active side after the `ConnectResponse` event. On
+    /// iWARP nothing: the iWARP CM moves the QP to RTS itself as the connection is made (see
+    /// [`established_qp`](Self::established_qp)).
     pub fn ready_qp(&self, qp: &Qp) -> Result<()> {
+        if qp.transport() == verbs::Transport::Iwarp {
+            return Ok(());
+        }
         qp.modify(&self.init_qp_attr(QpState::Rtr)?)?;
         qp.modify(&self.init_qp_attr(QpState::Rts)?)?;
+        Ok(())
+    }
+
+    /// Once the connection of `qp` is established: on iWARP, where the CM moved the QP to RTS
+    /// without this handle, the handle records it (so posting, which checks the state,
+    /// works; siw reports no state to a query).
+    pub fn established_qp(&self, qp: &Qp) -> Result<()> {
+        if qp.transport() == verbs::Transport::Iwarp {
+            qp.established_by_cm()?;
+        }
         Ok(())
     }
 }

@@ -315,6 +315,7 @@ impl Accepting {
         else {
             return Ok(Step::Waiting);
         };
+        id.established_qp(&qp)?;
         Ok(Step::Done(Connection::new(
             id,
             pd,

@@ -224,6 +224,11 @@ impl Qp {
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type
     }
+    /// The transport of the QP's device (InfiniBand and RoCE, or iWARP: see
+    /// [`Transport`](crate::Transport)).
+    pub fn transport(&self) -> crate::Transport {
+        self.inner._pd.ctx.transport()
+    }
     /// Whether every send is signaled regardless of its flags.
     pub fn sq_sig_all(&self) -> bool {
         self.inner.sq_sig_all
@@ -243,6 +248,30 @@ impl Qp {
     fn set_state(&self, state: &mut QpState, s: QpState) {
         *state = s;
         self.inner.state_seen.store(s.index(), Ordering::Release);
+    }
+
+    /// Records that the RDMA CM moved this iWARP QP to RTS as its connection was established
+    /// (the iWARP CM does, without this handle; and a device such as siw reports no state to
+    /// [`query_state`](Self::query_state)). Refused with [`Error::InvalidTransition`] unless
+    /// the QP is on an iWARP device and in Init or RTR.
+    pub fn established_by_cm(&self) -> Result<()> {
+        let mut state = self.inner.state.lock();
+        let from = *state;
+        if self.transport() != crate::Transport::Iwarp
+            || !matches!(from, QpState::Init | QpState::Rtr)
+        {
+            return Err(Error::InvalidTransition {
+                qp_num: self.qp_num(),
+                from,
+                to: QpState::Rts,
+                problem: format!(
+                    "is made by the CM only on iWARP, from Init or RTR (this QP: {:?}, {from:?})",
+                    self.transport()
+                ),
+            });
+        }
+        self.set_state(&mut state, QpState::Rts);
+        Ok(())
     }
 
     /// The state according to the device (and updates [`state`](Self::state)).

@@ -17,6 +17,8 @@ fn lists_and_opens_the_test_device() {
     assert_eq!(me.node_type, NodeType::Ca);
     let ctx = open();
     assert_eq!(ctx.name(), dev.name);
+    // rxe speaks InfiniBand's transport over Ethernet (RoCE).
+    assert_eq!(ctx.transport(), verbs::Transport::Ib);
     let attr = ctx.query_device().unwrap();
     assert_eq!(attr.node_guid(), me.guid);
     assert!(attr.phys_port_cnt() >= 1);

@@ -185,6 +185,21 @@ fn clear_errors_for_bad_names_ports_and_gid_indices() {
         ),
         "{e:?}"
     );
+    // Only an iWARP QP's RTS may be recorded as made by the CM; this one's (RoCE) is refused.
+    assert_eq!(qp.transport(), verbs::Transport::Ib);
+    let e = qp.established_by_cm().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidTransition {
+                from: QpState::Reset,
+                to: QpState::Rts,
+                ..
+            }
+        ) && e.to_string().contains("iWARP"),
+        "{e:?}"
+    );
+    assert_eq!(qp.state(), QpState::Reset);
     // Posting before RTS is refused too.
     let src = pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let e = qp
