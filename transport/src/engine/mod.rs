@@ -134,6 +134,10 @@ impl Shared {
             addr: local_ip,
             source,
         })?;
+        // An iWARP device has no immediate data: the handshake says so, and no compact frame
+        // goes either way.
+        let mut cfg = cfg;
+        cfg.proto.immediate_data = ctx.transport() != verbs::Transport::Iwarp;
         let res = Resources::open(&ctx, local_ip, &cfg, pd, pool)?;
         let receives = res.receives();
         let shared = Arc::new(Shared {

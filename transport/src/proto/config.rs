@@ -42,6 +42,10 @@ pub struct Config {
     pub(crate) max_message: u64,
     pub(crate) keepalive_interval: Duration,
     pub(crate) keepalive_timeout: Duration,
+    /// Whether this side's device sends and receives immediate data (iWARP's do not): set by
+    /// the endpoint from its device, not by a setter. Without it neither side sends compact
+    /// frames ([`ConnectInfo::FLAG_NO_IMMEDIATE`]).
+    pub(crate) immediate_data: bool,
 }
 
 impl Default for Config {
@@ -57,6 +61,7 @@ impl Default for Config {
             max_message: 1 << 30,
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(10),
+            immediate_data: true,
         }
     }
 }
@@ -303,7 +308,11 @@ impl Config {
         ConnectInfo {
             magic: ConnectInfo::MAGIC,
             version: ConnectInfo::VERSION,
-            flags: 0,
+            flags: if self.immediate_data {
+                0
+            } else {
+                ConnectInfo::FLAG_NO_IMMEDIATE
+            },
             window: self.window,
             frame_size: self.frame_size,
             max_message: self.max_message,
@@ -316,9 +325,9 @@ impl Config {
 pub struct ConnectInfo {
     /// `b"RDRS"` read as a little-endian u32.
     pub magic: u32,
-    /// Protocol version: 2 (1 had no batches).
+    /// Protocol version: [`ConnectInfo::VERSION`].
     pub version: u16,
-    /// No flags are defined in version 1: zero.
+    /// [`ConnectInfo::FLAG_NO_IMMEDIATE`] or nothing.
     pub flags: u16,
     /// Credits granted to the peer.
     pub window: u32,
@@ -332,7 +341,9 @@ impl ConnectInfo {
     /// `b"RDRS"` as a little-endian u32.
     pub const MAGIC: u32 = u32::from_le_bytes(*b"RDRS");
     /// The protocol version this crate speaks.
-    pub const VERSION: u16 = 3;
+    pub const VERSION: u16 = 4;
+    /// Flag: the sender's device has no immediate data (iWARP): no compact frames either way.
+    pub const FLAG_NO_IMMEDIATE: u16 = 1;
     /// Encoded length.
     pub const LEN: usize = 24;
 
@@ -395,8 +406,12 @@ impl ConnectInfo {
                 requirement,
             })
         };
-        if info.flags != 0 {
-            return invalid("flags", info.flags.into(), "zero in version 1");
+        if info.flags & !Self::FLAG_NO_IMMEDIATE != 0 {
+            return invalid(
+                "flags",
+                info.flags.into(),
+                "NO_IMMEDIATE (bit 0) or none in version 4",
+            );
         }
         if info.window < 2 || info.window > 1 << 30 {
             return invalid("window", info.window.into(), "between 2 and 2^30");
@@ -510,15 +525,33 @@ mod tests {
     }
 
     #[test]
+    fn a_side_without_immediate_data_says_so_and_undefined_flags_are_refused() {
+        let ours = Config {
+            immediate_data: false,
+            ..Config::default()
+        };
+        let info = ours.connect_info();
+        assert_eq!(info.flags, ConnectInfo::FLAG_NO_IMMEDIATE);
+        assert_eq!(ConnectInfo::decode(&info.encode()), Ok(info));
+        assert_eq!(Config::default().connect_info().flags, 0);
+        let mut b = info.encode();
+        b[6] = 0b10;
+        assert!(matches!(
+            ConnectInfo::decode(&b),
+            Err(HandshakeError::Invalid { field: "flags", .. })
+        ));
+    }
+
+    #[test]
     fn other_versions_and_foreign_peers_are_refused() {
         let mut b = Config::default().connect_info().encode();
-        // Version 2 had no compact DATA frames: a peer that speaks it is refused.
-        b[4] = 2;
+        // Version 3 had no NO_IMMEDIATE flag: a peer that speaks it is refused.
+        b[4] = 3;
         let e = ConnectInfo::decode(&b).unwrap_err();
-        assert_eq!(e, HandshakeError::VersionMismatch { ours: 3, theirs: 2 });
+        assert_eq!(e, HandshakeError::VersionMismatch { ours: 4, theirs: 3 });
         let msg = e.to_string();
         assert!(
-            msg.contains("version 3") && msg.contains("version 2"),
+            msg.contains("version 4") && msg.contains("version 3"),
             "{msg}"
         );
         assert!(matches!(

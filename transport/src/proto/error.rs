@@ -197,6 +197,10 @@ pub enum ProtocolError {
         /// The peer's window.
         window: u32,
     },
+    /// A compact DATA frame on a connection where one side's device has no immediate data
+    /// (the handshake's NO_IMMEDIATE flag): such frames are not sent either way.
+    #[error("peer sent a compact DATA frame, but a device of this connection has no immediate data (NO_IMMEDIATE at connect): frames must keep their headers")]
+    CompactWithoutImmediate,
 }
 
 /// Why a connection ended abnormally (carried by `Action::Closed` and failed calls).

@@ -171,6 +171,8 @@ pub struct Connection<B: Payload> {
     last_probe: Option<Instant>,
     held: u32,
     merging: Merging,
+    /// Plain messages may go as compact frames: both devices have immediate data.
+    compact_frames: bool,
     stats: Stats,
 }
 
@@ -231,6 +233,8 @@ impl<B: Payload> Connection<B> {
             last_ping: None,
             held: 0,
             merging: Merging::default(),
+            compact_frames: config.immediate_data
+                && peer.flags & ConnectInfo::FLAG_NO_IMMEDIATE == 0,
             stats: Stats::default(),
         })
     }

@@ -77,16 +77,20 @@ impl<B: Payload> Connection<B> {
     /// The immediate data to post a DATA frame with `header` as a compact frame (the
     /// message without the header, as a SEND with immediate data; PROTOCOL.md), if it may
     /// go so: a plain message's frame (no flags, no tag), on a connection whose window fits
-    /// the immediate's credit field. Posting it so saves the header's 16 bytes on the wire:
+    /// the immediate's credit field and whose devices both have immediate data (not iWARP's:
+    /// the handshake's NO_IMMEDIATE flag). Posting it so saves the header's 16 bytes on the wire:
     /// a message of a multiple of the path MTU then takes no extra packet.
     pub fn compact_imm(&self, header: &[u8; HEADER_LEN]) -> Option<u32> {
-        if !self.credits.limit_fits(COMPACT_LIMIT_BITS) {
+        if !self.compact_frames || !self.credits.limit_fits(COMPACT_LIMIT_BITS) {
             return None;
         }
         compact_imm(header)
     }
 
     fn receive_compact(&mut self, imm: u32, len: usize, buf: B) -> Result<(), ProtocolError> {
+        if !self.compact_frames {
+            return Err(ProtocolError::CompactWithoutImmediate);
+        }
         let low = decode_compact(imm)?;
         let credit_limit = self
             .credits

@@ -6,7 +6,7 @@ use std::time::Instant;
 use proptest::prelude::*;
 
 use crate::proto::{
-    encode_body, Action, ConnError, Connection, FrameBody, Header, Kind, ProtocolError,
+    encode_body, Action, Config, ConnError, Connection, FrameBody, Header, Kind, ProtocolError,
     RemoteChunk, FLAG_BATCH, FLAG_NO_HANDLER, FLAG_REQUEST, FLAG_RESPONSE,
 };
 
@@ -160,6 +160,39 @@ fn expect_failure(frames: &[Vec<u8>], check: impl Fn(&ProtocolError) -> bool) {
 }
 
 const L: u32 = 6; // the credit limit a fresh peer grants
+
+#[test]
+fn without_immediate_data_on_either_side_no_frame_goes_compact_or_is_taken() {
+    let cfg = small_config(6, 2, 6, 2, 1);
+    let plain = Header {
+        kind: Kind::Data,
+        flags: 0,
+        credit_limit: L,
+        tag: 0,
+    }
+    .encode();
+    // Both sides with immediate data: a plain message may go compact.
+    let both = Connection::<Vec<u8>>::new(&cfg, &cfg.connect_info(), Instant::now()).unwrap();
+    assert!(both.compact_imm(&plain).is_some());
+    let no_imm = Config {
+        immediate_data: false,
+        ..cfg.clone()
+    };
+    // Our device without it, or the peer's (its handshake flag): never, and one received
+    // anyway fails the connection with the error that says so.
+    for (ours, peer) in [(&no_imm, &cfg), (&cfg, &no_imm)] {
+        let mut c = Connection::<Vec<u8>>::new(ours, &peer.connect_info(), Instant::now()).unwrap();
+        assert_eq!(c.compact_imm(&plain), None);
+        let e = feed_compact(&mut c, imm(Kind::Data, L), b"abc").unwrap_err();
+        assert_eq!(e, ProtocolError::CompactWithoutImmediate);
+        assert_eq!(
+            reported(&mut c),
+            vec![Some(ConnError::Protocol(
+                ProtocolError::CompactWithoutImmediate
+            ))]
+        );
+    }
+}
 
 #[test]
 fn each_fault_is_named() {
