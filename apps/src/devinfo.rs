@@ -74,12 +74,24 @@ pub fn render(a: &Args) -> Result<String, String> {
     Ok(out)
 }
 
+/// A transport as `ibv_devinfo` prints it: its name and `enum ibv_transport_type` value.
+fn transport(t: verbs::Transport) -> &'static str {
+    match t {
+        verbs::Transport::Ib => "InfiniBand (0)",
+        verbs::Transport::Iwarp => "iWARP (1)",
+        verbs::Transport::Usnic => "usNIC (2)",
+        verbs::Transport::UsnicUdp => "usNIC UDP (3)",
+        _ => "unknown transport (-1)",
+    }
+}
+
 fn device(out: &mut String, ctx: &Context, d: &verbs::DeviceInfo, a: &Args) -> Result<(), String> {
     let attr = ctx
         .query_device()
         .map_err(|e| format!("cannot query {}: {e}", d.name))?;
     let r = attr.as_raw();
     let _ = writeln!(out, "hca_id:\t{}", d.name);
+    let _ = writeln!(out, "\ttransport:\t\t\t{}", transport(ctx.transport()));
     let _ = writeln!(out, "\tnode_type:\t\t\t{:?}", d.node_type);
     let _ = writeln!(out, "\tfw_ver:\t\t\t\t{}", attr.fw_ver());
     let _ = writeln!(out, "\tnode_guid:\t\t\t{}", guid(attr.node_guid()));

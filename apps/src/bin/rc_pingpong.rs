@@ -190,6 +190,16 @@ fn run(args: &Args) -> Result<(), BoxError> {
         Some(name) => Context::open(name)?,
         None => Context::open_first()?,
     };
+    if ctx.transport() == verbs::Transport::Iwarp {
+        return Err(format!(
+            "{} is an iWARP device: rc-pingpong connects its queue pair by hand (the peers \
+             trade QPN, PSN and GID over TCP, then move it to RTS), and an iWARP queue pair \
+             reaches RTS only through the RDMA CM. Use rping, or the perftest tools with -R \
+             (rdma_cm), on this device",
+            ctx.name()
+        )
+        .into());
+    }
     let size = args.size as usize;
     let rx_depth = args.rx_depth as usize;
     let channel = if args.events {

@@ -1,5 +1,5 @@
-//! `devinfo -v` prints a port's width, speed and physical state as `ibv_devinfo -v` does
-//! (device tier).
+//! `devinfo -v` prints the device's transport and a port's width, speed and physical state
+//! as `ibv_devinfo -v` does (device tier).
 use std::process::Command;
 use std::time::Duration;
 
@@ -26,10 +26,15 @@ fn port_fields(program: &str, fields: &[&str]) -> Vec<String> {
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn port_width_speed_and_physical_state_as_ibv_devinfo_prints_them() {
-    let fields = ["active_width:", "active_speed:", "phys_state:"];
+fn the_transport_and_a_ports_width_speed_and_state_as_ibv_devinfo_prints_them() {
+    let fields = [
+        "transport:",
+        "active_width:",
+        "active_speed:",
+        "phys_state:",
+    ];
     let ours = port_fields(env!("CARGO_BIN_EXE_devinfo"), &fields);
     let theirs = port_fields("ibv_devinfo", &fields);
     assert_eq!(ours, theirs);
-    assert!(theirs[2].starts_with("LINK_UP"), "{theirs:?}");
+    assert!(theirs[3].starts_with("LINK_UP"), "{theirs:?}");
 }
