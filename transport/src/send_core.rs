@@ -102,7 +102,7 @@ impl Eager {
 /// first tries to join the stream's message waiting to go ([`joined_waiting`]), before a send
 /// is built: most small writes do, and then build none.
 pub(crate) struct EagerSend<'d> {
-    pub kind: Eager,
+    kind: Eager,
     data: &'d [u8],
     frame: Option<memory::Buffer>,
     /// A response that carries a released credit back: if it cannot go at once, the credit

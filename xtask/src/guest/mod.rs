@@ -24,14 +24,10 @@ use image::{cache_dir, prepare};
 /// of it registered) beside the suite's other tests.
 const GUEST_MEMORY: &str = "4G";
 
-/// Devices of the two-hosts guest (see init.sh).
-pub const TWO_HOSTS: &str = "two hosts: rxe0 on veth-a 10.77.0.1 <-> rxe1 on veth-b 10.77.0.2";
-
 /// The software RDMA device the guest brings up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Device {
     /// Soft-RoCE (`rdma_rxe`, in Debian's kernel): RoCE v2, devices rxe0 and rxe1.
-    #[default]
     Rxe,
     /// Soft-iWARP (`siw`, built for the kernel, see `siw.rs`): iWARP over TCP, devices siw0
     /// and siw1.
@@ -108,9 +104,10 @@ impl Outcome {
             get("kernel")
         );
         if self.two_hosts {
+            // The devices of the two-hosts guest (see init.sh).
+            let d = self.device.name();
             s.push_str(&format!(
-                ", {}",
-                TWO_HOSTS.replace("rxe", self.device.name())
+                ", two hosts: {d}0 on veth-a 10.77.0.1 <-> {d}1 on veth-b 10.77.0.2"
             ));
         }
         s.push(')');

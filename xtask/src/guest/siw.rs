@@ -41,19 +41,19 @@ pub fn module(cache: &Path, kpkg: &str, kver: &str) -> Result<PathBuf> {
     let abi = kver
         .strip_suffix("-amd64")
         .ok_or_else(|| Error::new(format!("kernel {kver} is not an amd64 flavour")))?;
+    // The headers must match the kernel exactly; the source and the kbuild tools come from
+    // the same upstream release (the mirror may keep only a later Debian revision).
     let wanted = [
-        // The headers must match the kernel exactly; the source and the kbuild tools come from
-        // the same upstream release (the mirror may keep only a later Debian revision).
-        (format!("linux-headers-{kver}"), version.clone(), true),
-        (format!("linux-headers-{abi}-common"), version.clone(), true),
-        (format!("linux-source-{series}"), version.clone(), false),
-        (format!("linux-kbuild-{series}"), version.clone(), false),
+        (format!("linux-headers-{kver}"), true),
+        (format!("linux-headers-{abi}-common"), true),
+        (format!("linux-source-{series}"), false),
+        (format!("linux-kbuild-{series}"), false),
     ];
-    for (pkg, ver, exact) in &wanted {
+    for (pkg, exact) in &wanted {
         let ver = if *exact {
-            ver.clone()
+            version.clone()
         } else {
-            closest_version(pkg, ver, &upstream)?
+            closest_version(pkg, &version, &upstream)?
         };
         let mut cmd = Command::new("apt-get");
         cmd.current_dir(&debs)
