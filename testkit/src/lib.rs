@@ -37,6 +37,34 @@ pub struct TestDevice {
     pub addr: Ipv4Addr,
 }
 
+impl TestDevice {
+    /// The network interface holding the device's address (`RDMA_TEST_ADDR`): the netdev
+    /// under the device, found the same way for RoCE and iWARP (from `ip -o -4 addr`).
+    /// Panics when no interface holds it.
+    pub fn netdev(&self) -> String {
+        let out = Command::new("ip")
+            .args(["-o", "-4", "addr", "show"])
+            .output()
+            .unwrap_or_else(|e| panic!("ip -o -4 addr show: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let want = format!("{}/", self.addr);
+        text.lines()
+            .find_map(|line| {
+                let mut words = line.split_whitespace();
+                let name = words.nth(1)?;
+                words
+                    .any(|w| w.starts_with(&want))
+                    .then(|| name.trim_end_matches(':').to_owned())
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "no interface holds {} (device {}):\n{text}",
+                    self.addr, self.name
+                )
+            })
+    }
+}
+
 /// The other "host" of two-host tests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestPeer {
@@ -122,6 +150,34 @@ pub fn skip(test: &str, reason: &str) {
             let _ = writeln!(f, "{test}: {reason}");
         }
     }
+}
+
+/// Skips `test` when the device lacks what it needs, and returns whether it did. `has` is the
+/// device's own answer, e.g. `verbs::Capabilities::require`: `Err(reason)` when the device
+/// reports that it lacks the capability (its transport or attributes say so), never a guess
+/// from its name. Use as `if testkit::skip_unless(TEST, caps.require(..)) { return; }`.
+pub fn skip_unless<E: std::fmt::Display>(test: &str, has: Result<(), E>) -> bool {
+    match has {
+        Ok(()) => false,
+        Err(reason) => {
+            skip(test, &reason.to_string());
+            true
+        }
+    }
+}
+
+/// The path of the function it is called in (e.g. `it::rc::rdma_read`), for
+/// [`skip`] and [`skip_unless`].
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn f() {}
+        fn name_of<T>(_: T) -> &'static str {
+            ::std::any::type_name::<T>()
+        }
+        let name = name_of(f);
+        name.strip_suffix("::f").unwrap_or(name)
+    }};
 }
 
 /// A child process that is killed (and reaped) when dropped, so a failing test never leaves a
