@@ -59,6 +59,18 @@ pub enum Transport {
     Unknown,
 }
 
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Ib => "InfiniBand/RoCE",
+            Transport::Iwarp => "iWARP",
+            Transport::Usnic => "usNIC",
+            Transport::UsnicUdp => "usNIC UDP",
+            Transport::Unknown => "unknown transport",
+        })
+    }
+}
+
 impl From<i32> for Transport {
     fn from(v: i32) -> Self {
         use sys::ibv_transport_type as t;

@@ -354,9 +354,30 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The device lacks what was asked of it (decided from its transport and attributes,
+    /// before the verb is called): see [`Context::capabilities`](crate::Context::capabilities).
+    #[error("{device} ({transport}) has no {capability}: {instead}")]
+    MissingCapability {
+        /// The device's name.
+        device: String,
+        /// Its transport.
+        transport: crate::Transport,
+        /// What it lacks.
+        capability: crate::Capability,
+        /// What to do instead.
+        instead: &'static str,
+    },
 }
 
 impl Error {
+    /// The capability the device lacks, if that is why the call failed.
+    pub fn missing_capability(&self) -> Option<crate::Capability> {
+        match self {
+            Error::MissingCapability { capability, .. } => Some(*capability),
+            _ => None,
+        }
+    }
+
     /// Whether this error is backpressure (a full queue) rather than a failure.
     pub fn is_queue_full(&self) -> bool {
         matches!(self, Error::QueueFull { .. })

@@ -190,9 +190,9 @@ pub mod srq;
 pub use addr::{device_for_addr, rdma_addresses, RdmaAddr};
 pub use ah::{Ah, GRH_LEN};
 pub use context::{
-    AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Context, DeviceAttr, DeviceAttrEx,
-    EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PhysState, PortAttr, PortSpeed,
-    PortState, PortWidth,
+    AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Capabilities, Capability, Context,
+    DeviceAttr, DeviceAttrEx, EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PhysState,
+    PortAttr, PortSpeed, PortState, PortWidth,
 };
 pub use cq::{
     AsCq, Completion, CompletionBuf, CompletionChannel, Cq, CqEx, CqExAttr, ExPoll, ExWc, Polled,

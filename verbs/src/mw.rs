@@ -95,13 +95,14 @@ impl std::fmt::Debug for Mw {
 
 impl Pd {
     /// Allocates a memory window of `mw_type`. A device without memory windows (or without
-    /// type 2 windows, for [`MwType::Type2`]) gives [`Error::Unsupported`].
+    /// type 2 windows, for [`MwType::Type2`]) gives [`Error::MissingCapability`] (or
+    /// [`Error::Unsupported`]).
     #[doc(alias = "ibv_alloc_mw")]
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<Mw> {
-        let attr = self.context().query_device()?;
-        let missing = if !attr.has_mw() {
-            Some("memory windows (IBV_DEVICE_MEM_WINDOW, max_mw > 0)")
-        } else if mw_type == MwType::Type2 && !attr.has_mw_type2() {
+        let ctx = self.context();
+        ctx.require(crate::Capability::MemoryWindows)?;
+        let attr = ctx.query_device()?;
+        let missing = if mw_type == MwType::Type2 && !attr.has_mw_type2() {
             Some("type 2 memory windows (IBV_DEVICE_MEM_WINDOW_TYPE_2A/2B)")
         } else {
             None

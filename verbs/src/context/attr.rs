@@ -179,6 +179,10 @@ impl DeviceAttr {
     pub fn max_qp_wr(&self) -> u32 {
         self.0.max_qp_wr as u32
     }
+    /// Most scatter/gather entries an RDMA READ may write (1 on iWARP devices such as siw).
+    pub fn max_sge_rd(&self) -> u32 {
+        self.0.max_sge_rd.max(0) as u32
+    }
     /// Most scatter/gather entries per work request.
     pub fn max_sge(&self) -> u32 {
         self.0.max_sge as u32

@@ -1,6 +1,7 @@
 //! Opening a device: [`Context`], device and port queries, the GID table.
 mod attr;
 mod borrowed;
+mod caps;
 mod event;
 mod gid;
 mod port;
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use verbs_sys as sys;
 
 pub use attr::{AtomicCap, DeviceAttr, DeviceAttrEx, LinkLayer, Mtu, PortAttr, PortState};
+pub use caps::{Capabilities, Capability};
 pub use event::{AsyncEvent, AsyncEventKind, AsyncEventReceiver, AsyncEvents, EventElement};
 pub use gid::{select_roce_v2, Gid, GidEntry, GidType};
 pub use port::{PhysState, PortSpeed, PortWidth};
@@ -34,6 +36,8 @@ pub(crate) struct ContextInner {
     name: String,
     /// How the context is released when the last handle goes.
     release: Release,
+    /// [`Context::capabilities`], once queried.
+    capabilities: std::sync::OnceLock<Capabilities>,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread; the verbs are thread-safe and the
@@ -55,6 +59,11 @@ pub(crate) enum Release {
 }
 
 impl ContextInner {
+    /// [`Context::name`].
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
     /// [`Context::transport`].
     pub(crate) fn transport(&self) -> crate::Transport {
         // SAFETY: an open context points at its device, which lives as long as the context;
@@ -145,7 +154,12 @@ impl Context {
         let name = NonNull::new(dev)
             .map(DeviceList::name_of)
             .unwrap_or_default();
-        let inner = Arc::new(ContextInner { raw, name, release });
+        let inner = Arc::new(ContextInner {
+            raw,
+            name,
+            release,
+            capabilities: std::sync::OnceLock::new(),
+        });
         // Async events are read with a timeout: the fd must not block.
         // SAFETY: async_fd is a plain field of an open context.
         let fd = unsafe { (*raw.as_ptr()).async_fd };

@@ -52,9 +52,11 @@ pub(crate) struct QpInner {
     qp_type: QpType,
     qp_num: u32,
     cap: QpCap,
-    sq_sig_all: bool,
+    pub(crate) sq_sig_all: bool,
     has_srq: bool,
     max_rd_atomic: u8,
+    /// The device's, for refusing what it lacks before the provider sees it.
+    pub(crate) capabilities: crate::Capabilities,
     state: Mutex<QpState>,
     /// Whether the QP is (or may be) in Reset: owned posting is refused then. Changed only
     /// while holding both in-flight tables, so a post (made under its table's lock) happens
@@ -120,11 +122,16 @@ impl Pd {
     /// Checks that `init`'s CQs and SRQ belong to this PD's device context, and returns the
     /// `max_rd_atomic` a QP of this device gets.
     pub(crate) fn check_qp_init(&self, init: &QpInitAttr<'_>) -> Result<u8> {
-        let max_rd_atomic = self
-            .context()
-            .query_device()
-            .map(|d| d.max_qp_rd_atom().min(d.max_qp_init_rd_atom()).clamp(1, 16) as u8)
-            .unwrap_or(1);
+        let ctx = self.context();
+        let caps = ctx.capabilities_or_assumed();
+        let needs = match init.qp_type {
+            QpType::Ud => Some(crate::Capability::UnreliableDatagram),
+            QpType::Uc => Some(crate::Capability::UnreliableConnected),
+            _ => None,
+        };
+        if let Some(c) = needs {
+            caps.require(ctx.name(), c)?;
+        }
         // Objects of another context are handles in another file descriptor's namespace and
         // structs of maybe another provider: the kernel and the provider would misread them.
         let ctx = self.inner.ctx.raw.as_ptr();
@@ -140,7 +147,7 @@ impl Pd {
                 ),
             });
         }
-        Ok(max_rd_atomic)
+        Ok(caps.max_rd_atomic)
     }
 
     /// Creates a queue pair in the Reset state.
@@ -187,6 +194,7 @@ impl Qp {
     ) -> Qp {
         // SAFETY: live QP per the caller; qp_num is a plain field.
         let qp_num = unsafe { (*raw.as_ptr()).qp_num };
+        let capabilities = pd.context().capabilities_or_assumed();
         Qp {
             inner: Arc::new(QpInner {
                 raw,
@@ -197,6 +205,7 @@ impl Qp {
                 sq_sig_all: init.sq_sig_all,
                 has_srq: init.srq.is_some(),
                 max_rd_atomic,
+                capabilities,
                 state: Mutex::new(QpState::Reset),
                 in_reset: AtomicBool::new(true),
                 state_seen: AtomicU8::new(QpState::Reset.index()),
@@ -224,6 +233,14 @@ impl Qp {
     pub fn qp_type(&self) -> QpType {
         self.inner.qp_type
     }
+    /// `Ok` if the QP's device has `capability`, else
+    /// [`Error::MissingCapability`].
+    pub fn require(&self, capability: crate::Capability) -> Result<()> {
+        self.inner
+            .capabilities
+            .require(self.inner._pd.ctx.name(), capability)
+    }
+
     /// The transport of the QP's device (InfiniBand and RoCE, or iWARP: see
     /// [`Transport`](crate::Transport)).
     pub fn transport(&self) -> crate::Transport {
@@ -382,13 +399,16 @@ impl Qp {
     /// Reset → Init for a connected QP: port, P_Key index 0, and what peers may do
     /// (`access`: REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC).
     pub fn to_init(&self, port: u8, access: AccessFlags) -> Result<()> {
-        self.modify(
-            &QpAttr::new()
-                .qp_state(QpState::Init)
-                .pkey_index(0)
-                .port_num(port)
-                .qp_access_flags(access),
-        )
+        let attr = QpAttr::new()
+            .qp_state(QpState::Init)
+            .port_num(port)
+            .qp_access_flags(access);
+        // iWARP has no partitions: its Init takes no P_Key index.
+        self.modify(&if self.transport() == crate::Transport::Iwarp {
+            attr
+        } else {
+            attr.pkey_index(0)
+        })
     }
 
     /// Reset → Init for a UD QP: port, P_Key index 0 and Q_Key.
@@ -413,6 +433,7 @@ impl Qp {
     ) -> Result<()> {
         let mut attr = QpAttr::new().qp_state(QpState::Rtr);
         if self.qp_type() != QpType::Ud {
+            self.require(crate::Capability::ManualConnect)?;
             let av = match sgid_index {
                 Some(sgid) => AhAttr::roce(port, remote.gid, sgid),
                 None => AhAttr {

@@ -12,6 +12,9 @@ use crate::support::{connect, open, TIMEOUT};
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn event_mode_loses_no_completion() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     const N: usize = 3000;
     const RX: usize = 64;
     let ctx = open();
@@ -151,6 +154,9 @@ fn received(qp: &verbs::Qp, wcs: &[verbs::WorkCompletion]) -> Vec<u8> {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn wait_n_takes_exactly_n_and_leaves_the_rest_in_the_cq() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = crate::support::Pair::rc();
     send_n(&p, 5);
     let mut buf = CompletionBuf::new(16);
@@ -212,6 +218,9 @@ fn wait_n_takes_exactly_n_and_leaves_the_rest_in_the_cq() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn wait_n_and_wait_one_sleep_on_a_completion_channel() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let send_cq = ctx.create_cq(16, None).unwrap();
@@ -263,6 +272,9 @@ fn wait_n_and_wait_one_sleep_on_a_completion_channel() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn taking_the_wrong_buffer_type_names_both_types() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = crate::support::Pair::rc();
     send_n(&p, 1);
     let wc = p.cq_b.wait_one(TIMEOUT).unwrap();
@@ -298,6 +310,9 @@ fn taking_the_wrong_buffer_type_names_both_types() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn outstanding_lists_requests_whose_completion_was_not_reclaimed() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = crate::support::Pair::rc();
     let rx = p.pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let rid =

@@ -22,6 +22,9 @@ fn write_expecting(p: &Pair, remote: RemoteSlice) -> (verbs::Completion, usize) 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn bad_rkey_gives_remote_access_error() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let target =
         p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
@@ -42,6 +45,9 @@ fn bad_rkey_gives_remote_access_error() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn out_of_bounds_remote_address_gives_remote_access_error() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let target =
         p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
@@ -64,6 +70,9 @@ fn out_of_bounds_remote_address_gives_remote_access_error() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn full_send_queue_is_typed_backpressure() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let cap = QpCap {
         max_send_wr: 4,
         max_inline_data: 16,
@@ -185,8 +194,8 @@ fn clear_errors_for_bad_names_ports_and_gid_indices() {
         ),
         "{e:?}"
     );
-    // Only an iWARP QP's RTS may be recorded as made by the CM; this one's (RoCE) is refused.
-    assert_eq!(qp.transport(), verbs::Transport::Ib);
+    // Only an iWARP QP's RTS may be recorded as made by the CM, and only from Init or RTR:
+    // this one's (in Reset) is refused on any transport.
     let e = qp.established_by_cm().unwrap_err();
     assert!(
         matches!(
@@ -211,6 +220,33 @@ fn clear_errors_for_bad_names_ports_and_gid_indices() {
         e.error
     );
 
+    // An iWARP QP takes Init (no P_Key there) but no manual connect: refused with the typed
+    // error naming the transport and what to do instead.
+    if ctx.transport() == verbs::Transport::Iwarp {
+        let qp = pd
+            .create_qp(&verbs::QpInitAttr::new(QpType::Rc, &cq, &cq))
+            .unwrap();
+        qp.to_init(PORT, AccessFlags::REMOTE_WRITE).unwrap();
+        let (sgid, gid) = crate::support::gid(&ctx);
+        let me = verbs::QpEndpoint {
+            qp_num: qp.qp_num(),
+            psn: 0,
+            lid: 0,
+            gid,
+        };
+        let e = qp
+            .to_rtr(&me, PORT, Some(sgid), verbs::Mtu::Mtu1024)
+            .unwrap_err();
+        assert_eq!(
+            e.missing_capability(),
+            Some(verbs::Capability::ManualConnect),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.contains("iWARP") && text.contains("RDMA CM"), "{text}");
+        assert_eq!(qp.state(), QpState::Init);
+        return;
+    }
     // And everything still works.
     let p = Pair::rc();
     let target =
@@ -225,6 +261,9 @@ fn clear_errors_for_bad_names_ports_and_gid_indices() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn bad_source_gid_index_is_named_at_rtr() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let len = ctx.query_port(PORT).unwrap().gid_tbl_len();
     let table = ctx.gid_table().unwrap();
@@ -312,6 +351,9 @@ fn remote_write_without_local_write_is_refused_with_the_fix() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn failed_completions_and_calls_say_why() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let target =
         p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)

@@ -9,6 +9,9 @@ use crate::support::{connect, open, TIMEOUT};
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn srq_limit_event() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();
@@ -44,6 +47,9 @@ fn srq_limit_event() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn async_event_for_a_qp_moved_to_error_or_a_cq_overrun() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();

@@ -40,6 +40,9 @@ pub(crate) fn drain_ex(cq: &mut CqEx, qp: &Qp, n: usize) -> Vec<(Completion, Vec
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn extended_cq_batches_complete_and_reclaim() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let mut cq_a = ctx.create_cq_ex(CqExAttr::new(64)).unwrap();
@@ -173,6 +176,9 @@ fn ex_pair(
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn wr_api_posts_owned_requests_and_hands_them_back() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ops = SendOps::SEND | SendOps::RDMA_WRITE | SendOps::RDMA_READ;
     let (_ctx, pd, cq_a, cq_b, a, b) = ex_pair(ops, QpCap::default());
     assert_eq!(a.send_ops(), ops);
@@ -247,6 +253,9 @@ fn wr_api_posts_owned_requests_and_hands_them_back() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn inline_sends_gather_io_slices() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let cap = QpCap {
         max_inline_data: 64,
         ..QpCap::default()
@@ -325,6 +334,9 @@ fn inline_sends_gather_io_slices() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn lean_inline_sends_gather_slices_and_refuse_what_they_cannot_post() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let cap = QpCap {
         max_inline_data: 64,
         ..QpCap::default()
@@ -462,6 +474,9 @@ fn lean_inline_sends_gather_slices_and_refuse_what_they_cannot_post() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn wr_api_sends_ud_datagrams_owned_and_borrowed() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     const QKEY: u32 = 0x5151_0001;
     let ctx = open();
     let (sgid, my_gid) = crate::support::gid(&ctx);

@@ -31,6 +31,9 @@ fn to_rts(qp: &Qp, sgid: u8, psn: u32, peer: &QpEndpoint) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn wr_api_and_extended_cqs_between_the_hosts() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let (ctx_a, sgid_a, gid_a) = open_dev(&testkit::device());
     let (ctx_b, sgid_b, gid_b) = open_dev(&testkit::peer().device);
     let (pd_a, pd_b) = (ctx_a.alloc_pd().unwrap(), ctx_b.alloc_pd().unwrap());
@@ -147,6 +150,9 @@ fn wr_api_and_extended_cqs_between_the_hosts() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_completion_of_another_devices_qp_with_the_same_number_finishes_nothing() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     const TEST: &str =
         "ext_hosts::a_completion_of_another_devices_qp_with_the_same_number_finishes_nothing";
     let (dev_a, dev_b) = (testkit::device(), testkit::peer().device);

@@ -80,6 +80,9 @@ fn bind_window(
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_region_a_window_keeps_registered_is_not_freed() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     use verbs::{sys, RemoteSlice, SendRequest};
     const TEST: &str = "a_region_a_window_keeps_registered_is_not_freed";
     let p = crate::support::Pair::rc();

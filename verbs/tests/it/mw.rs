@@ -122,6 +122,9 @@ fn assert_only_window_written(mr: &MemoryRegion, written: Option<&[u8]>) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn device_has_both_window_types() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let attr = open().query_device().unwrap();
     assert!(attr.has_mw(), "no memory windows: max_mw {}", attr.max_mw());
     assert!(attr.has_mw_type2(), "no type 2 windows");
@@ -130,6 +133,9 @@ fn device_has_both_window_types() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn window_grants_read_and_write_of_exactly_its_bytes() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let e = ends(&ctx, &pd);
@@ -193,6 +199,9 @@ fn out_of_window_write_fails(test: &str, offset: u64, len: usize) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn write_past_the_window_fails_and_leaves_memory_untouched() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     out_of_window_write_fails(
         "write_past_the_window_fails_and_leaves_memory_untouched",
         LEN as u64,
@@ -203,12 +212,18 @@ fn write_past_the_window_fails_and_leaves_memory_untouched() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn write_one_byte_longer_than_the_window_fails() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     out_of_window_write_fails("write_one_byte_longer_than_the_window_fails", 0, LEN + 1);
 }
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn read_through_a_write_only_window_fails() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let e = ends(&ctx, &pd);
@@ -221,6 +236,9 @@ fn read_through_a_write_only_window_fails() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn local_invalidate_revokes_the_window() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let e = ends(&ctx, &pd);
@@ -251,6 +269,9 @@ fn local_invalidate_revokes_the_window() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn send_with_invalidate_revokes_and_the_receiver_sees_the_rkey() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let e = ends(&ctx, &pd);
@@ -284,6 +305,9 @@ fn send_with_invalidate_revokes_and_the_receiver_sees_the_rkey() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn type2_window_rebinds_after_invalidation_with_a_new_key() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let e = ends(&ctx, &pd);
@@ -308,6 +332,9 @@ fn type2_window_rebinds_after_invalidation_with_a_new_key() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn type1_bind_rebind_and_unbind() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let mr = region(&pd);
@@ -361,6 +388,9 @@ fn type1_bind_rebind_and_unbind() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_bound_window_keeps_its_memory_and_dealloc_revokes_it() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     for mw_type in [MwType::Type1, MwType::Type2] {
         let ctx = open();
         let pd = ctx.alloc_pd().unwrap();
@@ -402,6 +432,9 @@ fn a_bound_window_keeps_its_memory_and_dealloc_revokes_it() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn bad_binds_are_typed_errors() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::MemoryWindows) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let e = ends(&ctx, &pd);

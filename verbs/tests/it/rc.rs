@@ -27,6 +27,9 @@ fn filled(p: &Pair, data: &[u8]) -> MemoryRegion {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn send_and_send_with_imm() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let _ = IGNORE;
     let p = Pair::rc();
     for imm in [None, Some(0xdead_beefu32)] {
@@ -66,6 +69,9 @@ fn send_and_send_with_imm() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn rdma_write_and_write_with_imm() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let target =
         p.pd.reg_mr(8192, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
@@ -119,6 +125,9 @@ fn rdma_write_and_write_with_imm() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn rdma_read() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let data = pattern(4096, 3);
     let mut source =
@@ -143,6 +152,9 @@ fn rdma_read() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn atomics_return_old_values() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let mut target =
         p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | ALL_REMOTE)
@@ -190,6 +202,9 @@ fn atomics_return_old_values() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn inline_multi_sge_and_unsignaled_batch() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let cap = QpCap {
         max_send_wr: 32,
         max_recv_wr: 32,
@@ -281,6 +296,9 @@ fn inline_multi_sge_and_unsignaled_batch() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn borrowed_posting_with_raw_registration() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let mut src = vec![0u8; 4096].into_boxed_slice();
     src[..6].copy_from_slice(b"borrow");
@@ -367,6 +385,9 @@ impl Fixed {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn fixed_buffers_post_borrowed_requests_safely_and_refuse_memory_they_do_not_keep() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let data = pattern(3000, 11);
     let Fixed {
@@ -472,6 +493,12 @@ fn fixed_buffers_post_borrowed_requests_safely_and_refuse_memory_they_do_not_kee
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn uc_send_and_rdma_write_but_no_read() {
+    if crate::support::lacks(
+        testkit::test_name!(),
+        verbs::Capability::UnreliableConnected,
+    ) {
+        return;
+    }
     let p = Pair::new(QpType::Uc, QpCap::default());
     let target =
         p.pd.reg_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
@@ -525,6 +552,9 @@ fn uc_send_and_rdma_write_but_no_read() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn wrapped_raw_qp_and_context() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     use std::ptr::NonNull;
     use verbs::{sys, Qp, QpInitAttr};
 
@@ -598,6 +628,9 @@ unsafe impl verbs::RegisteredBufMut for DropFlag {}
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_failed_custom_destroy_leaks_in_flight_buffers() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     use std::ptr::NonNull;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
@@ -636,6 +669,9 @@ fn a_failed_custom_destroy_leaks_in_flight_buffers() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn reclaim_into_one_list_for_every_buffer_kind() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     use std::sync::Arc;
 
     let cap = QpCap {
@@ -700,6 +736,9 @@ fn reclaim_into_one_list_for_every_buffer_kind() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_prepared_request_posts_many_times_and_is_refused_where_post_send_refuses_it() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let data = pattern(3000, 23);
     let Fixed {
@@ -779,6 +818,9 @@ fn a_prepared_request_posts_many_times_and_is_refused_where_post_send_refuses_it
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_prepared_receive_posts_many_into_a_sink_and_is_refused_where_post_recv_refuses_it() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let data = pattern(3000, 29);
     let Fixed {

@@ -7,6 +7,9 @@ use crate::support::{self, Pair, PORT};
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn owned_posts_are_refused_in_reset() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let qp =
         p.pd.create_qp(&QpInitAttr::new(QpType::Rc, &p.cq_a, &p.cq_a))
@@ -41,6 +44,9 @@ fn owned_posts_are_refused_in_reset() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn reset_hands_back_only_discarded_receives() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let p = Pair::rc();
     let ctx = p.pd.context();
     let old = p.pd.reg_mr(64, AccessFlags::LOCAL_WRITE).unwrap();

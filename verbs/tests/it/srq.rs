@@ -8,6 +8,9 @@ use crate::support::{connect, drain, one, open};
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn srq_shared_by_two_qps() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let scq = ctx.create_cq(64, None).unwrap();
@@ -90,6 +93,9 @@ fn srq_shared_by_two_qps() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn recv_ring_reclaims_by_slot_beside_owned_receives() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let scq = ctx.create_cq(64, None).unwrap();
@@ -223,6 +229,9 @@ fn a_dropped_recv_ring_keeps_its_posted_buffers_until_the_srq_is_gone() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_kept_completion_reclaims_its_buffer_once_even_after_the_slot_is_posted_again() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let scq = ctx.create_cq(16, None).unwrap();

@@ -129,3 +129,10 @@ pub fn assert_quiet(cq: &Cq) {
     let polled = cq.poll(&mut buf).unwrap();
     assert!(polled.is_empty(), "unexpected completions: {:?}", &*polled);
 }
+
+/// Skips the calling test (`test`, from `testkit::test_name!`) when the device under test
+/// lacks `capability`, as decided from what it reports, and says whether it did.
+pub fn lacks(test: &str, capability: verbs::Capability) -> bool {
+    let caps = open().capabilities().expect("query the device");
+    testkit::skip_unless(test, caps.require(&testkit::device().name, capability))
+}

@@ -60,6 +60,9 @@ impl UdPair {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn ud_send_recv_through_an_address_handle() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     let UdPair {
         pd,
         cq_a,
@@ -106,6 +109,9 @@ fn ud_send_recv_through_an_address_handle() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn fixed_buffers_keep_the_address_handles_of_their_ud_requests() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     let p = UdPair::new();
     let mut tx = p.pd.reg_mr(512, AccessFlags::LOCAL_WRITE).unwrap();
     tx.as_mut_slice()[..9].copy_from_slice(b"fixed, ud");
@@ -157,6 +163,9 @@ fn fixed_buffers_keep_the_address_handles_of_their_ud_requests() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn objects_of_another_context_are_refused() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     let ctx = open();
     let other = open(); // a second context of the same device: its own handle namespace
     let (sgid, my_gid) = gid(&ctx);
@@ -232,6 +241,9 @@ unsafe impl verbs::RegisteredBufMut for Tracked {}
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn buffers_outlive_a_qp_that_could_not_be_destroyed() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     use std::sync::atomic::{AtomicBool, Ordering};
     use verbs::sys;
 

@@ -212,7 +212,7 @@ impl Qp {
         if let Some(old) = std::mem::replace(&mut *bound, (len > 0).then(|| region.clone())) {
             owners.push(Owner::new(old));
         }
-        sq.insert(id, 0, owners, None);
+        sq.insert(id, 0, owners, None, false);
         Ok((id, RemoteSlice { addr, len, rkey }))
     }
 }

@@ -16,6 +16,10 @@ struct Entry {
     bufs: Small<Owner>,
     tag: u64,
     _ah: Option<Ah>,
+    /// Finished only by its own completion, never by a later one: a request the device may
+    /// complete after later requests (on iWARP, a READ or atomic, completed when its
+    /// response arrives), whose memory it still writes until then.
+    own_completion: bool,
 }
 
 impl Entry {
@@ -83,17 +87,27 @@ impl InFlight {
         self.ring.len()
     }
     /// Adds a request; `id` must be greater than every id in the table (take it under the
-    /// table's lock with `next_id`).
-    pub(crate) fn insert(&mut self, id: u64, tag: u64, bufs: Small<Owner>, ah: Option<Ah>) {
+    /// table's lock with `next_id`). With `own_completion`, only the request's own completion
+    /// finishes it (see [`complete_into`](Self::complete_into)).
+    pub(crate) fn insert(
+        &mut self,
+        id: u64,
+        tag: u64,
+        bufs: Small<Owner>,
+        ah: Option<Ah>,
+        own_completion: bool,
+    ) {
         debug_assert!(self.ring.back().map_or(true, |e| e.id < id));
         self.ring.push_back(Entry {
             id,
             bufs,
             tag,
             _ah: ah,
+            own_completion,
         });
     }
-    /// Removes `id` and, for an in-order queue, everything posted before it; appends them to
+    /// Removes `id` and, for an in-order queue, everything posted before it except requests
+    /// entered with `own_completion` (they wait for their own completion); appends them to
     /// `out` in post order and returns how many. On an out-of-order queue an unknown id
     /// removes nothing. On an in-order queue an id without an entry that this queue issued (a
     /// request that held nothing and was not entered, see `Qp::post_inline_send`) still
@@ -116,9 +130,29 @@ impl InFlight {
                 return 0;
             }
             let n = self.ring.partition_point(|e| e.id <= id);
-            out.extend(self.ring.drain(..n).map(Entry::reclaimed));
+            let waiting = |e: &Entry| e.own_completion && e.id != id;
+            if !self.ring.range(..n).any(waiting) {
+                out.extend(self.ring.drain(..n).map(Entry::reclaimed));
+                self.ids.forget_before(self.ring.front().map(|e| e.id));
+                return n;
+            }
+            // A request the device completes out of order (an iWARP READ) is older than
+            // this completion: it stays, with its memory, at the front.
+            let mut kept = Vec::new();
+            let mut finished = 0;
+            for e in self.ring.drain(..n) {
+                if waiting(&e) {
+                    kept.push(e);
+                } else {
+                    out.push(e.reclaimed());
+                    finished += 1;
+                }
+            }
+            for e in kept.into_iter().rev() {
+                self.ring.push_front(e);
+            }
             self.ids.forget_before(self.ring.front().map(|e| e.id));
-            return n;
+            return finished;
         }
         let Ok(i) = self.ring.binary_search_by_key(&id, |e| e.id) else {
             return 0;
@@ -218,13 +252,33 @@ mod tests {
         for &id in ids {
             let mut bufs = Small::default();
             bufs.push(Owner::new(id));
-            t.insert(id, id * 10, bufs, None);
+            t.insert(id, id * 10, bufs, None, false);
         }
         t
     }
 
     fn ids(r: &[Reclaimed]) -> Vec<u64> {
         r.iter().map(|r| r.wr_id).collect()
+    }
+
+    #[test]
+    fn a_request_that_completes_alone_waits_for_its_own_completion() {
+        // 3 and 9: unsignaled SENDs; 5: an iWARP READ, which completes when its response
+        // arrives, after the SEND 12 posted behind it.
+        let mut t = table(&[3]);
+        for (id, own) in [(5, true), (9, false), (12, false)] {
+            let mut bufs = Small::default();
+            bufs.push(Owner::new(id));
+            t.insert(id, id * 10, bufs, None, own);
+        }
+        let mut out = Vec::new();
+        assert_eq!(t.complete_into(12, true, &mut out), 3);
+        assert_eq!(ids(&out), [3, 9, 12], "the READ's sink is not handed back");
+        let left: Vec<u64> = t.requests(false).map(|o| o.wr_id).collect();
+        assert_eq!(left, [5]);
+        assert_eq!(t.complete_into(5, true, &mut out), 1);
+        assert_eq!(ids(&out), [3, 9, 12, 5]);
+        assert_eq!(t.len(), 0);
     }
 
     #[test]
@@ -280,14 +334,14 @@ mod tests {
         let (mut ours, mut theirs) = (InFlight::default(), InFlight::default());
         let mut out = Vec::new();
         let first = ours.next_id(false);
-        ours.insert(first, 1, Small::default(), None);
+        ours.insert(first, 1, Small::default(), None, false);
         let foreign = theirs.next_id(false);
         assert!(foreign > first, "the other queue's block came later");
         assert_eq!(ours.complete_into(foreign, true, &mut out), 0);
         assert_eq!(ours.len(), 1, "another queue's completion finished ours");
         // Ours finishes ours, and a later id of ours (an untracked inline send) everything.
         let second = ours.next_id(false);
-        ours.insert(second, 2, Small::default(), None);
+        ours.insert(second, 2, Small::default(), None, false);
         let untracked = ours.next_id(false);
         assert_eq!(ours.complete_into(untracked, true, &mut out), 2);
         assert_eq!(ids(&out), [first, second]);
@@ -298,7 +352,7 @@ mod tests {
         let mut t = InFlight::default();
         let mut out = Vec::new();
         let old = t.next_id(false);
-        t.insert(old, 0, Small::default(), None);
+        t.insert(old, 0, Small::default(), None, false);
         // Past the first block: the table takes a second.
         let mut last = old;
         for _ in 0..super::super::ID_BLOCK {
@@ -343,7 +397,7 @@ mod tests {
         let mut out = Vec::with_capacity(1);
         let cap = out.capacity();
         for id in 1..100 {
-            t.insert(id, 0, Small::default(), None);
+            t.insert(id, 0, Small::default(), None, false);
             assert_eq!(t.complete_into(id, true, &mut out), 1);
             assert_eq!(out.pop().map(|r| r.wr_id), Some(id));
         }

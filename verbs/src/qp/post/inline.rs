@@ -218,13 +218,13 @@ impl Qp {
         wr.wr_id = id;
         match self.post_chain(std::slice::from_mut(wr)) {
             Ok(()) => {
-                sq.insert(id, 0, Default::default(), ah);
+                sq.insert(id, 0, Default::default(), ah, false);
                 Ok(id)
             }
             Err((0, e)) => Err(e),
             Err((_, e)) => {
                 // Possibly queued: its completion must still find the entry (and the AH).
-                sq.insert(id, 0, Default::default(), ah);
+                sq.insert(id, 0, Default::default(), ah, false);
                 Err(e)
             }
         }
@@ -263,7 +263,7 @@ impl QpEx {
         // table until the completion.
         let r = unsafe { self.session(std::slice::from_ref(&build)) };
         // Inserted on failure too: ibv_wr_complete may fail after queuing (see wr_post).
-        sq.insert(id, 0, Default::default(), ud.map(|u| u.ah.clone()));
+        sq.insert(id, 0, Default::default(), ud.map(|u| u.ah.clone()), false);
         r.map(|()| id)
     }
 }

@@ -236,6 +236,19 @@ impl WrOp {
             WrOp::RdmaRead(_) | WrOp::AtomicCmpSwap { .. } | WrOp::AtomicFetchAdd { .. }
         )
     }
+    /// The capability a device needs for this operation, beyond a plain RC QP.
+    pub(crate) fn needs(&self) -> Option<crate::Capability> {
+        match self {
+            WrOp::AtomicCmpSwap { .. } | WrOp::AtomicFetchAdd { .. } => {
+                Some(crate::Capability::Atomics)
+            }
+            WrOp::SendWithImm(_) | WrOp::RdmaWriteWithImm(..) => {
+                Some(crate::Capability::ImmediateData)
+            }
+            WrOp::BindMw(_) => Some(crate::Capability::MemoryWindows),
+            _ => None,
+        }
+    }
     pub(crate) fn is_atomic(&self) -> bool {
         matches!(
             self,

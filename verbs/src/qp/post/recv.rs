@@ -66,13 +66,13 @@ pub(crate) fn post_recv_one(
     }];
     match post_recv_chain(&mut wr, qpn, queue, depth, post) {
         Ok(()) => {
-            q.insert(id, req.tag, req.owners, None);
+            q.insert(id, req.tag, req.owners, None, false);
             Ok(id)
         }
         Err((0, error)) => Err(fail(error, req)),
         // Failed, but possibly queued (see post_chain): the request keeps its buffers.
         Err((_, error)) => {
-            q.insert(id, req.tag, req.owners, None);
+            q.insert(id, req.tag, req.owners, None, false);
             Err(PostError {
                 error,
                 unposted: RecvRequest::empty(),
@@ -140,7 +140,7 @@ pub(crate) fn post_recv_owned(
     let mut reqs = reqs;
     let rest = reqs.split_off(n_ok);
     for (r, id) in reqs.into_iter().zip(&ids) {
-        q.insert(*id, r.tag, r.owners, None);
+        q.insert(*id, r.tag, r.owners, None, false);
     }
     match res {
         Ok(()) => Ok(ids),

@@ -38,11 +38,18 @@ impl SendRequest {
 
 impl Qp {
     /// Why the QP takes no send in its current state, if it does not: sends need RTS (or
-    /// SQD, or Error, where they complete flushed).
+    /// SQD, or Error, where they complete flushed; not on iWARP, where siw never completes a
+    /// request posted in Error).
     pub(super) fn send_state_refusal(&self) -> Option<String> {
         let state = self.state();
-        (!matches!(state, QpState::Rts | QpState::Sqd | QpState::Err))
-            .then(|| format!("the QP is in {state:?}, sends need RTS"))
+        match state {
+            QpState::Rts | QpState::Sqd => None,
+            QpState::Err if self.inner.capabilities.transport() != crate::Transport::Iwarp => None,
+            QpState::Err => {
+                Some("the QP is in Err: on iWARP a request posted now would never complete".into())
+            }
+            _ => Some(format!("the QP is in {state:?}, sends need RTS")),
+        }
     }
 
     /// Checks one send request against the QP's type and limits.
@@ -56,6 +63,10 @@ impl Qp {
         let qpn = self.qp_num();
         let t = self.qp_type();
         let bad = |r: &str| Err(invalid(qpn, format!("{op:?}: {r}")));
+        // What the device cannot do at all comes first: no state would let it through.
+        if let Some(c) = op.needs() {
+            self.require(c)?;
+        }
         if let Some(why) = self.send_state_refusal() {
             return bad(&why);
         }
@@ -97,6 +108,23 @@ impl Qp {
                 self.cap().max_send_sge
             ));
         }
+        if op.writes_local() && self.inner.capabilities.transport() == crate::Transport::Iwarp {
+            if !flags.contains(SendFlags::SIGNALED) && !self.inner.sq_sig_all {
+                return bad("on iWARP a READ or atomic completes when its response arrives, after later requests, and an unsignaled one never says when its memory is written: post it SIGNALED");
+            }
+            // siw takes the length it expects back from the request's first entry, present
+            // or not: a stale one fails the queue pair.
+            if sges.is_empty() {
+                return bad("on iWARP a READ needs a local entry, even a zero-length one");
+            }
+        }
+        let max_sge_rd = self.inner.capabilities.max_sge_rd;
+        if matches!(op, WrOp::RdmaRead(_)) && max_sge_rd > 0 && sges.len() > max_sge_rd as usize {
+            return bad(&format!(
+                "{} SGEs exceed the device's max_sge_rd {max_sge_rd} (what one READ may write)",
+                sges.len()
+            ));
+        }
         if let Some(r) = op.remote() {
             if op.is_atomic() {
                 if r.addr % 8 != 0 {
@@ -113,6 +141,14 @@ impl Qp {
             }
         }
         Ok(())
+    }
+
+    /// Whether only `op`'s own completion says it is done: on iWARP a READ (or atomic)
+    /// completes when its response arrives, after the SENDs and WRITEs posted behind it
+    /// (siw completes them as soon as they are sent), and the device writes its memory until
+    /// then.
+    pub(super) fn completes_alone(&self, op: &WrOp) -> bool {
+        op.writes_local() && self.inner.capabilities.transport() == crate::Transport::Iwarp
     }
 
     /// The send queue's in-flight table, locked, once the QP is not being reset and the
@@ -242,7 +278,8 @@ impl Qp {
         match self.post_chain(&mut wr) {
             Ok(()) => {
                 req.posted();
-                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
+                let own = self.completes_alone(&req.op);
+                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0), own);
                 Ok(id)
             }
             Err((0, error)) => Err(fail(error, req)),
@@ -250,7 +287,8 @@ impl Qp {
             Err((_, error)) => {
                 req.posted();
                 let op = req.op;
-                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0));
+                let own = self.completes_alone(&req.op);
+                sq.insert(id, req.tag, req.owners, req.ud.map(|u| u.0), own);
                 Err(PostError {
                     error,
                     unposted: SendRequest::new(op),
@@ -306,7 +344,8 @@ impl Qp {
         let rest = reqs.split_off(n_ok);
         for (mut r, id) in reqs.into_iter().zip(&ids) {
             r.posted();
-            sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0));
+            let own = self.completes_alone(&r.op);
+            sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0), own);
         }
         match posted {
             Ok(()) => Ok(ids),
@@ -465,7 +504,9 @@ impl Qp {
     }
 
     /// Hands back the buffers of the owned requests this completion finishes: for a send
-    /// completion, the request and every earlier (unsignaled) send of this QP; for a receive,
+    /// completion, the request and every earlier (unsignaled) send of this QP, except on
+    /// iWARP an earlier READ or atomic, which only its own completion finishes (the device
+    /// completes it when its response arrives, after later requests); for a receive,
     /// that receive. Completions of other QPs, of SRQ receives, or of unsafe posts give
     /// nothing. Call it for every completion of this QP you poll, from a plain or an
     /// extended CQ.

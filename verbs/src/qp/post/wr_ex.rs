@@ -334,7 +334,8 @@ impl QpEx {
         match r {
             Ok(()) => {
                 for (r, id) in reqs.into_iter().zip(&ids) {
-                    sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0));
+                    let own = self.qp.completes_alone(&r.op);
+                    sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0), own);
                 }
                 Ok(ids)
             }
@@ -342,7 +343,8 @@ impl QpEx {
                 // Possibly queued: keep every buffer (see post_chain for the reasoning).
                 let ops: Vec<WrOp> = reqs.iter().map(|r| r.op).collect();
                 for (r, id) in reqs.into_iter().zip(&ids) {
-                    sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0));
+                    let own = self.qp.completes_alone(&r.op);
+                    sq.insert(*id, r.tag, r.owners, r.ud.map(|u| u.0), own);
                 }
                 Err(PostError {
                     error,
