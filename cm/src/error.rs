@@ -284,7 +284,7 @@ mod tests {
         assert!(rejected(28).to_string().contains("consumer reject"));
         assert!(rejected(-libc::ECONNREFUSED)
             .to_string()
-            .contains("Connection refused"));
+            .contains("connection refused: nothing listens on that port"));
         assert!(rejected(99).to_string().contains("does not define"));
         let unreachable = Error::Unreachable {
             event: crate::EventKind::Unreachable,

@@ -357,7 +357,15 @@ impl CmId {
         let mut raw = param.to_raw(qp.qp_num());
         // SAFETY: live id; `raw` and the private data it points to live across the call.
         let r = unsafe { sys::rdma_connect(self.as_raw(), &mut raw) };
-        sys::errno::check_neg(r).map_err(Error::Connect)?;
+        sys::errno::check_neg(r).map_err(|e| match e.raw_os_error() {
+            // iWARP connects over TCP in the call: a port nobody listens on is refused here,
+            // where InfiniBand and RoCE refuse it with a REJECTED event. Same error either way.
+            Some(libc::ECONNREFUSED) => Error::Rejected {
+                status: -libc::ECONNREFUSED,
+                private_data: crate::PrivateData::default(),
+            },
+            _ => Error::Connect(e),
+        })?;
         Ok(())
     }
 

@@ -48,9 +48,18 @@ impl fmt::Debug for PrivateData {
 }
 
 /// The IB CM's reject reason `status` (`enum ib_cm_rej_reason`) in words, with what it usually
-/// means for an rdma_cm connection; `None` for a code it does not define.
+/// means for an rdma_cm connection, or iWARP's one reason (`-ECONNREFUSED`); `None` for a code
+/// neither defines.
 pub fn reject_reason(status: i32) -> Option<&'static str> {
     Some(match status {
+        // iWARP connects over TCP: a port nobody listens on refuses the TCP connection; a
+        // consumer reject (MPA) comes as a reset.
+        s if s == -libc::ECONNREFUSED => {
+            "connection refused: nothing listens on that port (start the server, or check the address and port)"
+        }
+        s if s == -libc::ECONNRESET => {
+            "connection reset: the peer's application refused the connection (rdma_reject)"
+        }
         1 => "no QP available at the peer",
         2 => "no EE context available",
         3 => "no resources at the peer",

@@ -161,6 +161,15 @@ fn both_queue_pairs_get_the_ack_timeout_and_retry_count_asked_for() {
     let q = conn.qp().query().unwrap();
     conn.disconnect(TIMEOUT).unwrap();
     let server = server.join().unwrap();
+    if local_transport() == verbs::Transport::Iwarp {
+        // An iWARP QP has neither (TCP retransmits): the options are taken and the
+        // connection made, which is all there is to check.
+        println!(
+            "iWARP QPs report {:?} and {server:?}",
+            (q.timeout(), q.retry_cnt())
+        );
+        return;
+    }
     assert_eq!((q.timeout(), q.retry_cnt()), (12, 5), "client QP");
     assert_eq!(server, (12, 5), "server QP");
     assert_eq!(

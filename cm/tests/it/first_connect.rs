@@ -111,11 +111,17 @@ fn first_ud_connect(server: IpAddr, client: IpAddr, port: u16) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn first_ud_request_to_the_peer_after_a_neighbour_flush() {
+    if lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     first_ud_connect(peer_ip(), local_ip(), port(43));
 }
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn first_ud_request_from_the_peer_after_a_neighbour_flush() {
+    if lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     first_ud_connect(local_ip(), peer_ip(), port(44));
 }

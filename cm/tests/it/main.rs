@@ -3,6 +3,7 @@
 //! the peer is this host. The far end runs `cm-test-peer` (src/bin) on the peer host.
 mod admission;
 mod channel;
+mod completion_order;
 mod connect;
 mod disconnect;
 mod failures;

@@ -85,6 +85,9 @@ fn expect_datagram(ep: &UdEndpoint, from_qpn: u32, data: &[u8]) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn one_sender_two_receivers_and_a_clean_leave() {
+    if lacks(testkit::test_name!(), verbs::Capability::UnreliableDatagram) {
+        return;
+    }
     let sender = endpoint(local_ip());
     let r1 = endpoint(peer_ip());
     let r2 = endpoint(peer_ip());

@@ -22,6 +22,23 @@ pub fn peer_ip() -> IpAddr {
 }
 
 /// A port per test, so tests never meet each other's listeners.
+/// The transport of the device under test.
+pub fn local_transport() -> verbs::Transport {
+    verbs::Context::open(&testkit::device().name)
+        .expect("open the test device")
+        .transport()
+}
+
+/// Skips the calling test (`test`) when the device under test lacks `capability`, and says
+/// whether it did.
+pub fn lacks(test: &str, capability: verbs::Capability) -> bool {
+    let dev = testkit::device().name;
+    let caps = verbs::Context::open(&dev)
+        .and_then(|c| c.capabilities())
+        .expect("query the test device");
+    testkit::skip_unless(test, caps.require(&dev, capability))
+}
+
 pub fn port(n: u16) -> u16 {
     21000 + n
 }
