@@ -124,6 +124,11 @@ pub struct EndpointConfig {
     pub(crate) serve_requests: bool,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_one_sided: u32,
+    /// The device completes a WRITE once it is sent, not once the peer placed it (iWARP;
+    /// set from the device). Then each one-sided WRITE is followed by a zero-length READ,
+    /// whose completion says the peer placed it, and no SEND's or WRITE's completion counts
+    /// as a sign of the peer's life (its frames do).
+    pub(crate) write_completes_when_sent: bool,
     pub(crate) admit: Option<cm::AdmitHook>,
     pub(crate) busy_read: Duration,
     pub(crate) linger: Duration,
@@ -143,6 +148,7 @@ impl Default for EndpointConfig {
             serve_requests: true,
             connect_timeout: cm::DEFAULT_CONNECT_TIMEOUT,
             max_one_sided: 8,
+            write_completes_when_sent: false,
             admit: None,
             busy_read: Duration::ZERO,
             linger: Duration::from_secs(10),
@@ -391,10 +397,11 @@ impl EndpointConfig {
         self.max_connections.saturating_mul(self.proto.window)
     }
 
-    /// Send-queue entries of each QP: the protocol's, the one-sided operations, and one for
-    /// the keepalive probe.
+    /// Send-queue entries of each QP: the protocol's, the one-sided operations (two each
+    /// when a WRITE is followed by a READ), and one for the keepalive probe.
     pub(crate) fn qp_send_depth(&self) -> u32 {
-        self.proto.sq_depth + self.max_one_sided + 1
+        let per_op = if self.write_completes_when_sent { 2 } else { 1 };
+        self.proto.sq_depth + self.max_one_sided * per_op + 1
     }
 
     /// Completion queue entries: every send queue and every receive (the SRQ's slack

@@ -28,6 +28,9 @@ struct OneSided<'a> {
     /// Where at the peer.
     at: RemoteSlice,
     buf: Option<memory::Buffer>,
+    /// A write's fence on iWARP: the sink of the zero-length READ posted behind the WRITE
+    /// (see [`attempt`](Self::attempt)).
+    fence: Option<memory::Buffer>,
     /// The request's number once posted, until its completion is taken.
     posted: Option<u64>,
 }
@@ -39,8 +42,15 @@ impl<'a> OneSided<'a> {
             op,
             at,
             buf: Some(buf),
+            fence: None,
             posted: None,
         }
+    }
+
+    /// Whether this is a write that needs a fence: on a device whose WRITE completes once
+    /// sent (iWARP).
+    fn needs_fence(&self) -> bool {
+        self.op == "write" && self.conn.shared.cfg.write_completes_when_sent
     }
 
     /// The work request of this operation on `buf`.
@@ -61,7 +71,22 @@ impl<'a> OneSided<'a> {
             }
             let id = st.one_sided.start(self.conn.shared.cfg.max_one_sided)?;
             let buf = self.buf.take().expect("posted once");
-            self.conn.post(st, self.request(buf), SqOp::OneSided(id));
+            if let Some(sink) = self.fence.take() {
+                // On iWARP a WRITE completes once sent. A zero-length READ behind it completes
+                // only after the peer placed the WRITE (or fails with the connection, if the
+                // peer's device refused it): the write is done when the READ is. The READ
+                // names a zero-length entry of a sink of its own: siw takes the length it
+                // expects back from the request's first entry, present or not.
+                self.conn.post(st, self.request(buf), SqOp::FencedWrite(id));
+                let at = RemoteSlice { len: 0, ..self.at };
+                self.conn.post(
+                    st,
+                    SendRequest::rdma_read(sink, 0..0, at),
+                    SqOp::OneSided(id),
+                );
+            } else {
+                self.conn.post(st, self.request(buf), SqOp::OneSided(id));
+            }
             self.posted = Some(id);
         }
         let id = self.posted?;
@@ -157,7 +182,11 @@ impl Conn {
         for (range, at) in pieces(token, "write", offset, src.len())? {
             let mut buf = self.alloc_until(range.len(), deadline)?;
             buf.copy_from_slice(&src[range]);
-            self.one_sided(OneSided::new(&self.inner, "write", at, buf), deadline)?;
+            let mut write = OneSided::new(&self.inner, "write", at, buf);
+            if write.needs_fence() {
+                write.fence = Some(self.alloc_until(1, deadline)?);
+            }
+            self.one_sided(write, deadline)?;
         }
         Ok(())
     }
@@ -195,6 +224,9 @@ impl Conn {
             let mut buf = poll_fn(|cx| self.poll_alloc(cx, range.len(), deadline)).await?;
             buf.copy_from_slice(&src[range]);
             let mut write = OneSided::new(&self.inner, "write", at, buf);
+            if write.needs_fence() {
+                write.fence = Some(poll_fn(|cx| self.poll_alloc(cx, 1, deadline)).await?);
+            }
             poll_fn(|cx| self.poll_one_sided(cx, &mut write, deadline)).await?;
         }
         Ok(())

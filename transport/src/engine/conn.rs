@@ -400,6 +400,9 @@ impl ConnShared {
     ) {
         let mut finished = finished.peekable();
         let mut frames = 0;
+        // A SEND's or WRITE's completion says the peer's device took it, except on iWARP,
+        // where it says only that it was sent.
+        let acknowledged = !self.shared.cfg.write_completes_when_sent;
         while let Some((id, op)) = st.sq.finish_through(wr_id) {
             let status = if id == wr_id { status } else { Ok(()) };
             let buf = finished
@@ -411,8 +414,8 @@ impl ConnShared {
                     frames += 1;
                 }
                 (SqOp::Probe, status) => match (status, st.proto.as_mut()) {
-                    (Ok(()), Some(p)) => p.on_peer_acknowledged(Instant::now()),
-                    (Ok(()), None) => {}
+                    (Ok(()), Some(p)) if acknowledged => p.on_peer_acknowledged(Instant::now()),
+                    (Ok(()), _) => {}
                     (Err(_), _) => self.fail(st, PeerGone::QueuePairError),
                 },
                 (SqOp::Read(id), Ok(())) => {
@@ -422,13 +425,23 @@ impl ConnShared {
                         p.on_read_complete(id, buf);
                     }
                 }
-                (SqOp::OneSided(op), status) => {
+                (SqOp::FencedWrite(op), status) => {
                     let failed = status.is_err();
                     let result = match (status, buf) {
                         (Ok(()), Some(buf)) => Ok(buf),
                         (Ok(()), None) => Err("the operation's buffer did not come back".into()),
                         (Err(e), _) => Err(e.to_string()),
                     };
+                    st.one_sided.written(op, result);
+                    if failed {
+                        self.fail(st, PeerGone::QueuePairError);
+                    }
+                }
+                (SqOp::OneSided(op), status) => {
+                    let failed = status.is_err();
+                    let result = st
+                        .one_sided
+                        .outcome(op, status.map(|()| buf).map_err(|e| e.to_string()));
                     st.one_sided.finish(op, result);
                     if failed {
                         // RC moves the QP to error on any failed request: the connection is
@@ -442,7 +455,9 @@ impl ConnShared {
         if frames > 0 {
             if let Some(p) = st.proto.as_mut() {
                 p.on_send_complete(frames);
-                p.on_peer_acknowledged(Instant::now());
+                if acknowledged {
+                    p.on_peer_acknowledged(Instant::now());
+                }
             }
         }
         self.drive(st);

@@ -135,9 +135,12 @@ impl Shared {
             source,
         })?;
         // An iWARP device has no immediate data: the handshake says so, and no compact frame
-        // goes either way.
+        // goes either way. Its WRITE completes once sent: a one-sided write waits for a
+        // zero-length READ behind it, and a completion of ours is no sign of the peer's life.
         let mut cfg = cfg;
-        cfg.proto.immediate_data = ctx.transport() != verbs::Transport::Iwarp;
+        let iwarp = ctx.transport() == verbs::Transport::Iwarp;
+        cfg.proto.immediate_data = !iwarp;
+        cfg.write_completes_when_sent = iwarp;
         let res = Resources::open(&ctx, local_ip, &cfg, pd, pool)?;
         let receives = res.receives();
         let shared = Arc::new(Shared {

@@ -14,6 +14,8 @@ pub(crate) struct OneSidedOps<B> {
     in_flight: u32,
     next: u64,
     done: FxHashMap<u64, OneSidedResult<B>>,
+    /// Fenced writes whose WRITE completed, until their READ does: the WRITE's outcome.
+    written: FxHashMap<u64, OneSidedResult<B>>,
     /// Posted operations whose callers went away before they finished.
     forgotten: FxHashSet<u64>,
 }
@@ -24,6 +26,7 @@ impl<B> Default for OneSidedOps<B> {
             in_flight: 0,
             next: 1,
             done: FxHashMap::default(),
+            written: FxHashMap::default(),
             forgotten: FxHashSet::default(),
         }
     }
@@ -50,6 +53,28 @@ impl<B> OneSidedOps<B> {
         }
     }
 
+    /// The WRITE of fenced write `id` completed with `result`: kept until its fence does.
+    pub(crate) fn written(&mut self, id: u64, result: OneSidedResult<B>) {
+        self.written.insert(id, result);
+    }
+
+    /// The outcome of operation `id`'s last request: its own buffer or error (`fence`), or
+    /// for a fenced write whose zero-length READ completed, the WRITE's buffer; the first
+    /// error either request had.
+    pub(crate) fn outcome(
+        &mut self,
+        id: u64,
+        fence: OneSidedResult<Option<B>>,
+    ) -> OneSidedResult<B> {
+        match (self.written.remove(&id), fence) {
+            (Some(Err(e)), _) => Err(e),
+            (_, Err(e)) => Err(e),
+            (_, Ok(Some(buf))) => Ok(buf),
+            (Some(Ok(buf)), Ok(None)) => Ok(buf),
+            (None, Ok(None)) => Err("the operation's buffer did not come back".into()),
+        }
+    }
+
     /// The result of operation `id` once it finished (once).
     pub(crate) fn take(&mut self, id: u64) -> Option<OneSidedResult<B>> {
         self.done.remove(&id)
@@ -66,6 +91,30 @@ impl<B> OneSidedOps<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fenced_write_finishes_with_its_reads_outcome_and_the_first_error() {
+        let mut ops = OneSidedOps::<&str>::default();
+        // The WRITE completed (sent), then its zero-length READ: the WRITE's buffer back.
+        ops.written(1, Ok("source"));
+        assert_eq!(ops.outcome(1, Ok(None)), Ok("source"));
+        // The READ names a sink of its own: that one comes back.
+        ops.written(2, Ok("source"));
+        assert_eq!(ops.outcome(2, Ok(Some("fence"))), Ok("fence"));
+        // The peer refused the WRITE: the connection ended, the READ flushed; the WRITE's
+        // error is the one reported, whichever failed first.
+        ops.written(3, Err("remote access".into()));
+        assert_eq!(
+            ops.outcome(3, Err("flushed".into())),
+            Err("remote access".into())
+        );
+        ops.written(4, Ok("source"));
+        assert_eq!(ops.outcome(4, Err("flushed".into())), Err("flushed".into()));
+        // Not fenced: its own buffer, or the lack of one named.
+        assert_eq!(ops.outcome(5, Ok(Some("dest"))), Ok("dest"));
+        assert!(ops.outcome(6, Ok(None)).is_err());
+        assert!(ops.written.is_empty(), "every outcome taken");
+    }
 
     #[test]
     fn operations_are_bounded_their_results_taken_once_and_forgotten_ones_dropped() {

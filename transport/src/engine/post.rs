@@ -86,7 +86,9 @@ impl ConnShared {
 
     /// Posts a keepalive probe, a zero-length RDMA WRITE (no key is checked for zero bytes,
     /// no receive is consumed), unless one is still in flight: its successful completion tells
-    /// the protocol the peer's device is alive.
+    /// the protocol the peer's device is alive, except on iWARP, where it completes once sent
+    /// (there it only flushes the completions of unsignaled frames; the peer's frames, PONG
+    /// among them, are its signs of life).
     pub(super) fn post_probe(&self, st: &mut ConnState) {
         if st.sq.probe_in_flight() {
             return;

@@ -9,18 +9,22 @@ use crate::proto::ReadId;
 
 /// What a posted send-queue request was, in post order. Frames are signaled one in
 /// [`signal_every`]; READs, keepalive probes and one-sided operations always. A completion
-/// finishes its request and every unsignaled one before it (the send queue completes in
-/// order).
+/// finishes its request and every unsignaled frame before it (the send queue completes in
+/// order, except an iWARP READ: see [`SendQueue::finish_through`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SqOp {
     /// A protocol frame.
     Frame,
     /// A rendezvous READ.
     Read(ReadId),
-    /// A keepalive probe: a zero-length RDMA WRITE the peer's device acknowledges.
+    /// A keepalive probe: a zero-length RDMA WRITE the peer's device acknowledges (on
+    /// InfiniBand and RoCE).
     Probe,
     /// A one-sided operation of the user, finished into `ConnState::one_sided`.
     OneSided(u64),
+    /// The WRITE of a one-sided write whose completion (on iWARP: sent, not yet placed) is
+    /// kept until the zero-length READ behind it, posted as its `OneSided`, completes.
+    FencedWrite(u64),
 }
 
 /// At most this many frames are posted per signaled one: the device writes one completion
@@ -74,13 +78,43 @@ impl SendQueue {
     /// `None` (the requests up to `wr_id`, in order; none for a stale completion, whose
     /// request is not ours). The poll of every send completion runs this: the oldest request
     /// is read once, and the counts are written only when they change.
+    ///
+    /// A frame is finished by any later completion; every other request (always signaled)
+    /// only by its own. The difference matters on iWARP, where the device completes a READ
+    /// when its response arrives, after the requests posted behind it: its sink is not
+    /// written yet when they complete.
     #[inline]
     pub(crate) fn finish_through(&mut self, wr_id: u64) -> Option<(u64, SqOp)> {
         let &(id, op) = self.ops.front()?;
         if id > wr_id {
             return None;
         }
+        if id != wr_id && op != SqOp::Frame {
+            return self.finish_behind(wr_id);
+        }
         self.ops.pop_front();
+        self.finished(id, op)
+    }
+
+    /// [`finish_through`](Self::finish_through) when the oldest request waits for its own
+    /// completion: the oldest request behind it that `wr_id` finishes.
+    #[cold]
+    fn finish_behind(&mut self, wr_id: u64) -> Option<(u64, SqOp)> {
+        let i = self
+            .ops
+            .iter()
+            .position(|&(id, op)| id >= wr_id || op == SqOp::Frame)?;
+        let (id, op) = self.ops[i];
+        if id > wr_id {
+            return None;
+        }
+        self.ops.remove(i);
+        self.finished(id, op)
+    }
+
+    /// The books after request `id` left the queue.
+    #[inline]
+    fn finished(&mut self, id: u64, op: SqOp) -> Option<(u64, SqOp)> {
         let left = self.ops.len() as u32;
         if self.unsignaled > left {
             self.unsignaled = left;
@@ -181,6 +215,30 @@ mod tests {
     }
 
     #[test]
+    fn a_read_is_finished_only_by_its_own_completion() {
+        // iWARP completes a READ when its response arrives: after the frames posted behind it.
+        let mut q = SendQueue::default();
+        post_frames(&mut q, 1, 2, 16);
+        q.posted(3, SqOp::Read(ReadId(7)), true);
+        post_frames(&mut q, 4, 2, 2);
+        assert_eq!(finish_all(&mut q, 5), vec![1, 2, 4, 5], "the READ stays");
+        assert_eq!(q.len(), 1);
+        assert!(!q.only_unsignaled_left());
+        assert_eq!(q.finish_through(3), Some((3, SqOp::Read(ReadId(7)))));
+        assert!(q.is_empty());
+        // A later frame's completion does not finish a probe or a one-sided operation ahead
+        // of it either; their own completions do, in any order.
+        q.posted(6, SqOp::Probe, true);
+        q.posted(7, SqOp::OneSided(1), true);
+        q.posted(8, SqOp::Frame, true);
+        assert_eq!(finish_all(&mut q, 8), vec![8]);
+        assert!(q.probe_in_flight());
+        assert_eq!(finish_all(&mut q, 7), vec![7]);
+        assert_eq!(finish_all(&mut q, 6), vec![6]);
+        assert!(q.is_empty() && !q.probe_in_flight());
+    }
+
+    #[test]
     fn a_stale_completion_finishes_nothing() {
         let mut q = SendQueue::default();
         post_frames(&mut q, 10, 3, 16);
@@ -196,7 +254,8 @@ mod tests {
         q.posted(4, SqOp::OneSided(1), true);
         post_frames(&mut q, 5, 2, 16);
         assert_eq!(q.unsignaled(), 2);
-        assert_eq!(finish_all(&mut q, 5), vec![1, 2, 3, 4, 5]);
+        assert_eq!(finish_all(&mut q, 4), vec![1, 2, 3, 4]);
+        assert_eq!(finish_all(&mut q, 5), vec![5]);
         assert_eq!(q.len(), 1);
         assert_eq!(q.unsignaled(), 1);
     }

@@ -73,10 +73,21 @@ fn attack(
     };
     let detect_ms = started.elapsed().as_secs_f64() * 1e3;
     eprintln!("{name}: the attacker got {result:?} after {detect_ms:.1} ms");
-    let refused_by_device = matches!(
-        &result,
-        Err(Error::Completion { status, .. }) if status.contains("remote access error")
-    );
+    // InfiniBand and RoCE answer the request with a remote access error; an iWARP device
+    // sends a TERMINATE instead, which ends the connection: the attacker's operation fails
+    // with the connection's end (or a flushed completion).
+    let iwarp = iwarp();
+    let refused_by_device = if iwarp {
+        matches!(
+            &result,
+            Err(Error::Closed { .. } | Error::Completion { .. })
+        )
+    } else {
+        matches!(
+            &result,
+            Err(Error::Completion { status, .. }) if status.contains("remote access error")
+        )
+    };
     // RC ends the attacker's connection on a remote access error; the victim's side of it
     // ends too (the attacker's endpoint tears it down).
     let attacker_closed = attacker.is_closed();
@@ -109,9 +120,22 @@ fn attack(
     figures.kept_serving = after_tally.received == after_tally.sent
         && by_tally.received == by_tally.sent
         && by_messages > 0;
+    // siw (Linux 6.1) checks a READ's key, protection domain and bounds but not the
+    // region's REMOTE_READ right: a device that lets the forged read through cannot be
+    // judged here (iWARP only; InfiniBand and RoCE devices must refuse it).
+    if iwarp && matches!(op, Op::Read { .. }) && result.is_ok() {
+        figures.skipped = Some(format!(
+            "{} does not enforce remote read permission: a READ of a region registered              without REMOTE_READ succeeded",
+            testkit::device().name
+        ));
+    }
     figures.checks = vec![
         (
-            "the device refused it: remote access error",
+            if iwarp {
+                "the device refused it: the connection ended (iWARP TERMINATE)"
+            } else {
+                "the device refused it: remote access error"
+            },
             refused_by_device,
         ),
         ("the attacker's connection ended", attacker_closed),
