@@ -34,6 +34,9 @@ fn filled(pool: &Pool, data: &[u8]) -> Buffer {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn send_from_a_pool_buffer_into_a_posted_pool_buffer() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let pd = pd();
     let p = Pair::on(&pd);
     let tx_pool = pool(&pd, PoolAccess::LOCAL_WRITE);
@@ -82,6 +85,9 @@ fn send_from_a_pool_buffer_into_a_posted_pool_buffer() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn rdma_write_into_and_read_from_a_remote_access_pool_buffer() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let pd = pd();
     let p = Pair::on(&pd);
     let local = pool(&pd, PoolAccess::LOCAL_WRITE);
@@ -145,6 +151,9 @@ fn rdma_write_into_and_read_from_a_remote_access_pool_buffer() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_local_only_pool_refuses_remote_access() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let pd = pd();
     let local = pool(&pd, PoolAccess::LOCAL_WRITE);
     let mut target = local.try_alloc(4096).unwrap();
@@ -197,6 +206,9 @@ fn a_local_only_pool_refuses_remote_access() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn buffers_of_the_host_registrar_reach_nothing_on_a_device() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     let pd = pd();
     let host = Pool::new(
         PoolConfig::new().class_sizes([4096]).cap_bytes(64 << 20),
@@ -253,6 +265,9 @@ fn buffers_of_the_host_registrar_reach_nothing_on_a_device() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn exhaustion_and_recovery_under_8_threads() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     const THREADS: usize = 8;
     const SIZE: usize = 4096;
     const PER_CHUNK: usize = 4;
@@ -418,6 +433,9 @@ fn the_device_registrar_reports_its_chunk_limit() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_class_starved_by_the_cap_is_served_once_other_classes_are_idle() {
+    if crate::support::lacks(testkit::test_name!(), verbs::Capability::ManualConnect) {
+        return;
+    }
     const CHUNK: usize = 64 << 10;
     let pd = pd();
     let p = Pair::on(&pd);

@@ -95,3 +95,13 @@ pub fn one<B: 'static>(cq: &Cq, qp: &Qp) -> (Completion, B) {
         .expect("the request's buffer comes back");
     (completion, buf)
 }
+
+/// Skips the calling test (`test`, from `testkit::test_name!`) when the device under test
+/// lacks `capability`, as decided from what it reports, and says whether it did.
+pub fn lacks(test: &str, capability: verbs::Capability) -> bool {
+    let dev = testkit::device().name;
+    let caps = verbs::Context::open(&dev)
+        .and_then(|c| c.capabilities())
+        .expect("query the test device");
+    testkit::skip_unless(test, caps.require(&dev, capability))
+}
