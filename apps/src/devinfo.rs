@@ -205,8 +205,11 @@ fn device(out: &mut String, ctx: &Context, d: &verbs::DeviceInfo, a: &Args) -> R
             let (width, speed) = (pa.active_width(), pa.active_speed());
             let _ = writeln!(out, "\t\t\tactive_width:\t\t{width} ({})", u8::from(width));
             let _ = writeln!(out, "\t\t\tactive_speed:\t\t{speed} ({})", u8::from(speed));
-            let phys = pa.phys_state();
-            let _ = writeln!(out, "\t\t\tphys_state:\t\t{phys} ({})", u8::from(phys));
+            // As ibv_devinfo: the physical state of InfiniBand-transport ports only.
+            if ctx.transport() == verbs::Transport::Ib {
+                let phys = pa.phys_state();
+                let _ = writeln!(out, "\t\t\tphys_state:\t\t{phys} ({})", u8::from(phys));
+            }
             for e in gids.iter().flatten().filter(|e| e.port == port) {
                 let ip = e
                     .gid

@@ -57,6 +57,8 @@ pub fn run(p: &Params, s: &mut TestRun) -> Result<Vec<Value>, Error> {
     };
     for &size in &p.sizes {
         let mine = s.mine[0];
+        // Each size's receives are counted anew (perftest zeroes its credit words).
+        s.ep.reset_credits();
         if let Some(r) = &mut recvs {
             for qp in 0..s.ep.qps.len() {
                 r.refill(&s.ep, qp)?;
@@ -137,6 +139,7 @@ fn serve_sends(
     let mut done = Vec::new();
     let mut t0 = None;
     let mut left = vec![p.iters as usize; s.ep.qps.len()];
+    let mut credits = Credits::new(p, s.ep.qps.len());
     // Without the peak, the figures read only the time of the last receive.
     let mut received = 0;
     let mut at = Duration::ZERO;
@@ -154,13 +157,67 @@ fn serve_sends(
             received += 1;
             left[d.qp] = left[d.qp].saturating_sub(1);
             recvs.on_recv(d.qp, left[d.qp]);
+            credits.on_recv(d.qp);
         }
         recvs.repost(&s.ep)?;
+        credits.grant(s)?;
     }
     if !p.peak {
         completed.resize(received, at);
     }
     Ok((vec![Duration::ZERO; total], completed))
+}
+
+/// The receive credits a send-bw receiver on iWARP grants its sender (perftest's
+/// `send_rcredit`): every third of the receive queue, the count of receives taken on a QP,
+/// written into the sender's credit word once those receives are posted again. The sender
+/// keeps `scnt + post_list - credit` below its receive depth, so it never sends into an
+/// empty receive queue: iWARP has no RNR retry, and such a SEND ends the connection.
+struct Credits {
+    on: bool,
+    every: u64,
+    depth: u64,
+    /// Receives taken per QP (this size).
+    received: Vec<u64>,
+    /// QPs whose count reached a multiple of `every` since the last grant.
+    due: Vec<bool>,
+}
+
+impl Credits {
+    fn new(p: &Params, qps: usize) -> Credits {
+        Credits {
+            on: p.credits,
+            every: p.credit_every(),
+            depth: u64::from(p.rx_depth).max(1),
+            received: vec![0; qps],
+            due: vec![false; qps],
+        }
+    }
+
+    fn on_recv(&mut self, qp: usize) {
+        if self.on {
+            self.received[qp] += 1;
+            if (self.received[qp] % self.depth) % self.every == 0 {
+                self.due[qp] = true;
+            }
+        }
+    }
+
+    /// Grants what is due (after the receives were posted again).
+    fn grant(&mut self, s: &TestRun) -> Result<(), Error> {
+        for qp in 0..self.due.len() {
+            if std::mem::take(&mut self.due[qp]) {
+                s.ep.grant_credit(qp, &s.remote[qp], self.received[qp])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether the sender of QP `qp` may post `n` more requests: without credits always; with
+/// them while `sent + n - credit` stays below the receive depth (perftest's `swindow`).
+fn credit_allows(p: &Params, s: &TestRun, qp: usize, sent: usize, n: usize) -> bool {
+    !p.credits || (sent + n) as u64 - s.ep.credit(qp).min((sent + n) as u64) < u64::from(p.rx_depth)
 }
 
 /// Whether a QP's next request, with `ahead` more before it in the list being built, fills
@@ -246,6 +303,10 @@ fn client(
     let mut stop = false;
     let mut recv_left = vec![if recv.is_some() { iters } else { 0 }; nqp];
     let mut receiving = recv.is_some();
+    // The receive credits this side grants (send-bw -b on iWARP), and since when it has
+    // waited for the peer's.
+    let mut credits = Credits::new(p, nqp);
+    let mut credit_wait: Option<Instant> = None;
     let t0 = Instant::now();
     while finished < posted || (!stop && posted < total) || receiving {
         let mut progress = false;
@@ -255,7 +316,11 @@ fn client(
             if p.post_list == 1 {
                 // One request per post: the prepared requests, with no list to build.
                 let [unsignaled, signaled] = &mut single[qp];
-                while !stop && sent[qp] < per_qp && outstanding[qp] < depth {
+                while !stop
+                    && sent[qp] < per_qp
+                    && outstanding[qp] < depth
+                    && credit_allows(p, s, qp, sent[qp], 1)
+                {
                     since_signal[qp] += 1;
                     let full = fills_or_ends(outstanding[qp], sent[qp], 0, depth, per_qp);
                     let at = if p.peak { t0.elapsed() } else { Duration::ZERO };
@@ -279,6 +344,9 @@ fn client(
             }
             loop {
                 batch.clear();
+                if !credit_allows(p, s, qp, sent[qp], p.post_list as usize) {
+                    break;
+                }
                 while !stop
                     && sent[qp] + batch.len() < per_qp
                     && outstanding[qp] + batch.len() < depth
@@ -330,6 +398,9 @@ fn client(
                 progress = true;
             }
         }
+        if progress {
+            credit_wait = None;
+        }
         if !stop && until.is_some_and(|u| Instant::now() >= u) {
             stop = true;
             // End each QP's run with a signaled request, so its unsignaled tail completes.
@@ -368,6 +439,7 @@ fn client(
                     if let Some(r) = recv.as_deref_mut() {
                         r.on_recv(d.qp, recv_left[d.qp]);
                     }
+                    credits.on_recv(d.qp);
                     receiving = recv_left.iter().any(|&l| l > 0);
                     continue;
                 }
@@ -377,6 +449,17 @@ fn client(
             }
             if let Some(r) = recv.as_deref_mut() {
                 r.repost(&s.ep)?;
+                credits.grant(s)?;
+            }
+        } else if !stop && posted < total {
+            // Nothing in flight, yet nothing posted: the sender waits for receive credits,
+            // which come as the peer's WRITEs, without a completion here. Bounded.
+            let waited = *credit_wait.get_or_insert_with(Instant::now);
+            if waited.elapsed() >= p.timeout() {
+                return Err(Error::Peer(format!(
+                    "no receive credit from the peer for {} s: it stopped (did it exit?)",
+                    p.timeout().as_secs()
+                )));
             }
         }
     }
@@ -389,4 +472,40 @@ fn client(
         }
     }
     Ok((posted_at, completed_at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn credits(depth: u64, every: u64, qps: usize) -> Credits {
+        Credits {
+            on: true,
+            every,
+            depth,
+            received: vec![0; qps],
+            due: vec![false; qps],
+        }
+    }
+
+    #[test]
+    fn a_credit_is_due_every_third_of_the_receive_queue_per_qp() {
+        // perftest: credit_cnt = rx_depth / 3, due when (rcnt % rx_depth) % credit_cnt == 0.
+        let mut c = credits(9, 3, 2);
+        let mut due_at = Vec::new();
+        for n in 1..=12 {
+            c.on_recv(0);
+            if std::mem::take(&mut c.due[0]) {
+                due_at.push(n);
+            }
+        }
+        assert_eq!(due_at, [3, 6, 9, 12]);
+        assert_eq!(c.received, [12, 0], "counted per QP");
+        assert!(!c.due[1]);
+        // Without credits nothing is counted.
+        let mut off = credits(9, 3, 1);
+        off.on = false;
+        off.on_recv(0);
+        assert_eq!(off.received, [0]);
+    }
 }

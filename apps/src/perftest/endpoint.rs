@@ -183,6 +183,9 @@ pub struct Endpoint {
     cm: Option<TestConns>,
     /// `-R` server: the listener for the test's QPs, bound before the client may connect them.
     cm_listener: Option<cm::Listener>,
+    /// send-bw on iWARP ([`Params::credits`]): `2 × QPs` 32-bit words, as perftest's
+    /// `ctrl_buf`; the peer writes its receive count for QP `i` into word `QPs + i`.
+    credits: Option<MemoryRegion>,
     /// Memory of the test loops' requests ([`add_source`](Self::add_source),
     /// [`add_sink`](Self::add_sink)). Last field, so it is dropped after every QP: a test may
     /// end with requests still posted (receives, a duration run's tail).
@@ -196,7 +199,12 @@ fn qp_cap(p: &Params) -> QpCap {
         max_recv_wr: p.rx_depth,
         max_send_sge: 1,
         max_recv_sge: 1,
-        max_inline_data: p.inline_size,
+        // Receive credits go as 4-byte inline WRITEs.
+        max_inline_data: if p.credits {
+            p.inline_size.max(4)
+        } else {
+            p.inline_size
+        },
     }
 }
 
@@ -274,6 +282,15 @@ impl Endpoint {
             _ => 1,
         }
         .max(1);
+        let credits = if p.credits {
+            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            Some(
+                pd.reg_mr(8 * p.qps as usize, access)
+                    .map_err(|e| Error::Verbs("register the receive credits", e))?,
+            )
+        } else {
+            None
+        };
         Ok(Endpoint {
             pd,
             cq,
@@ -284,6 +301,7 @@ impl Endpoint {
             qp_access,
             cm: None,
             cm_listener: None,
+            credits,
             buffers: FixedBuffers::new(),
         })
     }
@@ -419,17 +437,62 @@ impl Endpoint {
     }
 
     /// This side's address message for QP `i` (`set_up_connection`).
+    /// With receive credits, it names this side's credit word of QP `i` instead of the
+    /// target buffer (perftest's `ctx_alloc_credit`).
     pub fn dest(&self, dev: &Device, i: usize, psn: u32) -> Dest {
+        let (rkey, vaddr) = match &self.credits {
+            Some(c) => (c.rkey(), c.addr() + 4 * (self.qps.len() + i) as u64),
+            None => (self.target.rkey(), self.target.addr()),
+        };
         Dest {
             lid: dev.lid,
             out_reads: self.out_reads,
             qpn: self.qps[i].qp_num(),
             psn,
-            rkey: self.target.rkey(),
-            vaddr: self.target.addr(),
+            rkey,
+            vaddr,
             gid: dev.gid,
             srqn: 0,
         }
+    }
+
+    /// The receive count the peer last granted on QP `qp` (0 without credits).
+    pub fn credit(&self, qp: usize) -> u64 {
+        let Some(c) = &self.credits else { return 0 };
+        let mut word = [0u8; 4];
+        c.read(4 * (self.qps.len() + qp), &mut word)
+            .expect("a credit word of the region");
+        u64::from(u32::from_ne_bytes(word))
+    }
+
+    /// Forgets the credits granted (before each size: the peer counts its receives anew).
+    pub fn reset_credits(&mut self) {
+        let n = self.qps.len();
+        if let Some(c) = &mut self.credits {
+            c.write(4 * n, &vec![0u8; 4 * n])
+                .expect("the credit words of the region");
+        }
+    }
+
+    /// Grants the peer `received` receives on QP `qp`: an inline RDMA WRITE of the count
+    /// into its credit word (`remote`, from its address message), signaled (perftest's
+    /// `ctrl_wr`). Its completion is reclaimed by the [`Poller`].
+    pub fn grant_credit(&self, qp: usize, remote: &Dest, received: u64) -> Result<(), Error> {
+        let word = (received as u32).to_ne_bytes();
+        let at = RemoteSlice {
+            addr: remote.vaddr,
+            len: 4,
+            rkey: remote.rkey,
+        };
+        self.qps[qp]
+            .post_send_inline(
+                verbs::WrOp::RdmaWrite(at),
+                &[std::io::IoSlice::new(&word)],
+                verbs::SendFlags::SIGNALED,
+                None,
+            )
+            .map(drop)
+            .map_err(|e| Error::Verbs("grant receive credits", e))
     }
 
     /// `ctx_connect`: QP `i` to RTR and RTS toward `remote`.
@@ -589,6 +652,13 @@ impl Poller {
                 if let Err(e) = wc.status() {
                     return Err(Error::Completion(explain(e.status), e.to_string()));
                 }
+                if wc.wr_id() & verbs::OWNED_WR_ID != 0 {
+                    // A receive credit (tracked by verbs): finished, nothing to count.
+                    for qp in &ep.qps {
+                        qp.reclaim(wc);
+                    }
+                    continue;
+                }
                 out.push(Done::from_wr_id(wc.wr_id()));
             }
             if got || !block {
@@ -631,7 +701,15 @@ fn explain(status: Option<WcStatus>) -> &'static str {
              or an operation it does not run): do both sides run the same test with the same \
              -s / -a?"
         }
-        Some(WcStatus::WrFlushErr) => "the queue pair went to the error state (an earlier failure)",
+        Some(WcStatus::WrFlushErr) => {
+            "the queue pair went to the error state: an earlier request failed, or the peer went \
+             away or refused a request (on iWARP a refused request ends the connection: do both \
+             sides run the same test with the same -s / -a?)"
+        }
+        Some(WcStatus::LocQpOpErr) => {
+            "the request does not fit the QP, or (on iWARP) the peer refused it and ended the \
+             connection: do both sides run the same test with the same -s / -a?"
+        }
         _ => "a work request failed",
     }
 }

@@ -183,7 +183,7 @@ fn random_psn(i: usize) -> u32 {
 pub fn run(p: &Params) -> Result<(), Error> {
     let test = p.test;
     let dev = Device::open(p)?;
-    let p = &p.on_device(dev.vendor_id);
+    let p = &p.on_device(dev.vendor_id, dev.ctx.transport());
     let timeout = p.timeout();
     let quiet = p.args.output.is_some();
     if p.peak_warning && !quiet {
@@ -320,7 +320,15 @@ fn print_banner(p: &Params, s: &TestRun) {
     let line = report::RESULT_LINE;
     println!("{line}");
     println!("                    {}", p.test.title());
-    println!(" Number of qps   : {}\t\tTransport type : IB", p.qps);
+    // perftest's names: IB (InfiniBand and RoCE), IW (iWARP).
+    let transport = match s.dev.ctx.transport() {
+        verbs::Transport::Iwarp => "IW",
+        _ => "IB",
+    };
+    println!(
+        " Number of qps   : {}\t\tTransport type : {transport}",
+        p.qps
+    );
     println!(" Connection type : RC\t\tUsing SRQ      : OFF");
     println!(" Device          : {}", s.dev.ctx.name());
     println!(" Mtu             : {}[B]", s.mtu.bytes());

@@ -191,6 +191,10 @@ pub struct Params {
     /// Whether `-Q` asked for moderation of messages over 8 KiB (perftest warns that the
     /// result may be inaccurate).
     pub cq_mod_warning: bool,
+    /// send-bw on iWARP: the receiver grants the sender receive credits (perftest's
+    /// `send_rcredit`: iWARP has no RNR retry, so a SEND that finds no receive posted ends
+    /// the connection).
+    pub credits: bool,
     /// Everything else, as given.
     pub args: Args,
 }
@@ -390,6 +394,7 @@ impl Params {
             peak,
             peak_warning,
             cq_mod_warning,
+            credits: false,
             args,
         })
     }
@@ -399,19 +404,33 @@ impl Params {
         self.args.qp_timeout.unwrap_or(14)
     }
 
-    /// Whether this side is the server.
-    /// These parameters on a device with vendor id `vendor_id`: perftest recognizes devices
-    /// by vendor and part id to send inline by default, and knows no software device, so on
-    /// rxe (vendor 0xffffff) and siw (0x626d74) the default inline size is 0 there, and
-    /// here. An explicit `-I` is kept.
-    pub fn on_device(&self, vendor_id: u32) -> Params {
+    /// These parameters on a device with vendor id `vendor_id` and `transport`: perftest
+    /// recognizes devices by vendor and part id to send inline by default, and knows no
+    /// software device, so on rxe (vendor 0xffffff) and siw (0x626d74) the default inline
+    /// size is 0 there, and here. An explicit `-I` is kept. On iWARP, send-bw takes receive
+    /// credits ([`credits`](Self::credits)), and every READ and atomic is signaled: one
+    /// completes when its response arrives, after later requests, so only its own
+    /// completion says it is done.
+    pub fn on_device(&self, vendor_id: u32, transport: verbs::Transport) -> Params {
         let mut p = self.clone();
         if p.args.inline_size.is_none() && SOFTWARE_VENDORS.contains(&vendor_id) {
             p.inline_size = 0;
         }
+        let iwarp = transport == verbs::Transport::Iwarp;
+        p.credits = p.test == Test::SendBw && iwarp;
+        if iwarp && matches!(p.test.verb(), Verb::Read | Verb::Atomic) {
+            p.cq_mod = 1;
+        }
         p
     }
 
+    /// Receives that a receive credit stands for (perftest's `credit_cnt`): a third of the
+    /// receive queue.
+    pub fn credit_every(&self) -> u64 {
+        u64::from(self.rx_depth / 3).max(1)
+    }
+
+    /// Whether this side is the server.
     pub fn is_server(&self) -> bool {
         self.args.servername.is_none()
     }
@@ -508,12 +527,15 @@ mod tests {
     #[test]
     fn software_devices_send_nothing_inline_unless_asked_like_perftest() {
         let p = parse(Test::SendLat, &[]).unwrap();
-        assert_eq!(p.on_device(0xff_ffff).inline_size, 0);
-        assert_eq!(p.on_device(0x62_6d74).inline_size, 0);
+        assert_eq!(p.on_device(0xff_ffff, verbs::Transport::Ib).inline_size, 0);
+        assert_eq!(
+            p.on_device(0x62_6d74, verbs::Transport::Iwarp).inline_size,
+            0
+        );
         // A hardware vendor (Mellanox) keeps perftest's default.
-        assert_eq!(p.on_device(0x02c9).inline_size, 236);
+        assert_eq!(p.on_device(0x02c9, verbs::Transport::Ib).inline_size, 236);
         let p = parse(Test::SendLat, &["-I", "64"]).unwrap();
-        assert_eq!(p.on_device(0xff_ffff).inline_size, 64);
+        assert_eq!(p.on_device(0xff_ffff, verbs::Transport::Ib).inline_size, 64);
     }
 
     #[test]

@@ -64,6 +64,53 @@ fn text(out: &Output) -> String {
 
 /// Runs `server_prog` as server and `client_prog` as client; both must succeed and print the
 /// result lines.
+/// Waits until an rdma_cm id listens on `port` (`rdma resource show cm_id`).
+pub(crate) fn wait_cm_listening(port: u16, server: &mut ChildGuard) {
+    let needle = format!(":{port} ");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let out = Command::new("rdma")
+            .args(["resource", "show", "cm_id"])
+            .output()
+            .expect("run rdma resource show cm_id");
+        let listing = String::from_utf8_lossy(&out.stdout);
+        if listing
+            .lines()
+            .any(|l| l.contains("state LISTEN") && format!("{l} ").contains(&needle))
+        {
+            return;
+        }
+        if Instant::now() > deadline {
+            server.kill();
+            panic!("server never listened with rdma_cm on port {port}:\n{listing}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether the device under test is iWARP, whose queue pairs connect only through the
+/// RDMA CM (so ibv_rc_pingpong cannot run there, and ours says why).
+fn iwarp() -> bool {
+    verbs::Context::open(&testkit::device().name)
+        .expect("open the test device")
+        .transport()
+        == verbs::Transport::Iwarp
+}
+
+/// On iWARP: our rc-pingpong, in either role, refuses at once, saying why and what to use.
+fn ours_refuses_on_iwarp(port: u16) {
+    let addr = testkit::device().addr.to_string();
+    for server in [None, Some(addr.as_str())] {
+        let out = testkit::run_with_timeout(cmd(OURS, port, &[], server), TIMEOUT);
+        assert!(!out.status.success(), "{}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("is an iWARP device") && err.contains("RDMA CM") && err.contains("-R"),
+            "{err}"
+        );
+    }
+}
+
 fn pair(server_prog: &str, client_prog: &str, port: u16, extra: &[&str]) -> (String, String) {
     let mut server = ChildGuard::spawn(cmd(server_prog, port, extra, None)).expect("start server");
     wait_listening(port, &mut server);
@@ -100,18 +147,27 @@ fn pair(server_prog: &str, client_prog: &str, port: u16, extra: &[&str]) -> (Str
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn our_server_with_ibv_rc_pingpong_client() {
+    if iwarp() {
+        return ours_refuses_on_iwarp(18_601);
+    }
     pair(OURS, THEIRS, 18_601, &[]);
 }
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn ibv_rc_pingpong_server_with_our_client() {
+    if iwarp() {
+        return ours_refuses_on_iwarp(18_602);
+    }
     pair(THEIRS, OURS, 18_602, &[]);
 }
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn ours_with_ours_in_event_mode_and_small_messages() {
+    if iwarp() {
+        return ours_refuses_on_iwarp(18_603);
+    }
     pair(OURS, OURS, 18_603, &["-e", "-s", "64", "-r", "100"]);
     pair(OURS, THEIRS, 18_604, &["-e", "-s", "64", "-m", "512"]);
 }

@@ -49,7 +49,10 @@ fn pair_after(
         "-S",
         &size.to_string(),
     ]);
-    let server_child = ChildGuard::spawn(s).expect("start server");
+    let mut server_child = ChildGuard::spawn(s).expect("start server");
+    // rdma-core's rping client does not exit when an iWARP connect is refused (the TCP
+    // port not open yet): connect once the server listens.
+    super::wait_cm_listening(port.parse().expect("a port"), &mut server_child);
 
     before_client();
     // The server may not be listening yet: a rejected client is retried.
