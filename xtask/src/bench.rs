@@ -267,7 +267,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 let ok = stream(cmd, &mut on_line)?;
                 (ok, format!("{} ({origin})", dev.name))
             }
-            Target::Guest => {
+            Target::Guest(_) => {
                 let outcome = guest::run(&mut guest::Options {
                     two_hosts: true,
                     device: guest::Device::Rxe,

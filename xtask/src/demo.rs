@@ -1,6 +1,8 @@
 //! `cargo xtask demo`: brings up a device (two hosts in the qemu guest) and runs the reference
 //! programs between them (rdma-core's, ours, and each of ours against rdma-core's), then our
-//! tokio echo server and client over the transport's byte stream, printing what each reports.
+//! tokio echo server and client over the transport's byte stream, printing what each reports;
+//! then the same on an iWARP pair (siw) for what runs there: rping and the echo
+//! (`ibv_rc_pingpong` connects by hand, which iWARP cannot).
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -45,6 +47,8 @@ struct App {
     client: &'static str,
     /// Lines of the output worth showing (an extended grep pattern).
     show: &'static str,
+    /// Whether it runs on iWARP (connects through the RDMA CM).
+    iwarp: bool,
 }
 
 const RC_PINGPONG_SERVER_C: &str =
@@ -70,36 +74,42 @@ const APPS: &[App] = &[
         server: RC_PINGPONG_SERVER_C,
         client: RC_PINGPONG_CLIENT_C,
         show: PINGPONG_SHOW,
+        iwarp: false,
     },
     App {
         name: "rc-pingpong <-> rc-pingpong (ours)",
         server: RC_PINGPONG_SERVER_RS,
         client: RC_PINGPONG_CLIENT_RS,
         show: PINGPONG_SHOW,
+        iwarp: false,
     },
     App {
         name: "rc-pingpong server (ours) <-> ibv_rc_pingpong client (rdma-core)",
         server: RC_PINGPONG_SERVER_RS,
         client: RC_PINGPONG_CLIENT_C,
         show: PINGPONG_SHOW,
+        iwarp: false,
     },
     App {
         name: "rping <-> rping (rdma-core; rdma_cm + RDMA read/write, 10 pings)",
         server: RPING_SERVER_C,
         client: RPING_CLIENT_C,
         show: RPING_SHOW,
+        iwarp: true,
     },
     App {
         name: "rping <-> rping (ours)",
         server: RPING_SERVER_RS,
         client: RPING_CLIENT_RS,
         show: RPING_SHOW,
+        iwarp: true,
     },
     App {
         name: "rping server (ours) <-> rping client (rdma-core)",
         server: RPING_SERVER_RS,
         client: RPING_CLIENT_C,
         show: RPING_SHOW,
+        iwarp: true,
     },
 ];
 
@@ -125,6 +135,38 @@ kill $server 2>/dev/null; wait $server 2>/dev/null
 pub fn main(_args: &[String]) -> Result<ExitCode> {
     apt::ensure(apt::BASE)?;
     let apps = build_apps()?;
+    let mut all_ok = true;
+    for device in [guest::Device::Rxe, guest::Device::Siw] {
+        println!("=== on {} ===", device.name());
+        let outcome = guest::run(&mut guest::Options {
+            two_hosts: true,
+            device,
+            timeout: Duration::from_secs(600),
+            script: script(&apps, device),
+            on_line: &mut |line: &str| println!("{line}"),
+        })?;
+        println!("device: {}", outcome.device());
+        println!(
+            "demo on {}: {} ({:.1} s, boot included)",
+            device.name(),
+            if outcome.status.success() {
+                "all programs succeeded"
+            } else {
+                "a program failed"
+            },
+            outcome.elapsed.as_secs_f64()
+        );
+        all_ok &= outcome.status.success();
+    }
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The guest's script on `device`: the programs that run there, then the echo.
+fn script(apps: &AppPaths, device: guest::Device) -> String {
     let mut script = format!(
         "fail=0\nT='timeout 60'\nRC_PINGPONG={}\nRPING={}\nECHO_SERVER={}\nECHO_CLIENT={}\n",
         util::shell_quote(&apps.rc_pingpong.to_string_lossy()),
@@ -132,7 +174,10 @@ pub fn main(_args: &[String]) -> Result<ExitCode> {
         util::shell_quote(&apps.echo_server.to_string_lossy()),
         util::shell_quote(&apps.echo_client.to_string_lossy()),
     );
-    for app in APPS {
+    for app in APPS
+        .iter()
+        .filter(|a| device == guest::Device::Rxe || a.iwarp)
+    {
         script.push_str(&format!(
             r#"echo "== {name}"
 $RDMA_TEST_PEER_EXEC $T {server} > /tmp/server.log 2>&1 &
@@ -155,22 +200,5 @@ fi
     }
     script.push_str(ECHO);
     script.push_str("exit $fail\n");
-    let outcome = guest::run(&mut guest::Options {
-        two_hosts: true,
-        device: guest::Device::Rxe,
-        timeout: Duration::from_secs(600),
-        script,
-        on_line: &mut |line: &str| println!("{line}"),
-    })?;
-    println!("device: {}", outcome.device());
-    println!(
-        "demo: {} ({:.1} s, boot included)",
-        if outcome.status.success() {
-            "all programs succeeded"
-        } else {
-            "a program failed"
-        },
-        outcome.elapsed.as_secs_f64()
-    );
-    Ok(crate::util::exit_code(outcome.status))
+    script
 }

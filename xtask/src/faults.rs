@@ -49,11 +49,16 @@ fn file_name(scenario: &str) -> String {
 }
 
 pub fn main(args: &[String]) -> Result<ExitCode> {
-    if let Some(a) = args.first() {
-        return Err(Error::new(format!(
-            "cargo xtask faults takes no arguments (got {a:?})"
-        )));
-    }
+    // In the guest, one device: the scenarios' records of a second would replace the first's.
+    let device = match args {
+        [] => None,
+        [opt, d] if opt == "--device" => Some(crate::guest::Device::parse(d)?),
+        _ => {
+            return Err(Error::new(format!(
+                "usage: cargo xtask faults [--device rxe|siw] (got {args:?})"
+            )))
+        }
+    };
     let out = util::target_dir().join("faults");
     let records = out.join("records");
     if records.exists() {
@@ -62,7 +67,12 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     fs::create_dir_all(&records).context(format_args!("cannot create {}", records.display()))?;
     // The test process (on the host or in the guest) writes one file per scenario there.
     std::env::set_var("TRANSPORT_FAULTS_REPORT", &records);
-    let tests = crate::test::main(&["-p".into(), "transport".into(), "fault_suite::".into()])?;
+    let mut test_args: Vec<String> = vec!["-p".into(), "transport".into(), "fault_suite::".into()];
+    test_args.extend([
+        "--device".into(),
+        device.unwrap_or(crate::guest::Device::Rxe).name().into(),
+    ]);
+    let tests = crate::test::main(&test_args)?;
 
     let mut device = Value::Null;
     let mut scenarios = Vec::new();
@@ -138,13 +148,24 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 Some(false) => "NO",
                 None => "-",
             },
-            if s["pass"] == true { "pass" } else { "FAIL" },
+            match (s["pass"] == true, s["skipped"].is_string()) {
+                (true, true) => "skip",
+                (true, false) => "pass",
+                (false, _) => "FAIL",
+            },
         );
     }
     let report = json!({"device": device, "scenarios": scenarios});
     let path = out.join("report.json");
     fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON"))
         .context(format_args!("cannot write {}", path.display()))?;
+    for s in scenarios.iter().filter(|s| s["skipped"].is_string()) {
+        println!(
+            "skipped {}: {}",
+            s["name"].as_str().unwrap_or("?"),
+            s["skipped"].as_str().unwrap_or("")
+        );
+    }
     println!("\nfaults: report in {}", path.display());
     Ok(if all_pass {
         ExitCode::SUCCESS

@@ -24,14 +24,16 @@ use util::{Error, Result};
 const USAGE: &str = "\
 usage: cargo xtask <task>
 
-  test [--timeout S] [-p CRATE]... [FILTER]
+  test [--device rxe|siw] [--timeout S] [-p CRATE]... [FILTER]
                                         host-tier tests, then device-tier tests on a real RDMA
-                                        device (existing device -> host rxe -> qemu guest);
+                                        device (existing device -> host rxe -> qemu guest, on
+                                        rxe and then siw; --device: only that one);
                                         -p: only these crates' tests (repeatable)
   bench [NAME...]                       benchmarks on a real RDMA device, beside the C baseline
   demo                                  bring up a device and run the reference programs
-  faults                                the transport's fault suite on a real device: one table
-                                        and target/faults/report.json
+  faults [--device rxe|siw]             the transport's fault suite on a real device (in the
+                                        guest: rxe unless named): one table and
+                                        target/faults/report.json
   guest [--two-hosts] [--device rxe|siw] [--timeout S] -- CMD...
                                         run CMD in a qemu guest with rxe (or siw) up
                                         (Debian kernel)

@@ -1,8 +1,10 @@
-//! `cargo xtask test [-p CRATE]... [FILTER]`: host-tier tests with `cargo test` (the workspace, or
-//! the crates named with `-p`), then the
-//! device-tier tests (`#[ignore = "needs an RDMA device: ..."]`) on a real RDMA device, got from
-//! the ladder: a device that already exists -> rxe on this host -> rxe in the qemu guest (one
-//! boot for the whole suite). Ends with the line `N passed, M failed, K skipped`.
+//! `cargo xtask test [--device rxe|siw] [-p CRATE]... [FILTER]`: host-tier tests with `cargo test`
+//! (the workspace, or the crates named with `-p`), then the device-tier tests
+//! (`#[ignore = "needs an RDMA device: ..."]`) on a real RDMA device, got from the ladder: a
+//! device that already exists -> rxe on this host -> the qemu guest, where the tier runs twice,
+//! on rxe (RoCE) and then on siw (iWARP), one boot each. `--device` picks one of the guest's.
+//! Ends with one line per tier (`tier rxe: N passed, M failed, K skipped (T s)`) and the total
+//! `N passed, M failed, K skipped`.
 use std::fs;
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
@@ -65,13 +67,15 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// Where the device tier runs.
+/// Where the device tier runs (`bench` and `test` share the ladder).
 pub(crate) enum Target {
     Host(rxe::Device, &'static str),
-    Guest,
+    /// The qemu guest, with the devices to run on, in order.
+    Guest(Vec<guest::Device>),
 }
 
-const USAGE: &str = "usage: cargo xtask test [--timeout S] [-p CRATE]... [FILTER]";
+const USAGE: &str =
+    "usage: cargo xtask test [--device rxe|siw] [--timeout S] [-p CRATE]... [FILTER]";
 
 /// The command line of `cargo xtask test`.
 #[derive(Debug, PartialEq, Eq)]
@@ -80,8 +84,11 @@ struct Args {
     filter: Option<String>,
     /// Crates whose tests run (`-p`/`--package`, repeatable); empty: the whole workspace.
     packages: Vec<String>,
-    /// Bound on the device tier.
+    /// Bound on each run of the device tier.
     timeout: Duration,
+    /// `--device`: in the qemu guest, the one device to run the device tier on (otherwise
+    /// rxe, then siw). A device the ladder finds on the host is used as it is.
+    device: Option<guest::Device>,
 }
 
 impl Args {
@@ -90,6 +97,7 @@ impl Args {
             filter: None,
             packages: Vec::new(),
             timeout: Duration::from_secs(3600),
+            device: None,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -105,6 +113,7 @@ impl Args {
                         Error::new(format!("--timeout {v:?} is not a number of seconds"))
                     })?);
                 }
+                "--device" => out.device = Some(guest::Device::parse(&value(a, "rxe or siw")?)?),
                 "-p" | "--package" => out.packages.push(value(a, "a crate name")?),
                 s if s.starts_with("--package=") => {
                     out.packages.push(s["--package=".len()..].to_owned())
@@ -151,8 +160,7 @@ impl Args {
 
 pub fn main(args: &[String]) -> Result<ExitCode> {
     let args = Args::parse(args)?;
-    let filter = args.filter.clone();
-    let timeout = args.timeout;
+    let filter = args.filter.as_deref();
     let selection = args.cargo_selection();
     let features = args.cargo_features();
     let started = Instant::now();
@@ -167,13 +175,14 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     let mut host = Tally::default();
     let mut cmd = util::cargo();
     cmd.arg("test").args(&selection).args(&features);
-    if let Some(f) = &filter {
+    if let Some(f) = filter {
         cmd.args(["--", f]);
     }
     let host_ok = stream(cmd, &mut |line| {
         println!("{line}");
         host.add_line(line);
     })?;
+    let host_elapsed = started.elapsed();
     let mut errors: Vec<String> = Vec::new();
     if !host_ok && host.failed == 0 {
         errors.push(format!(
@@ -182,41 +191,51 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         ));
     }
 
-    let mut device = Tally::default();
-    let mut skipped = 0u64;
-    let mut device_line = "device: none".to_owned();
-    match device_tier(
-        &selection,
-        &features,
-        filter.as_deref(),
-        timeout,
-        &mut device,
-    ) {
-        Ok((line, skips)) => {
-            device_line = line;
-            skipped = skips;
-            if device.passed + device.failed == 0 {
-                errors.push("device tier ran no tests".into());
-            }
+    let tiers = match device_tiers(&args, &selection, &features) {
+        Ok(tiers) => tiers,
+        Err(e) => {
+            errors.push(e.to_string());
+            Vec::new()
         }
-        Err(e) => errors.push(e.to_string()),
+    };
+    let (mut passed, mut failed, mut skipped) = (host.passed, host.failed, 0);
+    for t in &tiers {
+        passed += t.passed();
+        failed += t.tally.failed;
+        skipped += t.skipped;
+        if let Some(e) = &t.error {
+            errors.push(format!("tier {}: {e}", t.label));
+        } else if t.tally.passed + t.tally.failed == 0 {
+            errors.push(format!("tier {}: ran no tests", t.label));
+        }
     }
-    let passed = (host.passed + device.passed).saturating_sub(skipped);
-    let failed = host.failed + device.failed;
     println!();
     println!(
-        "host tier: {} passed, {} failed; device tier: {} passed, {} failed, {skipped} skipped ({:.0} s in all)",
+        "host tier: {} passed, {} failed ({:.0} s)",
         host.passed,
         host.failed,
-        device.passed.saturating_sub(skipped),
-        device.failed,
-        started.elapsed().as_secs_f64()
+        host_elapsed.as_secs_f64()
     );
+    for t in &tiers {
+        println!(
+            "tier {}: {} passed, {} failed, {} skipped ({:.0} s)",
+            t.label,
+            t.passed(),
+            t.tally.failed,
+            t.skipped,
+            t.elapsed.as_secs_f64()
+        );
+    }
     for e in &errors {
         println!("error: {e}");
     }
-    println!("{device_line}");
-    println!("{passed} passed, {failed} failed, {skipped} skipped");
+    for t in &tiers {
+        println!("device: {}", t.device);
+    }
+    println!(
+        "{passed} passed, {failed} failed, {skipped} skipped ({:.0} s in all)",
+        started.elapsed().as_secs_f64()
+    );
     Ok(if failed == 0 && errors.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -224,15 +243,33 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     })
 }
 
-/// Builds the test executables, finds a device and runs the device tests on it. Returns the
-/// `device: ...` line and the number of skipped tests.
-fn device_tier(
-    selection: &[String],
-    features: &[String],
-    filter: Option<&str>,
-    timeout: Duration,
-    tally: &mut Tally,
-) -> Result<(String, u64)> {
+/// One run of the device tier, on one device.
+#[derive(Debug)]
+struct Tier {
+    /// `rxe` or `siw` in the guest; the device's name on a host.
+    label: String,
+    tally: Tally,
+    /// Tests that skipped for a capability the device lacks (they also count as passed in
+    /// libtest's lines).
+    skipped: u64,
+    /// The device, described (name, where, kernel).
+    device: String,
+    /// Why the tier could not run (or run to its end), if it could not.
+    error: Option<String>,
+    elapsed: Duration,
+}
+
+impl Tier {
+    /// Tests that passed, not counting those that skipped.
+    fn passed(&self) -> u64 {
+        self.tally.passed.saturating_sub(self.skipped)
+    }
+}
+
+/// Builds the test executables, finds a device (or, in the guest, each device asked for) and
+/// runs the device tests on each.
+fn device_tiers(args: &Args, selection: &[String], features: &[String]) -> Result<Vec<Tier>> {
+    let filter = args.filter.as_deref();
     let bins = test_binaries(selection, features, filter)?;
     let total: usize = bins.iter().map(|b| b.device_tests).sum();
     if total == 0 {
@@ -246,112 +283,175 @@ fn device_tier(
             None => format!("no device-tier tests in {place}"),
         }));
     }
-    let skip_log = util::target_dir().join("xtask").join("skipped.log");
+    let mut tiers = Vec::new();
+    match acquire()? {
+        Target::Host(dev, origin) => {
+            if let Some(d) = args.device {
+                eprintln!(
+                    "xtask: --device {} names the guest's device; the tier runs on {} ({origin})",
+                    d.name(),
+                    dev.name
+                );
+            }
+            tiers.push(host_tier(&bins, args, dev, origin)?)
+        }
+        Target::Guest(devices) => {
+            let devices = match args.device {
+                Some(d) => vec![d],
+                None => devices,
+            };
+            for d in devices {
+                tiers.push(guest_tier(&bins, args, d)?);
+            }
+        }
+    }
+    Ok(tiers)
+}
+
+/// The skip log of one tier, emptied: tests that skip append a line to it.
+fn fresh_skip_log(label: &str) -> Result<PathBuf> {
+    let skip_log = util::target_dir()
+        .join("xtask")
+        .join(format!("skipped-{label}.log"));
     fs::create_dir_all(skip_log.parent().expect("has a parent"))?;
     fs::write(&skip_log, "").context(format_args!("cannot create {}", skip_log.display()))?;
-    let args = |b: &TestBinary| {
-        let mut v = vec![
-            b.exe.to_string_lossy().into_owned(),
-            "--ignored".to_owned(),
-            "--test-threads=1".to_owned(),
-        ];
-        // The guest's console is a terminal: colour only when ours is one too.
-        if !std::io::stdout().is_terminal() {
-            v.push("--color=never".to_owned());
-        }
-        v.extend(filter.map(str::to_owned));
-        v
-    };
-    let line = match acquire()? {
-        Target::Host(dev, origin) => {
-            eprintln!(
-                "xtask: device tier: {total} tests in {} binaries on {} ({origin})",
-                bins.len(),
-                dev.name
-            );
-            for b in &bins {
-                eprintln!("     Running {}", b.exe.display());
-                let a = args(b);
-                let mut cmd = Command::new(&a[0]);
-                cmd.args(&a[1..])
-                    .current_dir(&b.dir)
-                    .env("CARGO_MANIFEST_DIR", &b.dir)
-                    .env("RDMA_TEST_DEVICE", &dev.name)
-                    .env("RDMA_TEST_GID_INDEX", dev.gid_index.to_string())
-                    .env("RDMA_TEST_ADDR", dev.addr.to_string())
-                    .env("RDMA_TEST_SKIP_LOG", &skip_log);
-                let before = *tally;
-                let ok = stream(cmd, &mut |line| {
-                    println!("{line}");
-                    tally.add_line(line);
-                })?;
-                check_binary(b, ok, before, tally);
-            }
-            format!("device: {} ({origin})", dev.name)
-        }
-        Target::Guest => {
-            eprintln!(
-                "xtask: device tier: {total} tests in {} binaries, in the qemu guest (one boot, two hosts)",
-                bins.len()
-            );
-            let mut script = format!(
-                "export RDMA_TEST_SKIP_LOG={}\n",
-                util::shell_quote(&skip_log.to_string_lossy())
-            );
-            for v in [
-                "RUST_BACKTRACE",
-                "RUST_LOG",
-                "RUST_MIN_STACK",
-                "TRANSPORT_FAULTS_REPORT",
-            ] {
-                if let Ok(val) = std::env::var(v) {
-                    script.push_str(&format!("export {v}={}\n", util::shell_quote(&val)));
-                }
-            }
-            for (i, b) in bins.iter().enumerate() {
-                let dir = util::shell_quote(&b.dir.to_string_lossy());
-                script.push_str(&format!(
-                    "echo 'XTASK-BIN {i}'\n(cd {dir} && CARGO_MANIFEST_DIR={dir} exec {})\necho \"XTASK-BIN-RC {i} $?\"\n",
-                    util::shell_words(&args(b))
-                ));
-            }
-            script.push_str("exit 0\n");
-            let mut current: Option<(usize, Tally)> = None;
-            let outcome = guest::run(&mut guest::Options {
-                two_hosts: true,
-                device: guest::Device::Rxe,
-                timeout,
-                script,
-                on_line: &mut |line: &str| {
-                    if let Some(i) = line.strip_prefix("XTASK-BIN ").and_then(|i| i.parse().ok()) {
-                        let b: &TestBinary = &bins[i];
-                        eprintln!("     Running {} (in the guest)", b.exe.display());
-                        current = Some((i, *tally));
-                    } else if let Some(rest) = line.strip_prefix("XTASK-BIN-RC ") {
-                        let rc: i32 = rest
-                            .split(' ')
-                            .nth(1)
-                            .and_then(|r| r.parse().ok())
-                            .unwrap_or(-1);
-                        if let Some((i, before)) = current.take() {
-                            check_binary(&bins[i], rc == 0, before, tally);
-                        }
-                    } else {
-                        println!("{line}");
-                        tally.add_line(line);
-                    }
-                },
-            })?;
-            if let Some((i, before)) = current.take() {
-                check_binary(&bins[i], false, before, tally);
-            }
-            format!("device: {}", outcome.device())
-        }
-    };
-    let skipped = fs::read_to_string(&skip_log)
+    Ok(skip_log)
+}
+
+fn count_skips(skip_log: &Path) -> u64 {
+    fs::read_to_string(skip_log)
         .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
-        .unwrap_or(0);
-    Ok((line, skipped))
+        .unwrap_or(0)
+}
+
+/// The command line of one test binary in the device tier.
+fn binary_args(b: &TestBinary, filter: Option<&str>) -> Vec<String> {
+    let mut v = vec![
+        b.exe.to_string_lossy().into_owned(),
+        "--ignored".to_owned(),
+        "--test-threads=1".to_owned(),
+    ];
+    // The guest's console is a terminal: colour only when ours is one too.
+    if !std::io::stdout().is_terminal() {
+        v.push("--color=never".to_owned());
+    }
+    v.extend(filter.map(str::to_owned));
+    v
+}
+
+/// The device tier on a device of this host.
+fn host_tier(bins: &[TestBinary], args: &Args, dev: rxe::Device, origin: &str) -> Result<Tier> {
+    let started = Instant::now();
+    let total: usize = bins.iter().map(|b| b.device_tests).sum();
+    let skip_log = fresh_skip_log(&dev.name)?;
+    eprintln!(
+        "xtask: device tier: {total} tests in {} binaries on {} ({origin})",
+        bins.len(),
+        dev.name
+    );
+    let mut tally = Tally::default();
+    for b in bins {
+        eprintln!("     Running {}", b.exe.display());
+        let a = binary_args(b, args.filter.as_deref());
+        let mut cmd = Command::new(&a[0]);
+        cmd.args(&a[1..])
+            .current_dir(&b.dir)
+            .env("CARGO_MANIFEST_DIR", &b.dir)
+            .env("RDMA_TEST_DEVICE", &dev.name)
+            .env("RDMA_TEST_GID_INDEX", dev.gid_index.to_string())
+            .env("RDMA_TEST_ADDR", dev.addr.to_string())
+            .env("RDMA_TEST_SKIP_LOG", &skip_log);
+        let before = tally;
+        let ok = stream(cmd, &mut |line| {
+            println!("{line}");
+            tally.add_line(line);
+        })?;
+        check_binary(b, ok, before, &mut tally);
+    }
+    Ok(Tier {
+        label: dev.name.clone(),
+        tally,
+        skipped: count_skips(&skip_log),
+        device: format!("{} ({origin})", dev.name),
+        error: None,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The device tier in the qemu guest on `device` (two hosts, one boot).
+fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result<Tier> {
+    let started = Instant::now();
+    let label = device.name();
+    let total: usize = bins.iter().map(|b| b.device_tests).sum();
+    let skip_log = fresh_skip_log(label)?;
+    eprintln!(
+        "xtask: device tier on {label}: {total} tests in {} binaries, in the qemu guest (one boot, two hosts)",
+        bins.len()
+    );
+    let mut script = format!(
+        "export RDMA_TEST_SKIP_LOG={}\n",
+        util::shell_quote(&skip_log.to_string_lossy())
+    );
+    for v in [
+        "RUST_BACKTRACE",
+        "RUST_LOG",
+        "RUST_MIN_STACK",
+        "TRANSPORT_FAULTS_REPORT",
+    ] {
+        if let Ok(val) = std::env::var(v) {
+            script.push_str(&format!("export {v}={}\n", util::shell_quote(&val)));
+        }
+    }
+    for (i, b) in bins.iter().enumerate() {
+        let dir = util::shell_quote(&b.dir.to_string_lossy());
+        script.push_str(&format!(
+            "echo 'XTASK-BIN {i}'\n(cd {dir} && CARGO_MANIFEST_DIR={dir} exec {})\necho \"XTASK-BIN-RC {i} $?\"\n",
+            util::shell_words(&binary_args(b, args.filter.as_deref()))
+        ));
+    }
+    script.push_str("exit 0\n");
+    let mut tally = Tally::default();
+    let mut current: Option<(usize, Tally)> = None;
+    let outcome = guest::run(&mut guest::Options {
+        two_hosts: true,
+        device,
+        timeout: args.timeout,
+        script,
+        on_line: &mut |line: &str| {
+            if let Some(i) = line.strip_prefix("XTASK-BIN ").and_then(|i| i.parse().ok()) {
+                let b: &TestBinary = &bins[i];
+                eprintln!("     Running {} (in the guest, {label})", b.exe.display());
+                current = Some((i, tally));
+            } else if let Some(rest) = line.strip_prefix("XTASK-BIN-RC ") {
+                let rc: i32 = rest
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(-1);
+                if let Some((i, before)) = current.take() {
+                    check_binary(&bins[i], rc == 0, before, &mut tally);
+                }
+            } else {
+                println!("{line}");
+                tally.add_line(line);
+            }
+        },
+    });
+    if let Some((i, before)) = current.take() {
+        check_binary(&bins[i], false, before, &mut tally);
+    }
+    let (device_line, error) = match outcome {
+        Ok(o) => (o.device(), None),
+        Err(e) => (format!("{label} in the qemu guest"), Some(e.to_string())),
+    };
+    Ok(Tier {
+        label: label.to_owned(),
+        tally,
+        skipped: count_skips(&skip_log),
+        device: device_line,
+        error,
+        elapsed: started.elapsed(),
+    })
 }
 
 /// A binary that failed without a failing test (crash, abort) still counts as one failure.
@@ -416,7 +516,7 @@ pub(crate) fn acquire() -> Result<Target> {
         Ok(dev) => Ok(Target::Host(dev, "rxe on this host, `cargo xtask rxe up`")),
         Err(e) => {
             eprintln!("xtask: host rxe: {e}; using the qemu guest");
-            Ok(Target::Guest)
+            Ok(Target::Guest(vec![guest::Device::Rxe, guest::Device::Siw]))
         }
     }
 }
@@ -520,6 +620,18 @@ mod tests {
                 .cargo_features(),
             ["--features", "transport/grpc"]
         );
+    }
+
+    #[test]
+    fn device_picks_one_guest_tier() {
+        assert_eq!(parse(&[]).unwrap().device, None);
+        let a = parse(&["--device", "siw", "-p", "cm"]).unwrap();
+        assert_eq!(a.device, Some(guest::Device::Siw));
+        assert_eq!(a.packages, ["cm"]);
+        let e = parse(&["--device", "ib0"]).unwrap_err().to_string();
+        assert!(e.contains("rxe (Soft-RoCE) or siw (Soft-iWARP)"), "{e}");
+        let e = parse(&["--device"]).unwrap_err().to_string();
+        assert!(e.contains("--device needs rxe or siw"), "{e}");
     }
 
     #[test]
