@@ -280,7 +280,13 @@ fn client(
     let mut since_signal = vec![0usize; nqp];
     let mut done = Vec::new();
     let mut batch: Vec<SendWr<'_>> = Vec::with_capacity(p.post_list as usize);
-    // Each QP's request, unsignaled and signaled, for posts of one request.
+    // Each QP's request, unsignaled and signaled, for posts of one request. Without
+    // moderation (every READ on iWARP) both are signaled: an unsignaled READ is refused there.
+    let unsignaled = if p.cq_mod == 1 {
+        flags | SendFlags::SIGNALED
+    } else {
+        flags
+    };
     let mut single = ops
         .iter()
         .enumerate()
@@ -293,7 +299,7 @@ fn client(
                 ud: None,
             };
             Ok([
-                s.ep.prepare_send(qp, &wr(flags))?,
+                s.ep.prepare_send(qp, &wr(unsignaled))?,
                 s.ep.prepare_send(qp, &wr(flags | SendFlags::SIGNALED))?,
             ])
         })

@@ -51,7 +51,10 @@ struct Run {
 
 /// `MESSAGES` messages client to server; the outage starts once `OUTAGE_AFTER` have arrived
 /// and lasts `length` (or until both sides have failed, for a long one).
-fn traffic_through(length: Duration, server: Conn, client: Conn) -> Run {
+/// With `until_failed`, the receiver then waits for the connection's end: on a device that
+/// moved every message before the outage began (siw hands them to TCP at once), the
+/// keepalive must still end the idle connection within its bound.
+fn traffic_through(length: Duration, server: Conn, client: Conn, until_failed: bool) -> Run {
     let arrived = Arc::new(AtomicU64::new(0));
     let receiver = {
         let arrived = arrived.clone();
@@ -74,6 +77,12 @@ fn traffic_through(length: Duration, server: Conn, client: Conn) -> Run {
                 }
                 r.messages += 1;
                 arrived.store(r.messages, Ordering::Release);
+            }
+            if until_failed && r.ended.is_none() {
+                match server.recv(WAIT) {
+                    Err(e) => r.ended = Some((e, Instant::now())),
+                    Ok(m) => r.corrupted += m.len() as u64,
+                }
             }
             (r, server)
         })
@@ -127,7 +136,7 @@ fn traffic_through(length: Duration, server: Conn, client: Conn) -> Run {
 /// A short outage: the connection lives through it, every message arrives, and it still works.
 fn short_outage(name: &'static str) {
     let (server, client) = pair();
-    let run = traffic_through(Duration::from_secs(1), server, client);
+    let run = traffic_through(Duration::from_secs(1), server, client, false);
     let (server, client) = run.conns;
     let mut figures = Figures::new(name, "messages 64 B-64 KiB, link out 1 s", run.tally);
     figures.checks.push(("no error on either side", {
@@ -162,7 +171,7 @@ fn long_outage(name: &'static str) {
         )
     };
     let (server, client) = pair_with(cfg(), cfg());
-    let run = traffic_through(LONG_OUTAGE, server, client);
+    let run = traffic_through(LONG_OUTAGE, server, client, true);
     let bound = KEEPALIVE_TIMEOUT + DETECT_SLACK;
     let detect = |side: &Option<(Error, Instant)>| {
         side.as_ref()
