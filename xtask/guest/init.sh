@@ -144,6 +144,14 @@ if [ "$HOSTS" = 2 ]; then
     $IP route add 10.77.0.2 dev veth-a src 10.77.0.1 table 100 &&
     $IP route add 10.77.0.1 dev veth-b src 10.77.0.2 table 101; } ||
     fail "cannot set up policy routing between veth-a and veth-b"
+  # siw's TCP sockets are bound to the device's address, not to its netdev: route what this
+  # host sends (iif lo) by address too, or it short-cuts through lo and never meets the wire
+  # (nor netem). What arrives on a veth is still delivered locally.
+  if [ "$DEVICE" = siw ]; then
+    { $IP rule add pref 102 iif lo from 10.77.0.1 to 10.77.0.2 lookup 100 &&
+      $IP rule add pref 103 iif lo from 10.77.0.2 to 10.77.0.1 lookup 101; } ||
+      fail "cannot route siw's traffic between 10.77.0.1 and 10.77.0.2 over the veth pair"
+  fi
   link_up "" ${DEVICE}0 veth-a 10.77.0.1; GID_A=$GID
   link_up "" ${DEVICE}1 veth-b 10.77.0.2; GID_B=$GID
   export RDMA_TEST_DEVICE=${DEVICE}0 RDMA_TEST_GID_INDEX=$GID_A RDMA_TEST_ADDR=10.77.0.1

@@ -310,9 +310,10 @@ fn device_tiers(args: &Args, selection: &[String], features: &[String]) -> Resul
 
 /// The skip log of one tier, emptied: tests that skip append a line to it.
 fn fresh_skip_log(label: &str) -> Result<PathBuf> {
+    // One per run too: two runs at once must not empty each other's.
     let skip_log = util::target_dir()
         .join("xtask")
-        .join(format!("skipped-{label}.log"));
+        .join(format!("skipped-{label}-{}.log", std::process::id()));
     fs::create_dir_all(skip_log.parent().expect("has a parent"))?;
     fs::write(&skip_log, "").context(format_args!("cannot create {}", skip_log.display()))?;
     Ok(skip_log)
