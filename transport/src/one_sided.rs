@@ -168,9 +168,14 @@ impl Conn {
     ) -> Result<()> {
         let deadline = Deadline::after(timeout);
         for (range, at) in pieces(token, "read", offset, dst.len())? {
-            let buf = self.alloc_until(range.len(), deadline)?;
+            let buf = self.inner.shared.alloc_in(
+                self.inner.shared.read_sink_pool(),
+                range.len(),
+                deadline.left(),
+            )?;
             let buf = self.one_sided(OneSided::new(&self.inner, "read", at, buf), deadline)?;
-            dst[range.clone()].copy_from_slice(&buf[..range.len()]);
+            // A copy, not a slice: on iWARP the sink is remotely writable.
+            buf.read(0, &mut dst[range.clone()]).map_err(pool_error)?;
         }
         Ok(())
     }
@@ -184,7 +189,8 @@ impl Conn {
             buf.copy_from_slice(&src[range]);
             let mut write = OneSided::new(&self.inner, "write", at, buf);
             if write.needs_fence() {
-                write.fence = Some(self.alloc_until(1, deadline)?);
+                let sinks = self.inner.shared.read_sink_pool();
+                write.fence = Some(self.inner.shared.alloc_in(sinks, 1, deadline.left())?);
             }
             self.one_sided(write, deadline)?;
         }
@@ -202,10 +208,12 @@ impl Conn {
     ) -> Result<()> {
         let deadline = Deadline::after(timeout);
         for (range, at) in pieces(token, "read", offset, dst.len())? {
-            let buf = poll_fn(|cx| self.poll_alloc(cx, range.len(), deadline)).await?;
+            let sinks = self.inner.shared.read_sink_pool();
+            let buf = poll_fn(|cx| self.poll_alloc_in(cx, sinks, range.len(), deadline)).await?;
             let mut read = OneSided::new(&self.inner, "read", at, buf);
             let buf = poll_fn(|cx| self.poll_one_sided(cx, &mut read, deadline)).await?;
-            dst[range.clone()].copy_from_slice(&buf[..range.len()]);
+            // A copy, not a slice: on iWARP the sink is remotely writable.
+            buf.read(0, &mut dst[range.clone()]).map_err(pool_error)?;
         }
         Ok(())
     }
@@ -225,7 +233,8 @@ impl Conn {
             buf.copy_from_slice(&src[range]);
             let mut write = OneSided::new(&self.inner, "write", at, buf);
             if write.needs_fence() {
-                write.fence = Some(poll_fn(|cx| self.poll_alloc(cx, 1, deadline)).await?);
+                let sinks = self.inner.shared.read_sink_pool();
+                write.fence = Some(poll_fn(|cx| self.poll_alloc_in(cx, sinks, 1, deadline)).await?);
             }
             poll_fn(|cx| self.poll_one_sided(cx, &mut write, deadline)).await?;
         }
@@ -272,7 +281,18 @@ impl Conn {
         len: usize,
         deadline: Deadline,
     ) -> Poll<Result<memory::Buffer>> {
-        match self.inner.shared.res.pool.try_alloc(len) {
+        self.poll_alloc_in(cx, &self.inner.shared.res.pool, len, deadline)
+    }
+
+    /// [`poll_alloc`](Self::poll_alloc) from `pool`.
+    fn poll_alloc_in(
+        &self,
+        cx: &mut Context<'_>,
+        pool: &memory::Pool,
+        len: usize,
+        deadline: Deadline,
+    ) -> Poll<Result<memory::Buffer>> {
+        match pool.try_alloc(len) {
             Ok(b) => Poll::Ready(Ok(b)),
             Err(memory::Error::Exhausted { .. }) if Instant::now() < deadline.at => {
                 register_tick(&self.inner.shared, cx);

@@ -55,6 +55,9 @@ pub(crate) struct ConnState {
     pub user: UserQueues,
     /// READs the pool had no buffer for yet.
     pub deferred_reads: VecDeque<(ReadId, RemoteChunk, u32)>,
+    /// On iWARP, the buffer each READ in flight is copied into from its sink (see
+    /// `Resources::read_sinks`), taken before the READ is posted.
+    pub read_targets: Vec<(ReadId, Buffer)>,
     /// Set once the protocol ended: `Some(None)` graceful end of stream, else the failure.
     pub end: Option<Option<ConnError>>,
     /// When the protocol ended (set by the first tick that sees `end`).
@@ -81,6 +84,7 @@ impl ConnState {
             sq: SendQueue::default(),
             user: UserQueues::default(),
             deferred_reads: VecDeque::new(),
+            read_targets: Vec::new(),
             end: None,
             ended_at: None,
             teardown: None,
@@ -419,6 +423,7 @@ impl ConnShared {
                     (Err(_), _) => self.fail(st, PeerGone::QueuePairError),
                 },
                 (SqOp::Read(id), Ok(())) => {
+                    let buf = buf.map(|sink| Self::copied_out(st, id, sink));
                     if let (Some(p), Some(buf)) = (st.proto.as_mut(), buf) {
                         // The peer's device answered the READ: a sign of life too.
                         p.on_peer_acknowledged(Instant::now());
@@ -461,6 +466,19 @@ impl ConnShared {
             }
         }
         self.drive(st);
+    }
+
+    /// The bytes of READ `id`'s sink in a buffer the program may read: on iWARP, copied into
+    /// the buffer taken for it when the READ was posted; elsewhere the sink itself.
+    fn copied_out(st: &mut ConnState, id: ReadId, sink: Buffer) -> Buffer {
+        let Some(i) = st.read_targets.iter().position(|(r, _)| *r == id) else {
+            return sink;
+        };
+        let (_, mut target) = st.read_targets.swap_remove(i);
+        let len = sink.len().min(target.len());
+        sink.read(0, &mut target[..len])
+            .expect("a sink's bytes within its length");
+        target
     }
 
     /// A frame received for this connection (`len` bytes in `buf`, with immediate data `imm`

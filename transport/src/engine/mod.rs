@@ -170,11 +170,26 @@ impl Shared {
     /// progress thread is woken: the buffers it waits for may be held by send completions
     /// that nobody else polls.
     pub(crate) fn alloc(&self, len: usize, timeout: Duration) -> Result<Buffer> {
-        match self.res.pool.try_alloc(len) {
+        self.alloc_in(&self.res.pool, len, timeout)
+    }
+
+    /// The pool a READ's sink comes from: `Resources::read_sinks` on iWARP, else the pool.
+    pub(crate) fn read_sink_pool(&self) -> &memory::Pool {
+        self.res.read_sinks.as_ref().unwrap_or(&self.res.pool)
+    }
+
+    /// [`alloc`](Self::alloc) from `pool`.
+    pub(crate) fn alloc_in(
+        &self,
+        pool: &memory::Pool,
+        len: usize,
+        timeout: Duration,
+    ) -> Result<Buffer> {
+        match pool.try_alloc(len) {
             Ok(buf) => Ok(buf),
             Err(memory::Error::Exhausted { .. }) => {
                 self.policy.wake_progress();
-                self.res.pool.alloc(len, timeout).map_err(pool_error)
+                pool.alloc(len, timeout).map_err(pool_error)
             }
             Err(e) => Err(pool_error(e)),
         }

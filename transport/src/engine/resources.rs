@@ -24,6 +24,11 @@ pub(crate) struct Resources {
     pub recv_ring: RecvRing<Buffer>,
     /// Buffers of sends, rendezvous chunks, READ destinations and control frames.
     pub pool: Pool,
+    /// On iWARP, where a READ's sink must allow remote writes (the response lands as a
+    /// tagged message), READs land here first: a pool of its own whose keys are never sent.
+    /// Its buffers give no slices (a peer could write them), so each is copied into a buffer
+    /// of `pool` once its READ completed.
+    pub read_sinks: Option<Pool>,
     /// Receive buffers only, sized for every receive posted plus every message the
     /// application may hold (credits bound both), so reposting a receive never fails for
     /// lack of memory the data path took: a missing receive would mean RNR.
@@ -109,6 +114,15 @@ impl Resources {
                 PoolConfig::new().cap_bytes(cfg.pool_bytes).access(needed),
             )?,
         };
+        let read_sinks = if cfg.write_completes_when_sent {
+            let access = PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_WRITE;
+            Some(Pool::on_pd(
+                &pd,
+                PoolConfig::new().cap_bytes(cfg.pool_bytes).access(access),
+            )?)
+        } else {
+            None
+        };
         let frame = cfg.proto.frame_size as usize;
         let frame_class = frame.next_multiple_of(64);
         let recv_bytes =
@@ -122,6 +136,7 @@ impl Resources {
         Ok(Resources {
             recycled: Mutex::new(Vec::with_capacity(recv_bytes / frame_class)),
             recv_pool,
+            read_sinks,
             pd,
             cq,
             srq,
