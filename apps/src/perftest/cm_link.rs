@@ -237,35 +237,6 @@ impl CmLink {
         while self.send_buf.is_none() {
             self.poll_once(what)?;
         }
-        if self.conn.qp().transport() == verbs::Transport::Iwarp {
-            self.fence(what)?;
-        }
-        Ok(())
-    }
-
-    /// Waits until the peer has taken everything sent: on iWARP a SEND completes once sent,
-    /// and a program that ends (or disconnects) right after may lose it. A zero-length READ
-    /// behind it completes only once the peer answered it, after the SEND.
-    fn fence(&mut self, what: &str) -> Result<(), Error> {
-        let b = self
-            .send_buf
-            .take()
-            .ok_or_else(|| Error::Peer(format!("control send buffer lost during {what}")))?;
-        let nowhere = verbs::RemoteSlice {
-            addr: 0,
-            len: 0,
-            rkey: 0,
-        };
-        let req = SendRequest::rdma_read(b, 0..0, nowhere)
-            .map_err(|e| Error::Verbs("build a fence", e))?
-            .signaled(true);
-        self.conn
-            .qp()
-            .post_send(req)
-            .map_err(|e| Error::Verbs("post a control fence", e.error))?;
-        while self.send_buf.is_none() {
-            self.poll_once(what)?;
-        }
         Ok(())
     }
 

@@ -181,22 +181,6 @@ fn echo(conn: &Connection, disconnect_first: bool) -> Result<(), BoxError> {
                     for wc in conn.cq().wait_and_poll(&mut one, Some(TIMEOUT))?.iter() {
                         drop(conn.qp().reclaim(wc));
                     }
-                    // On iWARP the SEND completed once sent: a zero-length READ behind it
-                    // completes once the client has it.
-                    if conn.qp().transport() == verbs::Transport::Iwarp {
-                        let sink = conn.pd().reg_mr(8, AccessFlags::LOCAL_WRITE)?;
-                        let nowhere = verbs::RemoteSlice {
-                            addr: 0,
-                            len: 0,
-                            rkey: 0,
-                        };
-                        conn.qp()
-                            .post_send(SendRequest::rdma_read(sink, 0..0, nowhere)?.signaled(true))
-                            .map_err(|e| e.error)?;
-                        for wc in conn.cq().wait_and_poll(&mut one, Some(TIMEOUT))?.iter() {
-                            drop(conn.qp().reclaim(wc));
-                        }
-                    }
                     conn.disconnect(TIMEOUT)?;
                     println!("disconnected");
                     return Ok(());
