@@ -181,6 +181,11 @@ fn echo(conn: &Connection, disconnect_first: bool) -> Result<(), BoxError> {
                     for wc in conn.cq().wait_and_poll(&mut one, Some(TIMEOUT))?.iter() {
                         drop(conn.qp().reclaim(wc));
                     }
+                    // On iWARP the SEND completed once handed to TCP: give it time to reach
+                    // the client before the disconnect tears the connection down.
+                    if conn.qp().transport() == verbs::Transport::Iwarp {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
                     conn.disconnect(TIMEOUT)?;
                     println!("disconnected");
                     return Ok(());
