@@ -114,21 +114,15 @@ impl ConnShared {
     pub(super) fn retry_deferred_reads(&self, st: &mut ConnState) {
         let res = &self.shared.res;
         while let Some(&(id, remote, len)) = st.deferred_reads.front() {
-            // On iWARP the READ lands in a sink of its own pool, copied into `target` later.
-            let (dest, target) = match &res.read_sinks {
-                None => match res.pool.try_alloc(len as usize) {
-                    Ok(dest) => (dest, None),
-                    Err(_) => return,
-                },
-                Some(sinks) => match (
-                    sinks.try_alloc(len as usize),
-                    res.pool.try_alloc(len as usize),
-                ) {
-                    (Ok(sink), Ok(target)) => (sink, Some(target)),
-                    _ => return,
-                },
+            // On iWARP the READ lands in a sink of its own pool, copied into a buffer of the
+            // data pool, taken now, once it completed.
+            let Ok(dest) = self.shared.read_sink_pool().try_alloc(len as usize) else {
+                return;
             };
-            if let Some(target) = target {
+            if res.read_sinks.is_some() {
+                let Ok(target) = res.pool.try_alloc(len as usize) else {
+                    return;
+                };
                 st.read_targets.push((id, target));
             }
             st.deferred_reads.pop_front();

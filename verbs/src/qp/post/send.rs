@@ -108,7 +108,7 @@ impl Qp {
                 self.cap().max_send_sge
             ));
         }
-        if op.writes_local() && self.inner.capabilities.transport() == crate::Transport::Iwarp {
+        if self.completes_alone(op) {
             if !flags.contains(SendFlags::SIGNALED) && !self.inner.sq_sig_all {
                 return bad("on iWARP a READ or atomic completes when its response arrives, after later requests, and an unsignaled one never says when its memory is written: post it SIGNALED");
             }
