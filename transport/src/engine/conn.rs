@@ -42,6 +42,13 @@ pub(crate) const CLOSE_FLUSH: std::time::Duration = std::time::Duration::from_se
 /// it is forgotten although unsignaled frames that finished without a completion remain.
 const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// How long a connection being torn down waits for the flush completions of its queue at
+/// most, whatever remains. A device flushes what its QP holds when it moves to error, but siw
+/// never completes a request posted after the kernel moved the QP to error itself (its TCP
+/// connection closed) and before the connection learned of it. Forgetting the connection
+/// destroys its QP, which hands back what such requests hold.
+const FLUSH_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Mutable state of a connection, behind its mutex.
 #[derive(Debug)]
 pub(crate) struct ConnState {
@@ -123,13 +130,24 @@ impl ConnState {
 
     /// Whether a torn-down connection may be forgotten: nothing of its send queue can still
     /// complete. Every request completed, or only unsignaled frames that finished without a
-    /// completion remain (their flush completions, if any, had the grace period to come).
+    /// completion remain (their flush completions, if any, had the grace period to come), or
+    /// the queue had [`FLUSH_BOUND`] to flush.
     pub(crate) fn drained(&self, now: Instant) -> bool {
+        let torn_down_for = self
+            .teardown
+            .map_or(std::time::Duration::ZERO, |t| now.duration_since(t));
         self.sq.is_empty()
-            || (self.sq.only_unsignaled_left()
-                && self
-                    .teardown
-                    .is_some_and(|t| now.duration_since(t) >= FLUSH_GRACE))
+            || (self.sq.only_unsignaled_left() && torn_down_for >= FLUSH_GRACE)
+            || torn_down_for >= FLUSH_BOUND
+    }
+
+    /// Teardown began: the READs not posted are dropped, and the buffers taken to copy READs
+    /// out of their sinks go back to the pool. A READ still in flight completes flushed (or
+    /// never, see [`FLUSH_BOUND`]): nothing is copied out of it any more.
+    pub(crate) fn torn_down(&mut self, now: Instant) {
+        self.teardown = Some(now);
+        self.read_targets.clear();
+        self.deferred_reads.clear();
     }
 
     /// How a wait for everything sent to reach the peer ends, if it has ended: `Ok` once the
@@ -531,5 +549,55 @@ impl ConnShared {
         for (buf, len, imm) in std::mem::take(&mut st.early) {
             self.on_frame(st, buf, len, imm);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn torn_down_at(t0: Instant, op: SqOp, signaled: bool) -> ConnState {
+        let mut st = ConnState::new(None);
+        st.end = Some(Some(ConnError::PeerGone(PeerGone::Disconnected)));
+        st.sq.posted(1, op, signaled);
+        st.torn_down(t0);
+        st
+    }
+
+    #[test]
+    fn a_read_that_never_completes_holds_a_torn_down_connection_only_within_the_flush_bound() {
+        let t0 = Instant::now();
+        let st = torn_down_at(t0, SqOp::Read(proto::ReadId(7)), true);
+        assert!(!st.drained(t0));
+        assert!(!st.drained(t0 + FLUSH_GRACE));
+        assert!(!st.drained(t0 + FLUSH_BOUND - Duration::from_millis(1)));
+        assert!(st.drained(t0 + FLUSH_BOUND));
+    }
+
+    #[test]
+    fn unsignaled_frames_hold_a_torn_down_connection_only_for_the_grace() {
+        let t0 = Instant::now();
+        let st = torn_down_at(t0, SqOp::Frame, false);
+        assert!(!st.drained(t0));
+        assert!(st.drained(t0 + FLUSH_GRACE));
+    }
+
+    #[test]
+    fn an_empty_queue_is_drained_at_once_and_teardown_drops_what_reads_kept() {
+        let t0 = Instant::now();
+        let mut st = ConnState::new(None);
+        st.deferred_reads.push_back((
+            proto::ReadId(1),
+            proto::RemoteChunk {
+                addr: 0,
+                len: 8,
+                rkey: 1,
+            },
+            8,
+        ));
+        st.torn_down(t0);
+        assert!(st.drained(t0));
+        assert!(st.deferred_reads.is_empty() && st.read_targets.is_empty());
     }
 }

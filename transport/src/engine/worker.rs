@@ -46,7 +46,7 @@ impl Shared {
                 // Kept frame buffers go back to the pool: the connection sends no more.
                 st.spare_frames.clear();
                 if st.teardown.is_none() && st.ready_for_teardown(now) {
-                    st.teardown = Some(now);
+                    st.torn_down(now);
                     // Flush what is still queued; the peer learns through the CM.
                     let _ = conn.qp.to_error();
                     let _ = conn.id.disconnect();

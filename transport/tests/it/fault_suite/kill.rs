@@ -38,7 +38,11 @@ fn pool_back_to(ep: &Endpoint, baseline: usize) -> bool {
     let deadline = Instant::now() + TIMEOUT;
     while ep.pool().stats().buffers_in_use() > baseline {
         if Instant::now() > deadline {
-            eprintln!("pool not back to {baseline}: {:?}", ep.pool().stats());
+            eprintln!(
+                "pool not back to {baseline} ({} connections left): {:?}",
+                ep.connections(),
+                ep.pool().stats()
+            );
             return false;
         }
         std::thread::sleep(Duration::from_millis(20));
