@@ -214,6 +214,18 @@ impl Credits {
     }
 }
 
+/// One more look for a receive credit that has not come (since `waiting`, set now if unset):
+/// an error once the peer has granted none for the run's timeout.
+fn await_credit(p: &Params, waiting: &mut Option<Instant>) -> Result<(), Error> {
+    if waiting.get_or_insert_with(Instant::now).elapsed() >= p.timeout() {
+        return Err(Error::Peer(format!(
+            "no receive credit from the peer for {} s: it stopped (did it exit?)",
+            p.timeout().as_secs()
+        )));
+    }
+    Ok(())
+}
+
 /// Whether the sender of QP `qp` may post `n` more requests: without credits always; with
 /// them while `sent + n - credit` stays below the receive depth (perftest's `swindow`).
 fn credit_allows(p: &Params, s: &TestRun, qp: usize, sent: usize, n: usize) -> bool {
@@ -316,6 +328,8 @@ fn client(
     let t0 = Instant::now();
     while finished < posted || (!stop && posted < total) || receiving {
         let mut progress = false;
+        // Whether a QP with room in its send queue waits for a receive credit.
+        let mut short_of_credit = false;
         // Post on every QP up to its depth, in lists of -l, before polling (as perftest:
         // a poll per post would cost a poll per message).
         for qp in 0..nqp {
@@ -346,11 +360,16 @@ fn client(
                     posted += 1;
                     progress = true;
                 }
+                short_of_credit |= !stop
+                    && sent[qp] < per_qp
+                    && outstanding[qp] < depth
+                    && !credit_allows(p, s, qp, sent[qp], 1);
                 continue;
             }
             loop {
                 batch.clear();
                 if !credit_allows(p, s, qp, sent[qp], p.post_list as usize) {
+                    short_of_credit |= !stop && sent[qp] < per_qp && outstanding[qp] < depth;
                     break;
                 }
                 while !stop
@@ -429,13 +448,22 @@ fn client(
                 }
             }
         }
+        // With receive credits, a sender that posted nothing may wait for a credit, which
+        // comes as the peer's WRITE without a completion here, while what it has in flight
+        // may all be unsignaled: it polls without blocking and looks at its credit words
+        // again, as perftest does (a blocking wait would wait for a completion that never
+        // comes).
+        let may_await_credit = short_of_credit && !progress;
         if finished < posted || receiving {
-            if progress {
+            if progress || may_await_credit {
                 poller.poll_now(&s.ep, &mut done)?;
             } else {
                 poller.wait(&s.ep, &mut done)?;
             }
             if done.is_empty() {
+                if may_await_credit {
+                    await_credit(p, &mut credit_wait)?;
+                }
                 continue;
             }
             let now = if p.peak { t0.elapsed() } else { Duration::ZERO };
@@ -457,16 +485,9 @@ fn client(
                 r.repost(&s.ep)?;
                 credits.grant(s)?;
             }
-        } else if !stop && posted < total {
-            // Nothing in flight, yet nothing posted: the sender waits for receive credits,
-            // which come as the peer's WRITEs, without a completion here. Bounded.
-            let waited = *credit_wait.get_or_insert_with(Instant::now);
-            if waited.elapsed() >= p.timeout() {
-                return Err(Error::Peer(format!(
-                    "no receive credit from the peer for {} s: it stopped (did it exit?)",
-                    p.timeout().as_secs()
-                )));
-            }
+        } else if short_of_credit {
+            // Nothing in flight, yet nothing posted: the sender waits for receive credits.
+            await_credit(p, &mut credit_wait)?;
         }
     }
     if !p.peak {

@@ -442,30 +442,9 @@ fn perftest_peer_with_other_parameters_is_reported() {
     );
 }
 
-/// On iWARP, send-bw with receive credits sometimes stalls (a sender waits out its 60 s for
-/// send completions, against our server and perftest's), not understood yet: the runs that
-/// hit it most (many messages, or several QPs) skip there, saying so.
-fn skip_open_credit_stall(test: &str) -> bool {
-    let iwarp = verbs::Context::open(&testkit::device().name)
-        .expect("open the test device")
-        .transport()
-        == verbs::Transport::Iwarp;
-    if iwarp {
-        testkit::skip(
-            test,
-            "send-bw's receive credits on iWARP sometimes stall (an open bug of ours, not a \
-             device limit)",
-        );
-    }
-    iwarp
-}
-
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn several_qps_with_iterations_not_a_multiple_of_the_signal_interval() {
-    if skip_open_credit_stall(testkit::test_name!()) {
-        return;
-    }
     // -q 2 -n 150 with -Q 100: each QP's last request is signaled (150 is no multiple of
     // 100), and each QP sends exactly its 150 (the peer posted that many receives per QP),
     // however the queues refill. Against perftest's server, then ours.
@@ -483,9 +462,6 @@ fn several_qps_with_iterations_not_a_multiple_of_the_signal_interval() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn the_peak_is_left_out_where_perftest_leaves_it_out() {
-    if skip_open_credit_stall(testkit::test_name!()) {
-        return;
-    }
     // Finding the peak takes time quadratic in the iterations: like perftest, the tools leave
     // it out (printing 0.00) on a send-bw server and above 20,000 iterations, with a warning,
     // and when asked (-N), without one. 25,000 two-byte sends take about a second.
