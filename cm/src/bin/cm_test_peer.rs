@@ -132,6 +132,26 @@ fn server(a: &Args) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Waits (bounded) for the next message to arrive, taking the completions before it.
+fn wait_for_receive(conn: &Connection) -> Result<(), BoxError> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut wcs = CompletionBuf::new(8);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no message from the client for {TIMEOUT:?}").into());
+        }
+        for wc in conn.cq().wait_and_poll(&mut wcs, Some(left))?.iter() {
+            let (status, opcode) = (wc.status(), wc.opcode());
+            drop(conn.qp().reclaim(wc));
+            status?;
+            if opcode == Some(WcOpcode::Recv) {
+                return Ok(());
+            }
+        }
+    }
+}
+
 /// Echoes messages until the peer disconnects (or after the first, with `disconnect_first`).
 fn echo(conn: &Connection, disconnect_first: bool) -> Result<(), BoxError> {
     let mut wcs = CompletionBuf::new(8);
@@ -176,16 +196,11 @@ fn echo(conn: &Connection, disconnect_first: bool) -> Result<(), BoxError> {
                 reposts.push(mr);
                 println!("echoed");
                 if disconnect_first {
-                    // Let the echo go out before the disconnect flushes it.
-                    let mut one = CompletionBuf::new(1);
-                    for wc in conn.cq().wait_and_poll(&mut one, Some(TIMEOUT))?.iter() {
-                        drop(conn.qp().reclaim(wc));
-                    }
-                    // On iWARP the SEND completed once handed to TCP: give it time to reach
-                    // the client before the disconnect tears the connection down.
-                    if conn.qp().transport() == verbs::Transport::Iwarp {
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
+                    // Hang up once the client has the echo: it says so with a message of its
+                    // own. The echo's completion would not do: on iWARP a SEND completes
+                    // once handed to TCP, and the disconnect may tear the connection down
+                    // before the bytes leave.
+                    wait_for_receive(conn)?;
                     conn.disconnect(TIMEOUT)?;
                     println!("disconnected");
                     return Ok(());

@@ -31,6 +31,8 @@ fn server_disconnect_reaches_the_client() {
     // An outstanding receive, to be flushed by our side's teardown.
     post_recv(conn.qp(), conn.pd(), 64);
     echo(&conn, b"please hang up");
+    // The peer hangs up once told that its echo arrived.
+    send(&conn, b"got it");
     conn.wait_disconnect(TIMEOUT).unwrap();
     assert!(conn.is_disconnected());
     // Disconnecting again is fine, and flushes the receive we left posted.
