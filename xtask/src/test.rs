@@ -174,7 +174,11 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     );
     let mut host = Tally::default();
     let mut cmd = util::cargo();
-    cmd.arg("test").args(&selection).args(&features);
+    // Every crate's tests run, and every failure is counted, even after one crate fails.
+    cmd.arg("test")
+        .arg("--no-fail-fast")
+        .args(&selection)
+        .args(&features);
     if let Some(f) = filter {
         cmd.args(["--", f]);
     }

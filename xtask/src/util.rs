@@ -126,6 +126,53 @@ pub fn output(mut cmd: Command, what: &str) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// [`output`], bounded: `cmd` is killed, and this fails, if it has not finished within
+/// `limit` (a download that hangs, a build that never ends).
+pub fn output_within(mut cmd: Command, what: &str, limit: std::time::Duration) -> Result<String> {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(format_args!("{what}: cannot run {:?}", cmd.get_program()))?;
+    // Both pipes are drained while the command runs, so a full pipe never stalls it.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error(format!(
+                "{what} did not finish within {} s: killed",
+                limit.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let out = stdout.join().unwrap_or_default();
+    if !status.success() {
+        let err = stderr.join().unwrap_or_default();
+        let err = String::from_utf8_lossy(&err);
+        let err = err.trim().lines().last().unwrap_or("").to_owned();
+        return Err(Error(format!("{what} failed ({status}): {err}")));
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
 /// Runs `cmd` with inherited output; fails unless it succeeds.
 pub fn status(mut cmd: Command, what: &str) -> Result<()> {
     let st = cmd
@@ -207,6 +254,27 @@ pub fn code_of(st: ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_command_gives_its_output_or_is_killed_at_its_limit() {
+        let mut echo = Command::new("sh");
+        echo.args(["-c", "echo out; echo err >&2"]);
+        let out = output_within(echo, "echo", std::time::Duration::from_secs(60)).unwrap();
+        assert_eq!(out, "out\n");
+
+        let mut fail = Command::new("sh");
+        fail.args(["-c", "echo why >&2; exit 3"]);
+        let e = output_within(fail, "fail", std::time::Duration::from_secs(60)).unwrap_err();
+        assert!(e.to_string().contains("why"), "{e}");
+
+        let started = std::time::Instant::now();
+        let mut sleep = Command::new("sleep");
+        sleep.arg("600");
+        let e = output_within(sleep, "sleep", std::time::Duration::from_millis(200)).unwrap_err();
+        assert!(e.to_string().contains("did not finish within"), "{e}");
+        // Killed, not waited out.
+        assert!(started.elapsed() < std::time::Duration::from_secs(300));
+    }
 
     #[test]
     fn quoting() {

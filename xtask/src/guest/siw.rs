@@ -6,12 +6,20 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use crate::apt;
 use crate::util::{self, Context, Error, Result};
 
 /// What the build needs on the host beyond the guest's packages.
 const BUILD: &[&str] = &["gcc", "make", "xz-utils", "dpkg"];
+
+/// How long one package download may take (the source package is about 140 MB).
+const DOWNLOAD_LIMIT: Duration = Duration::from_secs(600);
+/// How long unpacking one package, or siw's files from the source tarball, may take.
+const UNPACK_LIMIT: Duration = Duration::from_secs(300);
+/// How long building the module may take (about 16 s on two cores).
+const BUILD_LIMIT: Duration = Duration::from_secs(600);
 
 /// Kernel modules siw needs before it, resolved without soft dependencies: its crc32c comes
 /// through the crypto layer, which the initramfs cannot autoload, and libcrc32c's soft
@@ -59,12 +67,20 @@ pub fn module(cache: &Path, kpkg: &str, kver: &str) -> Result<PathBuf> {
         cmd.current_dir(&debs)
             .args(["download", "-q"])
             .arg(format!("{pkg}={ver}"));
-        util::output(cmd, &format!("apt-get download {pkg}={ver}"))?;
+        util::output_within(
+            cmd,
+            &format!("apt-get download {pkg}={ver}"),
+            DOWNLOAD_LIMIT,
+        )?;
     }
     for deb in fs::read_dir(&debs)?.flatten() {
         let mut cmd = Command::new("dpkg-deb");
         cmd.arg("-x").arg(deb.path()).arg(&root);
-        util::output(cmd, &format!("dpkg-deb -x {}", deb.path().display()))?;
+        util::output_within(
+            cmd,
+            &format!("dpkg-deb -x {}", deb.path().display()),
+            UNPACK_LIMIT,
+        )?;
     }
     let src = root.join("usr/src");
     // The flavour's Makefile includes the common headers by absolute path: point it at ours.
@@ -84,14 +100,18 @@ pub fn module(cache: &Path, kpkg: &str, kver: &str) -> Result<PathBuf> {
         .arg("-C")
         .arg(&src)
         .args(["--wildcards", "*/drivers/infiniband/sw/siw/*"]);
-    util::output(cmd, &format!("tar -xf {} (siw)", tarball.display()))?;
+    util::output_within(
+        cmd,
+        &format!("tar -xf {} (siw)", tarball.display()),
+        UNPACK_LIMIT,
+    )?;
     let siw_src = src.join(format!("linux-source-{series}/drivers/infiniband/sw/siw"));
     let mut cmd = Command::new("make");
     cmd.arg("-C")
         .arg(&headers)
         .arg(format!("M={}", siw_src.display()))
         .args(["CONFIG_RDMA_SIW=m", "modules"]);
-    util::output(cmd, "make siw.ko")?;
+    util::output_within(cmd, "make siw.ko", BUILD_LIMIT)?;
     fs::copy(siw_src.join("siw.ko"), &ko).context("the build made no siw.ko")?;
     // Only the module is kept.
     let _ = fs::remove_dir_all(&debs);
