@@ -53,6 +53,15 @@ impl Shared {
                     conn.wake(&mut st);
                 }
                 if st.teardown.is_some() && st.drained(now) {
+                    #[cfg(feature = "tracing")]
+                    if !st.sq.only_unsignaled_left() {
+                        crate::debug_event!(
+                            qp = conn.qp.qp_num(),
+                            sq_ops = st.sq.len(),
+                            in_flight = ?conn.qp.in_flight(),
+                            "connection forgotten with requests its device never completed"
+                        );
+                    }
                     gone.push(conn.qp.qp_num());
                 }
             }
