@@ -152,6 +152,21 @@ pub fn skip(test: &str, reason: &str) {
     }
 }
 
+/// Records that the running test skipped `part` of itself because the device lacks a
+/// capability, and says so on stderr; the rest of the test runs and decides its outcome.
+/// `cargo xtask test` counts such tests as "partly skipped". The test is named by its thread
+/// (libtest names each test's thread after it).
+pub fn skip_part(part: &str, reason: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    eprintln!("SKIPPED {part} (in {test}): {reason}");
+    if let Some(path) = var("RDMA_TEST_SKIP_LOG") {
+        if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "part of {test}: {part}: {reason}");
+        }
+    }
+}
+
 /// Skips `test` when the device lacks what it needs, and returns whether it did. `has` is the
 /// device's own answer, e.g. `verbs::Capabilities::require`: `Err(reason)` when the device
 /// reports that it lacks the capability (its transport or attributes say so), never a guess

@@ -3,7 +3,8 @@
 //! (`#[ignore = "needs an RDMA device: ..."]`) on a real RDMA device, got from the ladder: a
 //! device that already exists -> rxe on this host -> the qemu guest, where the tier runs twice,
 //! on rxe (RoCE) and then on siw (iWARP), one boot each. `--device` picks one of the guest's.
-//! Ends with one line per tier (`tier rxe: N passed, M failed, K skipped (T s)`) and the total
+//! Ends with one line per tier (`tier rxe: N passed, M failed, K skipped[, P partly skipped]
+//! (T s)`) and the total
 //! `N passed, M failed, K skipped`.
 use std::fs;
 use std::io::{BufRead, BufReader, IsTerminal};
@@ -206,7 +207,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     for t in &tiers {
         passed += t.passed();
         failed += t.tally.failed;
-        skipped += t.skipped;
+        skipped += t.skipped();
         if let Some(e) = &t.error {
             errors.push(format!("tier {}: {e}", t.label));
         } else if t.tally.passed + t.tally.failed == 0 {
@@ -221,14 +222,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         host_elapsed.as_secs_f64()
     );
     for t in &tiers {
-        println!(
-            "tier {}: {} passed, {} failed, {} skipped ({:.0} s)",
-            t.label,
-            t.passed(),
-            t.tally.failed,
-            t.skipped,
-            t.elapsed.as_secs_f64()
-        );
+        println!("{}", t.summary());
     }
     for e in &errors {
         println!("error: {e}");
@@ -254,8 +248,8 @@ struct Tier {
     label: String,
     tally: Tally,
     /// Tests that skipped for a capability the device lacks (they also count as passed in
-    /// libtest's lines).
-    skipped: u64,
+    /// libtest's lines), and tests that skipped a part of themselves for one and passed.
+    skips: (u64, u64),
     /// The device, described (name, where, kernel).
     device: String,
     /// Why the tier could not run (or run to its end), if it could not.
@@ -266,7 +260,27 @@ struct Tier {
 impl Tier {
     /// Tests that passed, not counting those that skipped.
     fn passed(&self) -> u64 {
-        self.tally.passed.saturating_sub(self.skipped)
+        self.tally.passed.saturating_sub(self.skipped())
+    }
+
+    fn skipped(&self) -> u64 {
+        self.skips.0
+    }
+
+    /// `tier LABEL: N passed, M failed, K skipped[, P partly skipped] (T s)`.
+    fn summary(&self) -> String {
+        let partly = match self.skips.1 {
+            0 => String::new(),
+            p => format!(", {p} partly skipped"),
+        };
+        format!(
+            "tier {}: {} passed, {} failed, {} skipped{partly} ({:.0} s)",
+            self.label,
+            self.passed(),
+            self.tally.failed,
+            self.skipped(),
+            self.elapsed.as_secs_f64()
+        )
     }
 }
 
@@ -323,11 +337,26 @@ fn fresh_skip_log(label: &str) -> Result<PathBuf> {
     Ok(skip_log)
 }
 
-fn count_skips(skip_log: &Path) -> u64 {
-    fs::read_to_string(skip_log)
-        .map(|s| s.lines().filter(|l| !l.trim().is_empty()).count() as u64)
-        .unwrap_or(0)
+/// What the skip log of a tier holds: (tests skipped, tests that skipped a part of
+/// themselves). A part's line is `part of TEST: PART: reason` (`testkit::skip_part`), and a
+/// test that skips several parts counts once; every other line is a skipped test's.
+fn count_skips(skip_log: &Path) -> (u64, u64) {
+    let text = fs::read_to_string(skip_log).unwrap_or_default();
+    let mut tests = 0;
+    let mut partly = std::collections::BTreeSet::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match line.strip_prefix(PART_PREFIX) {
+            Some(rest) => {
+                partly.insert(rest.split(": ").next().unwrap_or(rest).to_owned());
+            }
+            None => tests += 1,
+        }
+    }
+    (tests, partly.len() as u64)
 }
+
+/// How `testkit::skip_part` marks its lines in the skip log.
+const PART_PREFIX: &str = "part of ";
 
 /// The command line of one test binary in the device tier.
 fn binary_args(b: &TestBinary, filter: Option<&str>) -> Vec<String> {
@@ -376,7 +405,7 @@ fn host_tier(bins: &[TestBinary], args: &Args, dev: rxe::Device, origin: &str) -
     Ok(Tier {
         label: dev.name.clone(),
         tally,
-        skipped: count_skips(&skip_log),
+        skips: count_skips(&skip_log),
         device: format!("{} ({origin})", dev.name),
         error: None,
         elapsed: started.elapsed(),
@@ -452,7 +481,7 @@ fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result
     Ok(Tier {
         label: label.to_owned(),
         tally,
-        skipped: count_skips(&skip_log),
+        skips: count_skips(&skip_log),
         device: device_line,
         error,
         elapsed: started.elapsed(),
@@ -581,6 +610,42 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Args> {
         Args::parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_test_that_skips_parts_counts_once_as_partly_skipped_and_not_as_skipped() {
+        let dir = std::env::temp_dir().join(format!("xtask-skips-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skipped.log");
+        fs::write(
+            &log,
+            "it::ud::a: siw0 (iWARP) has no UD\n\
+             part of perftest::x: the atomic pair on port 1: no atomics\n\
+             part of perftest::x: the atomic pair on port 2: no atomics\n\
+             part of perftest::y: the atomic pair on port 3: no atomics\n\
+             it::mw::b: siw0 (iWARP) has no memory windows\n",
+        )
+        .unwrap();
+        assert_eq!(count_skips(&log), (2, 2));
+        assert_eq!(count_skips(&dir.join("none.log")), (0, 0));
+        let tier = Tier {
+            label: "siw".into(),
+            tally: Tally {
+                passed: 10,
+                failed: 1,
+                results: 1,
+            },
+            skips: count_skips(&log),
+            device: String::new(),
+            error: None,
+            elapsed: Duration::from_secs(3),
+        };
+        // Skipped tests passed for libtest: they are taken off the passed.
+        assert_eq!(
+            tier.summary(),
+            "tier siw: 8 passed, 1 failed, 2 skipped, 2 partly skipped (3 s)"
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -108,10 +108,11 @@ fn pair(
         let caps = verbs::Context::open(&dev)
             .and_then(|c| c.capabilities())
             .expect("query the test device");
-        if testkit::skip_unless(
-            &format!("perftest atomic pair on port {port}"),
-            caps.require(&dev, verbs::Capability::Atomics),
-        ) {
+        if let Err(lacks) = caps.require(&dev, verbs::Capability::Atomics) {
+            testkit::skip_part(
+                &format!("the atomic pair on port {port}"),
+                &lacks.to_string(),
+            );
             return (String::new(), String::new());
         }
     }
