@@ -336,11 +336,13 @@ fn client(
             if p.post_list == 1 {
                 // One request per post: the prepared requests, with no list to build.
                 let [unsignaled, signaled] = &mut single[qp];
-                while !stop
-                    && sent[qp] < per_qp
-                    && outstanding[qp] < depth
-                    && credit_allows(p, s, qp, sent[qp], 1)
-                {
+                while !stop && sent[qp] < per_qp && outstanding[qp] < depth {
+                    // The verdict that stops the posts is the one kept: a credit that comes
+                    // after it must not turn the wait below into a blocking one.
+                    if !credit_allows(p, s, qp, sent[qp], 1) {
+                        short_of_credit = true;
+                        break;
+                    }
                     since_signal[qp] += 1;
                     let full = fills_or_ends(outstanding[qp], sent[qp], 0, depth, per_qp);
                     let at = if p.peak { t0.elapsed() } else { Duration::ZERO };
@@ -360,10 +362,6 @@ fn client(
                     posted += 1;
                     progress = true;
                 }
-                short_of_credit |= !stop
-                    && sent[qp] < per_qp
-                    && outstanding[qp] < depth
-                    && !credit_allows(p, s, qp, sent[qp], 1);
                 continue;
             }
             loop {
