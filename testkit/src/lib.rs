@@ -145,9 +145,14 @@ impl TestPeer {
 /// truly lacks (the verb returned EOPNOTSUPP), never for a missing device.
 pub fn skip(test: &str, reason: &str) {
     eprintln!("SKIPPED {test}: {reason}");
+    log_skip(&format!("{test}: {reason}"));
+}
+
+/// Appends `line` to the skip log `cargo xtask test` reads (`RDMA_TEST_SKIP_LOG`), if set.
+fn log_skip(line: &str) {
     if let Some(path) = var("RDMA_TEST_SKIP_LOG") {
         if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "{test}: {reason}");
+            let _ = writeln!(f, "{line}");
         }
     }
 }
@@ -160,11 +165,7 @@ pub fn skip_part(part: &str, reason: &str) {
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
     eprintln!("SKIPPED {part} (in {test}): {reason}");
-    if let Some(path) = var("RDMA_TEST_SKIP_LOG") {
-        if let Ok(mut f) = OpenOptions::new().create(true).append(true).open(path) {
-            let _ = writeln!(f, "part of {test}: {part}: {reason}");
-        }
-    }
+    log_skip(&format!("part of {test}: {part}: {reason}"));
 }
 
 /// Skips `test` when the device lacks what it needs, and returns whether it did. `has` is the

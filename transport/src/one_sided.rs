@@ -168,11 +168,8 @@ impl Conn {
     ) -> Result<()> {
         let deadline = Deadline::after(timeout);
         for (range, at) in pieces(token, "read", offset, dst.len())? {
-            let buf = self.inner.shared.alloc_in(
-                self.inner.shared.read_sink_pool(),
-                range.len(),
-                deadline.left(),
-            )?;
+            let buf =
+                self.alloc_until(self.inner.shared.read_sink_pool(), range.len(), deadline)?;
             let buf = self.one_sided(OneSided::new(&self.inner, "read", at, buf), deadline)?;
             // A copy, not a slice: on iWARP the sink is remotely writable.
             buf.read(0, &mut dst[range.clone()]).map_err(pool_error)?;
@@ -185,12 +182,12 @@ impl Conn {
     pub fn write(&self, token: &Token, offset: u64, src: &[u8], timeout: Duration) -> Result<()> {
         let deadline = Deadline::after(timeout);
         for (range, at) in pieces(token, "write", offset, src.len())? {
-            let mut buf = self.alloc_until(range.len(), deadline)?;
+            let mut buf = self.alloc_until(&self.inner.shared.res.pool, range.len(), deadline)?;
             buf.copy_from_slice(&src[range]);
             let mut write = OneSided::new(&self.inner, "write", at, buf);
             if write.needs_fence() {
                 let sinks = self.inner.shared.read_sink_pool();
-                write.fence = Some(self.inner.shared.alloc_in(sinks, 1, deadline.left())?);
+                write.fence = Some(self.alloc_until(sinks, 1, deadline)?);
             }
             self.one_sided(write, deadline)?;
         }
@@ -209,7 +206,7 @@ impl Conn {
         let deadline = Deadline::after(timeout);
         for (range, at) in pieces(token, "read", offset, dst.len())? {
             let sinks = self.inner.shared.read_sink_pool();
-            let buf = poll_fn(|cx| self.poll_alloc_in(cx, sinks, range.len(), deadline)).await?;
+            let buf = poll_fn(|cx| self.poll_alloc(cx, sinks, range.len(), deadline)).await?;
             let mut read = OneSided::new(&self.inner, "read", at, buf);
             let buf = poll_fn(|cx| self.poll_one_sided(cx, &mut read, deadline)).await?;
             // A copy, not a slice: on iWARP the sink is remotely writable.
@@ -229,21 +226,27 @@ impl Conn {
     ) -> Result<()> {
         let deadline = Deadline::after(timeout);
         for (range, at) in pieces(token, "write", offset, src.len())? {
-            let mut buf = poll_fn(|cx| self.poll_alloc(cx, range.len(), deadline)).await?;
+            let pool = &self.inner.shared.res.pool;
+            let mut buf = poll_fn(|cx| self.poll_alloc(cx, pool, range.len(), deadline)).await?;
             buf.copy_from_slice(&src[range]);
             let mut write = OneSided::new(&self.inner, "write", at, buf);
             if write.needs_fence() {
                 let sinks = self.inner.shared.read_sink_pool();
-                write.fence = Some(poll_fn(|cx| self.poll_alloc_in(cx, sinks, 1, deadline)).await?);
+                write.fence = Some(poll_fn(|cx| self.poll_alloc(cx, sinks, 1, deadline)).await?);
             }
             poll_fn(|cx| self.poll_one_sided(cx, &mut write, deadline)).await?;
         }
         Ok(())
     }
 
-    /// A pool buffer of `len` bytes, waiting for one until `deadline`.
-    fn alloc_until(&self, len: usize, deadline: Deadline) -> Result<memory::Buffer> {
-        self.inner.shared.alloc(len, deadline.left())
+    /// A buffer of `len` bytes from `pool`, waiting for one until `deadline`.
+    fn alloc_until(
+        &self,
+        pool: &memory::Pool,
+        len: usize,
+        deadline: Deadline,
+    ) -> Result<memory::Buffer> {
+        self.inner.shared.alloc_in(pool, len, deadline.left())
     }
 
     /// Blocks until `request` finished, or `deadline`.
@@ -273,19 +276,9 @@ impl Conn {
         Poll::Pending
     }
 
-    /// Polls for a pool buffer of `len` bytes: `Pending` while the pool is exhausted (woken
-    /// by the engine's ticks), [`Error::TimedOut`] past `deadline`.
+    /// Polls for a buffer of `len` bytes from `pool`: `Pending` while the pool is exhausted
+    /// (woken by the engine's ticks), [`Error::TimedOut`] past `deadline`.
     fn poll_alloc(
-        &self,
-        cx: &mut Context<'_>,
-        len: usize,
-        deadline: Deadline,
-    ) -> Poll<Result<memory::Buffer>> {
-        self.poll_alloc_in(cx, &self.inner.shared.res.pool, len, deadline)
-    }
-
-    /// [`poll_alloc`](Self::poll_alloc) from `pool`.
-    fn poll_alloc_in(
         &self,
         cx: &mut Context<'_>,
         pool: &memory::Pool,
