@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cm::{ConnOptions, ConnParam, Connector};
 use parking_lot::Mutex;
@@ -107,7 +107,7 @@ impl Endpoint {
         let mut connecting = self.start_connect(dst, timeout)?;
         // The attempt fails itself at its deadline (the progress thread's tick looks at it);
         // the grace covers the tick's interval and the CM's last event.
-        let bound = Instant::now() + timeout + CONNECT_GRACE;
+        let bound = timeout + CONNECT_GRACE;
         match crate::task::block_on(Some(bound), |cx| Pin::new(&mut connecting).poll(cx)) {
             Some(r) => r,
             None => Err(Error::TimedOut {

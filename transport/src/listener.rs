@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::engine::Backlog;
 use crate::proto::ConnectInfo;
@@ -55,8 +55,7 @@ impl Listener {
     /// Waits up to `timeout` for a connection and takes it (see [`accept`](Self::accept));
     /// [`Error::TimedOut`] when none came.
     pub fn accept_timeout(&self, timeout: Duration) -> Result<Conn> {
-        let deadline = Instant::now() + timeout;
-        match crate::task::block_on(Some(deadline), |cx| self.poll_accept(cx)) {
+        match crate::task::block_on(Some(timeout), |cx| self.poll_accept(cx)) {
             Some(r) => r,
             None => Err(Error::TimedOut {
                 op: "accept",

@@ -569,7 +569,7 @@ pub fn callgrind_total(text: &str) -> Option<u64> {
 /// defined there (`waits_of_ours_are_defined_where_their_names_say`).
 pub const WAITS: [&str; 15] = [
     "transport::wait::<impl transport::conn::Conn>::wait_blocked",
-    "transport::stream::blocking::park_until_ready",
+    "transport::task::park_until_ready",
     "transport::engine::poll::<impl transport::engine::Shared>::wait_progress_lock",
     "verbs_sys::fd::wait",
     "verbs::cq::Cq::get_event",

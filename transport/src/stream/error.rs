@@ -1,10 +1,27 @@
-//! The transport's errors as the `io::ErrorKind`s stream users expect; the transport error
-//! stays inside as the source.
+//! The transport's errors as the `io::ErrorKind`s stream users expect (the transport error
+//! stays inside as the source), and a blocking call's timeout as `io::ErrorKind::TimedOut`.
 
 use std::io;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use crate::proto::ConnError;
 use crate::Error;
+
+/// Blocks on `f` (the crate's one [`block_on`](crate::task::block_on)); past `timeout` (if
+/// any): `io::ErrorKind::TimedOut` naming `op`.
+pub(crate) fn block_on_io<T>(
+    op: &str,
+    timeout: Option<Duration>,
+    f: impl FnMut(&mut Context<'_>) -> Poll<io::Result<T>>,
+) -> io::Result<T> {
+    crate::task::block_on(timeout, f).unwrap_or_else(|| {
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{op} timed out after {:?}", timeout.unwrap_or_default()),
+        ))
+    })
+}
 
 /// Maps a transport error to an `io::Error` of the kind a TCP user would get.
 pub(crate) fn to_io(e: Error) -> io::Error {

@@ -133,7 +133,7 @@ impl StreamListener {
                 .accept_timeout(timeout)
                 .map_err(to_io)
                 .and_then(accepted),
-            _ => super::blocking::block_on("accept", Some(timeout), |cx| self.poll_accept(cx)),
+            _ => super::error::block_on_io("accept", Some(timeout), |cx| self.poll_accept(cx)),
         }
     }
 }

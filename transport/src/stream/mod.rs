@@ -65,7 +65,6 @@
 //! returns `Ready(Ok(n))` and not at all before. Dropping any future never lets the device
 //! touch freed memory (every posted buffer belongs to the engine's pools).
 
-mod blocking;
 mod error;
 #[cfg(feature = "grpc")]
 pub mod grpc;

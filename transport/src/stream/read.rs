@@ -5,7 +5,7 @@ use std::io;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use super::blocking::block_on;
+use super::error::block_on_io;
 use super::error::to_io;
 use crate::{Conn, Message};
 
@@ -82,7 +82,7 @@ impl OwnedReadHalf {
     /// Blocking read with the half's read timeout.
     pub(crate) fn read_blocking(&mut self, dst: &mut [u8]) -> io::Result<usize> {
         let timeout = self.timeout;
-        block_on("read", timeout, |cx| self.poll_read(cx, dst))
+        block_on_io("read", timeout, |cx| self.poll_read(cx, dst))
     }
 }
 

@@ -7,7 +7,7 @@ use std::io;
 use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::blocking::block_on;
+use super::error::block_on_io;
 use super::error::to_io;
 use crate::{Conn, Error};
 
@@ -182,12 +182,12 @@ impl OwnedWriteHalf {
     /// [`poll_shutdown`](Self::poll_shutdown), blocking up to the write timeout.
     pub fn shutdown_blocking(&mut self) -> io::Result<()> {
         let timeout = self.timeout;
-        block_on("shutdown", timeout, |cx| self.poll_shutdown(cx))
+        block_on_io("shutdown", timeout, |cx| self.poll_shutdown(cx))
     }
 
     /// Blocking write with the half's write timeout.
     pub(crate) fn write_blocking(&mut self, src: &[u8]) -> io::Result<usize> {
         let timeout = self.timeout;
-        block_on("write", timeout, |cx| self.poll_write(cx, src))
+        block_on_io("write", timeout, |cx| self.poll_write(cx, src))
     }
 }
