@@ -1,98 +1,35 @@
-//! Blocking sends of [`Conn`]: eager messages and rendezvous messages chunk by chunk, each a
-//! wait around the attempts of [`crate::send_core`]; zero-copy buffers; and the settings that
-//! shape sends (`nodelay`, the eager limit).
+//! Blocking sends of [`Conn`]: eager messages, a wait around the attempts of
+//! [`crate::send_core`], and rendezvous messages, the one rendezvous send waited on; zero-copy
+//! buffers; and the settings that shape sends (`nodelay`, the eager limit).
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::conn::DEFAULT_OP_TIMEOUT;
 use crate::message::MessageBuf;
-use crate::proto::{CallId, Class, MsgId};
-use crate::send_core::{announce, Chunks, Eager, EagerSend};
+use crate::proto::{CallId, Class};
+use crate::send_core::{Eager, EagerSend};
+use crate::task::block_on_future;
 use crate::{Conn, Error, Result};
 
 impl Conn {
-    /// Sends a rendezvous message: the peer reads it with RDMA READ, chunk by chunk, while
-    /// this side copies the next chunks into the pool. All or nothing: the first chunk is
-    /// copied into the pool before the message is announced, so a timeout while waiting for
-    /// it or for room sends nothing. Once announced, the message is finished whatever the
-    /// timeout: chunks that cannot be added in time are copied and added in the background
-    /// (a half-announced message would hold back every later message of the connection).
-    pub(crate) fn send_large(
-        &self,
-        class: Class,
-        data: &[u8],
-        timeout: Duration,
-    ) -> Result<Option<CallId>> {
-        let deadline = Instant::now() + timeout;
-        let left = || deadline.saturating_duration_since(Instant::now());
-        let total = data.len() as u64;
-        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
-        let first = self.inner.shared.alloc(chunk.min(data.len()), left())?;
-        let large = self.wait("send", left(), |conn, st| announce(conn, st, class, total))?;
-        let mut chunks = Chunks::new(large.msg, data, 0, chunk);
-        let added = chunks
-            .fill(first)
-            .and_then(|()| self.add_chunks(&mut chunks, left()));
-        match added {
-            Ok(()) => Ok(large.call),
-            Err(Error::TimedOut { .. }) => {
-                let (offset, rest) = chunks.rest();
-                self.finish_in_background(large.msg, offset, rest.to_vec());
-                Ok(large.call)
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Adds the rest of rendezvous message `msg` (`rest`, from byte `offset`) on a thread of
-    /// its own (on this one if no thread can be started), so the peer gets the whole
-    /// message. Gives up only when the connection ends.
-    pub(crate) fn finish_in_background(&self, msg: MsgId, offset: usize, rest: Vec<u8>) {
-        let rest = Arc::new(rest);
-        let (conn, mine) = (self.clone(), rest.clone());
-        let spawned = std::thread::Builder::new()
-            .name("transport-send-rest".into())
-            .spawn(move || conn.finish_rest(msg, offset, &mine));
-        if spawned.is_err() {
-            self.finish_rest(msg, offset, &rest);
-        }
-    }
-
-    fn finish_rest(&self, msg: MsgId, offset: usize, rest: &[u8]) {
-        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
-        let mut chunks = Chunks::new(msg, rest, offset, chunk);
-        loop {
-            match self.add_chunks(&mut chunks, DEFAULT_OP_TIMEOUT) {
-                Err(Error::TimedOut { .. }) if !self.is_closed() => {}
-                _ => return,
-            }
-        }
-    }
-
-    /// Adds `chunks` until every one is added, waiting up to `timeout` in all for pool
-    /// buffers and for room.
-    fn add_chunks(&self, chunks: &mut Chunks<'_>, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        let left = || deadline.saturating_duration_since(Instant::now());
-        while !chunks.done() {
-            if let Some(len) = chunks.buffer_needed() {
-                chunks.fill(self.inner.shared.alloc(len, left())?)?;
-            }
-            self.wait("send", left(), |conn, st| chunks.attempt(conn, st))?;
-        }
-        Ok(())
-    }
-
     pub(crate) fn send_class(
         &self,
         class: Class,
         data: &[u8],
         timeout: Duration,
     ) -> Result<Option<CallId>> {
-        let eager = self.eager_limit();
-        if data.len() > eager {
-            return self.send_large(class, data, timeout);
+        if data.len() > self.eager_limit() {
+            let mut announced = None;
+            let sent = block_on_future(Some(timeout), self.send_large(class, data, &mut announced));
+            return match (sent, announced) {
+                (Some(r), _) => r,
+                // Announced in time: the engine adds what is left, the message goes whole.
+                (None, Some(call)) => Ok(call),
+                (None, None) => Err(Error::TimedOut {
+                    op: "send",
+                    after: timeout,
+                }),
+            };
         }
         let st = self.inner.state.lock();
         self.send_eager(
@@ -161,8 +98,8 @@ impl Conn {
 
     /// Sends `data`, waiting up to `timeout` for credit and buffers. All or nothing: on
     /// [`Error::TimedOut`] nothing was sent (retrying sends it once). A rendezvous message
-    /// whose first chunk was announced within the timeout is delivered whole: chunks that
-    /// need longer (an exhausted pool, a slow reader) are finished in the background.
+    /// announced within the timeout is delivered whole: chunks that need longer (an
+    /// exhausted pool, a slow reader) are added by the endpoint's engine, no thread waits.
     pub fn send_timeout(&self, data: &[u8], timeout: Duration) -> Result<()> {
         self.send_class(Class::Message, data, timeout).map(drop)
     }

@@ -5,11 +5,9 @@ use std::future::poll_fn;
 use std::task::{ready, Context, Poll};
 
 use crate::conn::StateGuard;
-use crate::engine::{pool_error, ConnShared, ConnState};
+use crate::engine::{pool_error, remote_chunk, send_error, ConnShared, ConnState};
 use crate::proto::{CallId, Class, SendError, SendErrorKind};
-use crate::send_core::{
-    announce, joined_waiting, remote_chunk, send_error, Alloc, Chunks, Eager, EagerSend, Step,
-};
+use crate::send_core::{joined_waiting, Alloc, Eager, EagerSend, Step};
 use crate::task::{register, register_tick};
 use crate::{Conn, Error, Result};
 
@@ -135,7 +133,7 @@ impl Conn {
     /// the task registered for what it waits for. The kind comes as the caller knows it, not
     /// read back from the send.
     #[inline(always)]
-    fn poll_step(
+    pub(crate) fn poll_step(
         &self,
         cx: &mut Context<'_>,
         kind: Eager,
@@ -195,7 +193,11 @@ impl Conn {
 
     /// A pool buffer of `len` bytes: `Pending` while the pool is exhausted (see
     /// [`pool_pending`](Self::pool_pending)).
-    fn poll_pool_buffer(&self, cx: &mut Context<'_>, len: usize) -> Poll<Result<memory::Buffer>> {
+    pub(crate) fn poll_pool_buffer(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+    ) -> Poll<Result<memory::Buffer>> {
         match self.inner.shared.res.pool.try_alloc(len) {
             Ok(b) => Poll::Ready(Ok(b)),
             Err(memory::Error::Exhausted { .. }) => self.pool_pending(cx),
@@ -210,10 +212,11 @@ impl Conn {
         Poll::Pending
     }
 
-    /// Sends `data` as one message, of any size. Cancel safe: a message up to
-    /// [`max_whole_send`](Self::max_whole_send) is queued whole or not at all; a longer one,
-    /// once started, is finished on a thread if the future is dropped. Waits for credit as
-    /// long as the peer is alive (bound it with your executor's timeout).
+    /// Sends `data` as one message, of any size. Cancel safe: an eager message is queued
+    /// whole or not at all; a rendezvous message (longer than the eager limit) sends nothing
+    /// if the future is dropped before it was announced, and is delivered whole if it is
+    /// dropped after (the endpoint's engine adds the rest; no thread is started). Waits for
+    /// credit as long as the peer is alive (bound it with your executor's timeout).
     pub async fn send_async(&self, data: &[u8]) -> Result<()> {
         self.send_class_async(Class::Message, data).await.map(drop)
     }
@@ -223,27 +226,12 @@ impl Conn {
         class: Class,
         data: &[u8],
     ) -> Result<Option<CallId>> {
-        if data.len() <= self.max_whole_send() {
-            return poll_fn(|cx| self.poll_send_class(cx, class, data)).await;
+        if data.len() <= self.eager_limit() {
+            return poll_fn(|cx| self.poll_eager(cx, Eager::Message(class), data))
+                .await
+                .map_err(|e| *e);
         }
-        let total = data.len() as u64;
-        let large = self
-            .poll_state(|conn, st| announce(conn, st, class, total))
-            .await?;
-        let chunk = self.inner.shared.cfg.proto.rndv_chunk_size as usize;
-        let mut rest = Finish {
-            conn: self,
-            chunks: Chunks::new(large.msg, data, 0, chunk),
-        };
-        while !rest.chunks.done() {
-            if let Some(len) = rest.chunks.buffer_needed() {
-                let buf = poll_fn(|cx| self.poll_pool_buffer(cx, len)).await?;
-                rest.chunks.fill(buf)?;
-            }
-            self.poll_state(|conn, st| rest.chunks.attempt(conn, st))
-                .await?;
-        }
-        Ok(large.call)
+        self.send_large(class, data, &mut None).await
     }
 
     /// Waits until `check` gives a result (it runs with the state locked, and says itself
@@ -264,23 +252,5 @@ impl Conn {
             }
         })
         .await
-    }
-}
-
-/// The rest of a rendezvous message whose future was dropped mid-way: copied and finished on
-/// a thread, so the peer gets the whole message.
-struct Finish<'a> {
-    conn: &'a Conn,
-    chunks: Chunks<'a>,
-}
-
-impl Drop for Finish<'_> {
-    fn drop(&mut self) {
-        if self.chunks.done() || self.conn.is_closed() {
-            return;
-        }
-        let (offset, rest) = self.chunks.rest();
-        self.conn
-            .finish_in_background(self.chunks.msg(), offset, rest.to_vec());
     }
 }

@@ -1,18 +1,17 @@
 //! The sends of a [`Conn`] as non-blocking attempts over its state, each written once and
 //! shared by the blocking and the async calls: a byte-stream write joining the waiting
 //! message ([`joined_waiting`]), an eager message or stream write of its own
-//! ([`EagerSend`]), the announcement of a rendezvous message ([`announce`]) and the addition
-//! of its chunks ([`Chunks`]). An attempt either finishes or says what it waits for
-//! ([`Step`]); a blocking call waits around it ([`Conn::wait`]), an async one registers its
-//! waker and returns `Pending`.
+//! ([`EagerSend`]), the announcement of a rendezvous message ([`announce`]), and the one
+//! rendezvous send built on it and on [`Chunks`] ([`Conn::send_large`]). An attempt either
+//! finishes or says what it waits for ([`Step`]); a blocking call waits around it
+//! ([`Conn::wait`]), an async one registers its waker and returns `Pending`.
 
+use std::future::poll_fn;
 use std::time::Duration;
 
 use crate::conn::StateGuard;
-use crate::engine::{pool_error, ConnShared, ConnState};
-use crate::proto::{
-    CallId, Class, LargeSend, MsgId, RemoteChunk, SendError, SendErrorKind, HEADER_LEN,
-};
+use crate::engine::{pool_error, send_error, Chunks, ConnShared, ConnState};
+use crate::proto::{CallId, Class, LargeSend, SendError, SendErrorKind, HEADER_LEN};
 use crate::{Conn, Error, Result};
 
 /// How an attempt ended: it went (as this call, if a request), it failed, or what it waits
@@ -119,6 +118,11 @@ impl<'d> EagerSend<'d> {
             frame: None,
             release_due: false,
         }
+    }
+
+    /// What the send is.
+    pub(crate) fn kind(&self) -> Eager {
+        self.kind
     }
 
     /// A send of `frame`, filled already after its header room: queued as it is.
@@ -303,96 +307,44 @@ pub(crate) fn announce(
     }
 }
 
-/// The chunks of an announced rendezvous message, added one at a time: the caller takes a
-/// pool buffer for the next one ([`buffer_needed`](Self::buffer_needed)), waiting as it
-/// waits; [`fill`](Self::fill) copies the chunk into it; [`attempt`](Self::attempt) adds it
-/// once the message has room. A chunk copied but not yet added stays for the next attempt.
-pub(crate) struct Chunks<'d> {
-    msg: MsgId,
-    /// The bytes still to add, from message byte `base`.
-    data: &'d [u8],
-    base: usize,
-    /// Bytes of `data` added so far.
-    added: usize,
-    chunk: usize,
-    /// The next chunk, copied, waiting for room.
-    copied: Option<(RemoteChunk, memory::Buffer)>,
-}
-
-impl<'d> Chunks<'d> {
-    /// Bytes `base..` of message `msg` (`data`), in chunks of `chunk` bytes.
-    pub(crate) fn new(msg: MsgId, data: &'d [u8], base: usize, chunk: usize) -> Self {
-        Chunks {
-            msg,
-            data,
-            base,
-            added: 0,
-            chunk,
-            copied: None,
-        }
-    }
-
-    /// The length of the pool buffer the next chunk needs; `None` when one is copied
-    /// already or every chunk is added.
-    pub(crate) fn buffer_needed(&self) -> Option<usize> {
-        let left = self.data.len() - self.added;
-        (self.copied.is_none() && left > 0).then(|| left.min(self.chunk))
-    }
-
-    /// Copies the next chunk into `buf` (of [`buffer_needed`](Self::buffer_needed) bytes).
-    pub(crate) fn fill(&mut self, mut buf: memory::Buffer) -> Result<()> {
-        let part = &self.data[self.added..self.added + buf.len()];
-        buf.copy_from_slice(part);
-        self.copied = Some((remote_chunk(&buf)?, buf));
-        Ok(())
-    }
-
-    /// Whether every chunk is added.
-    pub(crate) fn done(&self) -> bool {
-        self.added == self.data.len()
-    }
-
-    /// The message's id.
-    pub(crate) fn msg(&self) -> MsgId {
-        self.msg
-    }
-
-    /// Where the chunks not yet added start in the message, and their bytes.
-    pub(crate) fn rest(&self) -> (usize, &'d [u8]) {
-        (self.base + self.added, &self.data[self.added..])
-    }
-
-    /// One attempt under `st` to add the copied chunk: added, the error, or `None` (wait
-    /// for progress).
-    pub(crate) fn attempt(&mut self, conn: &ConnShared, st: &mut ConnState) -> Option<Result<()>> {
-        if let Some(e) = st.ended() {
-            return Some(Err(e));
-        }
-        let p = st.proto.as_mut()?;
-        if !p.can_add_chunk(self.msg) {
-            return None;
-        }
-        let (remote, buf) = self.copied.take().expect("filled before each attempt");
-        let (len, offset) = (buf.len(), (self.base + self.added) as u64);
-        match p.add_chunk(self.msg, offset, remote, buf) {
-            Ok(()) => {
-                conn.drive(st);
-                self.added += len;
-                Some(Ok(()))
-            }
-            Err(SendError {
-                kind: SendErrorKind::WouldBlock,
-                payload,
-            }) => {
-                self.copied = Some((remote, payload));
-                None
-            }
-            Err(SendError { kind, .. }) => Some(Err(send_error(kind, st))),
-        }
-    }
-}
-
 impl Conn {
+    /// The one rendezvous send, of both forms (a blocking send waits on it through
+    /// [`block_on_future`](crate::task::block_on_future)). The first chunk is copied into the
+    /// pool before the message is announced, so a sender that stops waiting before then
+    /// sent nothing; then the chunks are added one by one as the message has room.
+    /// `announced` is set (to the call id of a request) once the message is announced: from
+    /// then on it is delivered whole, and a sender that stops waiting (a timeout, a dropped
+    /// future) leaves the rest to the engine ([`ConnShared::finish_later`]), not to a thread.
+    pub(crate) async fn send_large(
+        &self,
+        class: Class,
+        data: &[u8],
+        announced: &mut Option<Option<CallId>>,
+    ) -> Result<Option<CallId>> {
+        let conn = &*self.inner;
+        let chunk = conn.shared.cfg.proto.rndv_chunk_size as usize;
+        let first = poll_fn(|cx| self.poll_pool_buffer(cx, chunk.min(data.len()))).await?;
+        let total = data.len() as u64;
+        let large = self
+            .poll_state(|conn, st| announce(conn, st, class, total))
+            .await?;
+        *announced = Some(large.call);
+        let mut rest = Unfinished {
+            conn,
+            chunks: Some(Chunks::new(large.msg, data, chunk)),
+        };
+        let chunks = rest.chunks.as_mut().expect("taken only when dropped");
+        chunks.fill(first)?;
+        loop {
+            self.poll_state(|conn, st| chunks.attempt(conn, st)).await?;
+            let Some(len) = chunks.buffer_needed() else {
+                return Ok(large.call);
+            };
+            let buf = poll_fn(|cx| self.poll_pool_buffer(cx, len)).await?;
+            chunks.fill(buf)?;
+        }
+    }
+
     /// Sends `send`, the first attempt under `st`, waiting up to `timeout` for room and for
     /// a buffer (`None`: only if it can go now, else [`Error::WouldBlock`]); the call id of a
     /// request. Inlined into each blocking send (the cost bench counts a call frame and a
@@ -435,24 +387,17 @@ impl Conn {
     }
 }
 
-/// The descriptor a peer reads a rendezvous chunk by: the whole of `buf`.
-pub(crate) fn remote_chunk(buf: &memory::Buffer) -> Result<RemoteChunk> {
-    let remote = buf.remote().ok_or(Error::Config(
-        "the endpoint's pool has no remote read access".into(),
-    ))?;
-    Ok(RemoteChunk {
-        addr: remote.addr,
-        rkey: remote.rkey,
-        len: buf.len() as u32,
-    })
+/// The chunks of a rendezvous message its sender adds: those it did not add when it stopped
+/// waiting go to the engine, so the peer gets the whole message.
+struct Unfinished<'a, 'd> {
+    conn: &'a ConnShared,
+    chunks: Option<Chunks<'d>>,
 }
 
-/// A refused send as the API's error.
-pub(crate) fn send_error(kind: SendErrorKind, st: &ConnState) -> Error {
-    match kind {
-        SendErrorKind::WouldBlock => Error::WouldBlock,
-        SendErrorKind::Closed => st.ended().unwrap_or(Error::ClosedLocally),
-        SendErrorKind::TooLarge { len, limit, .. } => Error::TooLarge { len, limit },
-        other => Error::Config(other.to_string()),
+impl Drop for Unfinished<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(chunks) = self.chunks.take() {
+            self.conn.finish_later(chunks);
+        }
     }
 }

@@ -12,6 +12,7 @@ use memory::Buffer;
 use parking_lot::{Condvar, Mutex};
 use verbs::Qp;
 
+use super::chunks::Chunks;
 use super::one_sided_ops::OneSidedOps;
 use super::send_queue::{SendQueue, SqOp};
 use super::user::{UserQueues, Wakers};
@@ -77,6 +78,9 @@ pub(crate) struct ConnState {
     pub wakers: Wakers,
     /// Small frame buffers kept for the next sends (see [`SPARE_FRAMES`]).
     pub spare_frames: Vec<Buffer>,
+    /// The rests of rendezvous messages whose senders stopped waiting, finished by the
+    /// engine (see [`ConnShared::finish_later`]).
+    pub rests: VecDeque<Chunks<'static>>,
     /// When the async wait under way began (a task that found nothing, spun and registered
     /// its waker): when a poll finds what it waited for, the frame's arrival tunes the
     /// adaptive spin, as a blocking wait's does.
@@ -98,6 +102,7 @@ impl ConnState {
             one_sided: OneSidedOps::default(),
             wakers: Wakers::default(),
             spare_frames: Vec::with_capacity(SPARE_FRAMES),
+            rests: VecDeque::new(),
             async_wait: None,
         }
     }
@@ -148,6 +153,7 @@ impl ConnState {
         self.teardown = Some(now);
         self.read_targets.clear();
         self.deferred_reads.clear();
+        self.rests.clear();
     }
 
     /// How a wait for everything sent to reach the peer ends, if it has ended: `Ok` once the
@@ -305,6 +311,9 @@ impl ConnShared {
     pub(crate) fn drive(&self, st: &mut ConnState) {
         if !st.deferred_reads.is_empty() {
             self.retry_deferred_reads(st);
+        }
+        if !st.rests.is_empty() && self.finish_rests(st) {
+            self.shared.tick_soon();
         }
         let mut delivered = false;
         while let Some(action) = st.proto.as_mut().and_then(|p| p.poll_action()) {
@@ -553,51 +562,5 @@ impl ConnShared {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    fn torn_down_at(t0: Instant, op: SqOp, signaled: bool) -> ConnState {
-        let mut st = ConnState::new(None);
-        st.end = Some(Some(ConnError::PeerGone(PeerGone::Disconnected)));
-        st.sq.posted(1, op, signaled);
-        st.torn_down(t0);
-        st
-    }
-
-    #[test]
-    fn a_read_that_never_completes_holds_a_torn_down_connection_only_within_the_flush_bound() {
-        let t0 = Instant::now();
-        let st = torn_down_at(t0, SqOp::Read(proto::ReadId(7)), true);
-        assert!(!st.drained(t0));
-        assert!(!st.drained(t0 + FLUSH_GRACE));
-        assert!(!st.drained(t0 + FLUSH_BOUND - Duration::from_millis(1)));
-        assert!(st.drained(t0 + FLUSH_BOUND));
-    }
-
-    #[test]
-    fn unsignaled_frames_hold_a_torn_down_connection_only_for_the_grace() {
-        let t0 = Instant::now();
-        let st = torn_down_at(t0, SqOp::Frame, false);
-        assert!(!st.drained(t0));
-        assert!(st.drained(t0 + FLUSH_GRACE));
-    }
-
-    #[test]
-    fn an_empty_queue_is_drained_at_once_and_teardown_drops_what_reads_kept() {
-        let t0 = Instant::now();
-        let mut st = ConnState::new(None);
-        st.deferred_reads.push_back((
-            proto::ReadId(1),
-            proto::RemoteChunk {
-                addr: 0,
-                len: 8,
-                rkey: 1,
-            },
-            8,
-        ));
-        st.torn_down(t0);
-        assert!(st.drained(t0));
-        assert!(st.deferred_reads.is_empty() && st.read_targets.is_empty());
-    }
-}
+#[path = "conn_tests.rs"]
+mod tests;

@@ -9,6 +9,7 @@
 
 mod batch;
 mod calls;
+mod chunks;
 mod cm_ops;
 mod conn;
 mod conn_table;
@@ -30,6 +31,7 @@ use memory::{Buffer, Pool};
 use parking_lot::Mutex;
 use verbs::{CompletionBuf, Pd, Reclaimed};
 
+pub(crate) use chunks::{remote_chunk, Chunks};
 pub(crate) use cm_ops::{Backlog, CmWatcher, ConnectOp};
 pub(crate) use conn::{ConnShared, ConnState};
 pub(crate) use policy::{Policy, SpinBudget, Spinning, SPIN_TURNS_PER_CLOCK};
@@ -222,6 +224,18 @@ pub(crate) fn pool_error(e: memory::Error) -> Error {
             after: waited,
         },
         other => Error::Memory(other),
+    }
+}
+
+/// A send the protocol refused, as the API's error (`st`: the connection's state, for the
+/// cause of its end).
+pub(crate) fn send_error(kind: crate::proto::SendErrorKind, st: &ConnState) -> Error {
+    use crate::proto::SendErrorKind as K;
+    match kind {
+        K::WouldBlock => Error::WouldBlock,
+        K::Closed => st.ended().unwrap_or(Error::ClosedLocally),
+        K::TooLarge { len, limit, .. } => Error::TooLarge { len, limit },
+        other => Error::Config(other.to_string()),
     }
 }
 

@@ -33,6 +33,10 @@ impl Shared {
                     conn.drive(&mut st);
                 }
             }
+            // A rest of a rendezvous message that waits for a pool buffer tries again.
+            if !st.rests.is_empty() && conn.finish_rests(&mut st) {
+                next = next.min(soon);
+            }
             match st.proto.as_ref() {
                 Some(p) => {
                     if let Some(t) = p.poll_timeout() {

@@ -1,5 +1,7 @@
 //! The async core on its own: a rendezvous message longer than one poll can queue, sent
-//! through `send_async`, arrives whole, also when its future is dropped half way.
+//! through `send_async`, arrives whole, also when its future is dropped half way; many such
+//! messages, and blocking sends past their timeout, are finished by the engine without a
+//! thread each.
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll};
@@ -7,7 +9,16 @@ use std::task::{Context, Poll};
 use futures::executor::block_on;
 use futures::task::noop_waker;
 
+use transport::{Error, ProtocolConfig};
+
 use crate::support::*;
+
+/// Threads of this process now.
+fn threads() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("Threads:")).unwrap();
+    line["Threads:".len()..].trim().parse().unwrap()
+}
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
@@ -42,4 +53,66 @@ fn a_large_send_async_arrives_whole_even_when_its_future_is_dropped_half_way() {
     }
     block_on(client.send_async(&second)).expect("send_async");
     receiver.join().unwrap();
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn abandoned_rendezvous_sends_are_finished_by_the_engine_in_order_without_a_thread_each() {
+    // Small chunks, few in flight: every message below takes many rounds of READs, so what
+    // its sender leaves is most of it.
+    let cfg = || {
+        config().with_proto(
+            ProtocolConfig::default()
+                .with_rndv_chunk_size(4096)
+                .with_max_chunks_in_flight(2),
+        )
+    };
+    let (server, client) = pair_with(cfg(), cfg());
+    let len = 64 << 10;
+    // Fewer than the window: each message is announced at its first poll (the queue of
+    // messages waiting to go holds a window's worth).
+    let n = 24;
+    let before = threads();
+    // Half the senders drop their futures after one poll, half are blocking sends with a
+    // timeout far too short for the whole message; nobody takes the messages yet.
+    let mut sent = Vec::new();
+    for k in 0..n {
+        let data = pattern(100 + k, len);
+        if k % 2 == 0 {
+            let waker = noop_waker();
+            let mut cx = Context::from_waker(&waker);
+            let mut fut = pin!(client.send_async(&data));
+            match fut.as_mut().poll(&mut cx) {
+                Poll::Ready(Ok(())) | Poll::Pending => sent.push(k),
+                Poll::Ready(Err(e)) => panic!("send_async {k}: {e}"),
+            }
+        } else {
+            match client.send_timeout(&data, std::time::Duration::from_millis(1)) {
+                Ok(()) => sent.push(k),
+                // Not announced in time: nothing of it was sent.
+                Err(Error::TimedOut { .. }) => {}
+                Err(e) => panic!("send_timeout {k}: {e}"),
+            }
+        }
+    }
+    let after = threads();
+    assert!(
+        after <= before,
+        "{} threads started for {n} abandoned sends",
+        after - before
+    );
+    assert!(sent.len() > n as usize / 2, "only {sent:?} went");
+    for &k in &sent {
+        let m = server.recv(TIMEOUT).expect("an abandoned message");
+        assert_eq!(m.len(), len, "message {k}");
+        assert!(m.to_vec() == pattern(100 + k, len), "message {k} differs");
+    }
+    let r = server.try_recv();
+    assert!(
+        matches!(r, Err(Error::WouldBlock)),
+        "a message too many: {r:?}"
+    );
+    // The connection goes on as before.
+    client.send(b"after").unwrap();
+    assert_eq!(&server.recv(TIMEOUT).unwrap().bytes()[..], b"after");
 }
