@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{ConnShared, ConnState, Engine};
 use crate::message::{Message, Request};
-use crate::proto::{CallId, Class, SendErrorKind};
+use crate::proto::{CallId, Class};
 use crate::receive::PendingCall;
 use crate::send_core::{Eager, EagerSend};
 use crate::{Error, Result};
@@ -136,18 +136,19 @@ impl Conn {
         }
     }
 
-    /// Answers call `call` with `response`, releasing `request` (the call's message). An
-    /// eager response carries the request's credit back in its header, and the request's
-    /// buffer goes back to the pool after the response is on its way.
+    /// Answers call `call` with `response`, releasing `request` (the call's message): the
+    /// blocking form of the one respond ([`respond_first`](Self::respond_first)), waiting
+    /// around its send when it cannot go at once. The request's buffer goes back to the pool
+    /// once the response is on its way.
     pub(crate) fn respond(
         &self,
         call: CallId,
         response: &[u8],
         request: Option<Message>,
     ) -> Result<()> {
-        let class = Class::Response { call };
         if response.len() > self.eager_limit() {
             drop(request);
+            let class = Class::Response { call };
             return self
                 .send_class(class, response, DEFAULT_OP_TIMEOUT)
                 .map(drop);
@@ -155,24 +156,12 @@ impl Conn {
         let conn = &*self.inner;
         let request = request.and_then(Message::into_delivery);
         let mut st = conn.state.lock();
-        // The response carries the request's credit back; if it waits, the credit goes on its
-        // own when due.
-        let release_due = request.as_ref().is_some_and(|d| d.holds_credit());
-        if release_due {
-            conn.release_one(&mut st);
-        }
-        // Most responses go at once (nothing of the exchange is ahead of them): tried before
-        // a send is built, whose first attempt would find the response's kind back in
-        // memory and match it again. One that cannot go at once is sent as any other.
-        let at_once =
-            st.end.is_none() && conn.send_inline_at_once(&mut st, class, response).is_some();
-        let sent = if at_once {
-            drop(st);
-            Ok(None)
-        } else {
-            let mut send = EagerSend::new(Eager::Message(class), response);
-            send.release_due = release_due;
-            self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st)
+        let sent = match self.respond_first(&mut st, call, response, request.as_ref()) {
+            None => {
+                drop(st);
+                Ok(None)
+            }
+            Some(send) => self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st),
         };
         if let Some(d) = request {
             conn.shared.res.release_delivery(d);
@@ -180,20 +169,50 @@ impl Conn {
         sent.map(drop)
     }
 
+    /// The start of an eager response, of both forms: the request's credit (if it holds
+    /// one) released, to travel back in the response's header (or on its own when due, if
+    /// the response waits), and the post at once tried (on a connection that has not ended,
+    /// so a response on an ended one never reports `Ok`). `None`: the response went. Else the
+    /// send to go on with, as any other: it waits for room behind what is queued.
+    pub(crate) fn respond_first<'r>(
+        &self,
+        st: &mut ConnState,
+        call: CallId,
+        response: &'r [u8],
+        request: Option<&crate::proto::Delivery<memory::Buffer>>,
+    ) -> Option<EagerSend<'r>> {
+        let conn = &*self.inner;
+        let class = Class::Response { call };
+        let release_due = request.is_some_and(|d| d.holds_credit());
+        if release_due {
+            conn.release_one(st);
+        }
+        // Most responses go at once (nothing of the exchange is ahead of them): tried before
+        // a send is built, whose first attempt would find the response's kind back in
+        // memory and match it again.
+        if st.end.is_none() && conn.send_inline_at_once(st, class, response).is_some() {
+            return None;
+        }
+        let mut send = EagerSend::new(Eager::Message(class), response);
+        send.release_due = release_due;
+        Some(send)
+    }
+
+    /// Answers call `call` "no handler" without waiting: the answer is queued behind what
+    /// the connection has to send (the protocol takes it whatever the queue holds), so a
+    /// `Request` dropped unanswered, from async code too, never blocks. Nothing to answer
+    /// once the connection ended: the caller learns of the end instead.
     pub(crate) fn reject(&self, call: CallId) {
-        let _ = self.wait("reject", DEFAULT_OP_TIMEOUT, |conn, st| {
-            if st.ended().is_some() {
-                return Some(Ok(()));
+        let conn = &*self.inner;
+        let mut st = conn.state.lock();
+        if st.end.is_some() {
+            return;
+        }
+        if let Some(p) = st.proto.as_mut() {
+            if p.reject_call(call).is_ok() {
+                conn.drive(&mut st);
             }
-            let p = st.proto.as_mut()?;
-            match p.reject_call(call) {
-                Err(SendErrorKind::WouldBlock) => None,
-                _ => {
-                    conn.drive(st);
-                    Some(Ok(()))
-                }
-            }
-        });
+        }
     }
 
     /// Closes gracefully and waits until the peer has everything: every message sent so far

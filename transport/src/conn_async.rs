@@ -11,10 +11,11 @@
 //!   taken from the connection only when the poll returns it; a dropped future loses nothing.
 //! - [`Conn::poll_send`]: the message is queued whole in the poll that returns `Ready(Ok)`, or
 //!   not at all; `Pending` queued nothing.
-//! - [`Conn::send_async`]: messages up to [`Conn::max_whole_send`] behave like `poll_send`
-//!   (all or nothing). A larger message is queued chunk by chunk; a future dropped after it
-//!   started copies the rest and finishes sending it on a thread, so the peer never sees half
-//!   a message.
+//! - [`Conn::send_async`]: an eager message behaves like `poll_send` (all or nothing). A
+//!   rendezvous message is queued chunk by chunk: a future dropped before the message was
+//!   announced sent nothing; one dropped after leaves the rest to the endpoint's engine (a
+//!   copy of the bytes not yet added), so the peer never sees half a message, and no thread
+//!   is started for it.
 //! - [`Conn::call_async`]: dropping it forgets the call (a late response is dropped).
 //! - [`Conn::close_async`]: the close is queued at the first poll; dropping the future only
 //!   stops waiting for the peer's close.
@@ -37,6 +38,7 @@ use crate::engine::{ConnState, Spinning, SPIN_TURNS_PER_CLOCK};
 use crate::message::{Message, Request};
 use crate::proto::Class;
 use crate::receive::{end_as_none, PendingCall};
+use crate::send_core::Alloc;
 use crate::task::{register, register_recv, register_tick};
 
 use crate::{Conn, Error, Result};
@@ -220,22 +222,45 @@ impl Conn {
 }
 
 impl Request {
-    /// Sends `response` to the caller, waiting for credit without blocking the thread (see
-    /// [`respond`](Request::respond)). Dropping the future before it is done answers nothing;
-    /// the request is then answered "no handler" when the `Request` is dropped.
+    /// Sends `response` to the caller, waiting for credit without blocking the thread: the
+    /// same attempt as [`respond`](Request::respond) (the request's credit travels back with
+    /// the response, which goes at once when nothing is ahead of it). Dropping the future
+    /// before the response went answers nothing: the call is then answered "no handler",
+    /// queued without waiting, and the request's credit comes back on its own.
     pub async fn respond_async(mut self, response: &[u8]) -> Result<()> {
-        drop(self.message.take());
         let Some(call) = self.call else {
             return Ok(());
         };
         let conn = self.conn.clone();
-        let sent = conn
-            .send_class_async(Class::Response { call }, response)
-            .await;
-        if sent.is_ok() {
-            self.call = None;
+        let request = self.message.take();
+        if response.len() > conn.eager_limit() {
+            drop(request);
+            let class = Class::Response { call };
+            let sent = conn.send_class_async(class, response).await;
+            if sent.is_ok() {
+                self.call = None;
+            }
+            return sent.map(drop);
         }
-        sent.map(drop)
+        let shared = &*conn.inner;
+        let request = request.and_then(Message::into_delivery);
+        let first = conn.respond_first(&mut shared.state.lock(), call, response, request.as_ref());
+        // The response is copied from `response`: the request's buffer may go now.
+        if let Some(d) = request {
+            shared.shared.res.release_delivery(d);
+        }
+        if let Some(mut send) = first {
+            let kind = send.kind();
+            poll_fn(|cx| {
+                let mut st = shared.state.lock();
+                let step = send.attempt(shared, &mut st, Alloc::Now);
+                conn.poll_step(cx, kind, step, st)
+            })
+            .await
+            .map_err(|e| *e)?;
+        }
+        self.call = None;
+        Ok(())
     }
 }
 

@@ -214,12 +214,13 @@ impl<B: Payload> Connection<B> {
     }
 
     /// Answers request `call` with "no handler" (the caller gets [`CallError::NoHandler`]).
+    /// Refused only once the connection no longer sends ([`SendErrorKind::Closed`]), never
+    /// for a full queue: the answer waits behind what is queued, so a driver can answer from
+    /// anywhere (a request dropped unanswered) without waiting. The queue grows by at most one
+    /// answer per request received, and requests are bounded by the credits granted.
     pub fn reject_call(&mut self, call: CallId) -> Result<(), SendErrorKind> {
         if !self.accepting() {
             return Err(SendErrorKind::Closed);
-        }
-        if self.outq.len() >= self.out_cap {
-            return Err(SendErrorKind::WouldBlock);
         }
         self.outq.push_back(Out::Reject(call));
         Ok(())

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::proto::{CallError, Class, ConnError, PeerGone, Received};
+use crate::proto::{CallError, Class, ConnError, PeerGone, Received, HEADER_LEN};
 
-use super::sim::{content, Msg, Sim};
+use super::sim::{content, Msg, Sim, SimBuf};
 use super::small_config;
 
 fn reversed(side: usize, k: usize, len: usize) -> Vec<u8> {
@@ -162,6 +162,42 @@ fn server_without_handler_fails_the_call_with_no_handler() {
         assert_eq!(e, &CallError::NoHandler);
         assert!(e.to_string().contains("register one"), "{e}");
     }
+}
+
+#[test]
+fn a_rejection_is_taken_with_the_send_queue_full_and_reaches_the_caller_after_it() {
+    let cfg = small_config(8, 2, 8, 2, 2);
+    let mut sim = Sim::new(&cfg, &cfg);
+    let deadline = sim.now + Duration::from_secs(10);
+    sim.hosts[0].to_send = vec![Msg {
+        len: 5,
+        class: Class::Request { deadline },
+    }];
+    sim.run_until_quiet(100_000);
+    let call = match sim.hosts[1].received.as_slice() {
+        [(Received::Request { call }, _)] => *call,
+        other => panic!("one request was expected, got {other:?}"),
+    };
+    // The server's queue fills with messages that have not gone yet.
+    let server = &mut sim.hosts[1].conn;
+    let mut queued = 0;
+    while !server.queue_full() {
+        let mut frame = vec![0u8; HEADER_LEN];
+        frame.extend_from_slice(&[7u8; 10]);
+        server.send(Class::Message, SimBuf::plain(frame)).unwrap();
+        queued += 1;
+    }
+    server.reject_call(call).unwrap();
+    sim.run_until_quiet(100_000);
+    let a = &sim.hosts[0];
+    let messages = a
+        .received
+        .iter()
+        .filter(|(c, b)| matches!(c, Received::Message) && b == &[7u8; 10])
+        .count();
+    assert_eq!(messages, queued, "every queued message arrives");
+    assert_eq!(a.calls_done.len(), 1);
+    assert_eq!(a.calls_done[0].1, Err(CallError::NoHandler));
 }
 
 #[test]
