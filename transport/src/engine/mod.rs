@@ -144,6 +144,7 @@ impl Shared {
         cfg.proto.immediate_data = !iwarp;
         cfg.write_completes_when_sent = iwarp;
         let res = Resources::open(&ctx, local_ip, &cfg, pd, pool)?;
+        cfg.proto.max_read_chunk = res.max_read_chunk();
         let receives = res.receives();
         let shared = Arc::new(Shared {
             res,

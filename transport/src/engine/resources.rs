@@ -149,6 +149,14 @@ impl Resources {
         })
     }
 
+    /// The longest rendezvous chunk this endpoint reads: the largest buffer of the pool its
+    /// READs land in (on iWARP, also of the data pool each is copied into).
+    pub(crate) fn max_read_chunk(&self) -> u32 {
+        let sinks = self.read_sinks.as_ref().unwrap_or(&self.pool);
+        let longest = sinks.max_buffer_size().min(self.pool.max_buffer_size());
+        u32::try_from(longest).unwrap_or(u32::MAX)
+    }
+
     /// A receive was consumed: it is replaced later, on an idle poll, unless `srq_slack`
     /// are owed now. The SRQ holds that many beyond every credit granted, so the receives
     /// owed never leave a credit without a receive behind it.

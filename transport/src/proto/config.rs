@@ -46,6 +46,10 @@ pub struct Config {
     /// the endpoint from its device, not by a setter. Without it neither side sends compact
     /// frames ([`ConnectInfo::FLAG_NO_IMMEDIATE`]).
     pub(crate) immediate_data: bool,
+    /// The longest rendezvous chunk this side reads (into one buffer): set by the endpoint
+    /// from its pool's largest buffer, not by a setter. A longer chunk from the peer fails
+    /// the connection ([`ProtocolError::ChunkTooLarge`](super::ProtocolError::ChunkTooLarge)).
+    pub(crate) max_read_chunk: u32,
 }
 
 impl Default for Config {
@@ -62,6 +66,7 @@ impl Default for Config {
             keepalive_interval: Duration::from_secs(1),
             keepalive_timeout: Duration::from_secs(10),
             immediate_data: true,
+            max_read_chunk: u32::MAX,
         }
     }
 }

@@ -158,6 +158,16 @@ pub enum ProtocolError {
         /// The offset expected next.
         expected: u64,
     },
+    /// A rendezvous chunk longer than the largest buffer this side reads into.
+    #[error("RNDV_CHUNK of message {msg} is {len} bytes, longer than the largest buffer this endpoint reads a chunk into ({max} bytes); give both ends' pools the same largest class, or send the message from smaller buffers")]
+    ChunkTooLarge {
+        /// Message id.
+        msg: u64,
+        /// Chunk length.
+        len: u32,
+        /// The longest chunk this side reads.
+        max: u32,
+    },
     /// An RNDV_ACK for a chunk we did not send.
     #[error("RNDV_ACK for message {msg} offset {offset}, which is not an outstanding chunk")]
     UnknownAck {

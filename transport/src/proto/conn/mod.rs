@@ -136,6 +136,8 @@ pub struct Connection<B: Payload> {
     recv_frame_size: usize,
     max_send: u64,
     max_recv: u64,
+    /// The longest rendezvous chunk this side reads ([`Config`]'s `max_read_chunk`).
+    max_read_chunk: u32,
     max_chunks: usize,
     max_reads: usize,
     keepalive_interval: Duration,
@@ -203,6 +205,7 @@ impl<B: Payload> Connection<B> {
             recv_frame_size: config.frame_size as usize,
             max_send: config.max_message.min(peer.max_message),
             max_recv: config.max_message,
+            max_read_chunk: config.max_read_chunk,
             max_chunks: config.max_chunks_in_flight as usize,
             max_reads: config.max_reads_in_flight as usize,
             keepalive_interval: config.keepalive_interval,

@@ -224,6 +224,13 @@ impl<B: Payload> Connection<B> {
                 self.release_now(buf);
                 let outstanding = self.read_wait.len() + self.reads.len() + self.acks.len();
                 let msg = MsgId(h.tag);
+                if remote.len > self.max_read_chunk {
+                    return Err(ProtocolError::ChunkTooLarge {
+                        msg: h.tag,
+                        len: remote.len,
+                        max: self.max_read_chunk,
+                    });
+                }
                 let Some(l) = self.large_in_mut(msg).filter(|l| l.next_offset < l.total) else {
                     return Err(ProtocolError::UnknownMessage(h.tag));
                 };

@@ -376,6 +376,50 @@ fn each_fault_is_named() {
 }
 
 #[test]
+fn a_chunk_longer_than_this_side_reads_is_named_and_one_as_long_is_taken() {
+    let mut cfg = small_config(6, 2, 6, 2, 1);
+    cfg.max_read_chunk = 40;
+    let start = frame(
+        Kind::RndvStart,
+        0,
+        L,
+        1,
+        FrameBody::RndvStart {
+            total: 100,
+            call: 0,
+        },
+    );
+    let chunk = |offset, len| {
+        let remote = RemoteChunk {
+            addr: 0x1000,
+            rkey: 7,
+            len,
+        };
+        frame(
+            Kind::RndvChunk,
+            0,
+            L,
+            1,
+            FrameBody::RndvChunk { offset, remote },
+        )
+    };
+    let mut c = Connection::new(&cfg, &cfg.connect_info(), Instant::now()).unwrap();
+    feed(&mut c, &start).unwrap();
+    feed(&mut c, &chunk(0, 40)).expect("a chunk as long as the limit");
+    let e = feed(&mut c, &chunk(40, 41)).unwrap_err();
+    assert_eq!(
+        e,
+        ProtocolError::ChunkTooLarge {
+            msg: 1,
+            len: 41,
+            max: 40
+        }
+    );
+    assert!(e.to_string().contains("largest class"), "{e}");
+    assert!(reported(&mut c).contains(&Some(ConnError::Protocol(e))));
+}
+
+#[test]
 fn failure_hands_back_held_buffers() {
     let mut c = conn();
     let mut data = Header {
