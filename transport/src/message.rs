@@ -174,28 +174,42 @@ impl Drop for Request {
 }
 
 /// A pool buffer to send without a copy ([`Conn::send_buf`](crate::Conn::send_buf)): fill it
-/// through `Deref<Target = [u8]>`. It has room for the frame header before the bytes you see.
+/// through `Deref<Target = [u8]>`. Up to the eager limit it has room for the frame header
+/// before the bytes you see, and goes in one frame; a longer one (up to
+/// [`Conn::max_buf`](crate::Conn::max_buf)) goes by rendezvous as one chunk, which the
+/// peer reads with one RDMA READ straight from it.
 pub struct MessageBuf {
     pub(crate) buf: Buffer,
+    /// Where the message starts in `buf`: after the header's room ([`HEADER_LEN`]) for an
+    /// eager message, at 0 for a rendezvous one.
+    pub(crate) start: usize,
+}
+
+impl MessageBuf {
+    /// Whether the buffer goes by rendezvous (it has no header room).
+    pub(crate) fn is_rendezvous(&self) -> bool {
+        self.start == 0
+    }
 }
 
 impl std::ops::Deref for MessageBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.buf[HEADER_LEN..]
+        &self.buf[self.start..]
     }
 }
 
 impl std::ops::DerefMut for MessageBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.buf[HEADER_LEN..]
+        &mut self.buf[self.start..]
     }
 }
 
 impl fmt::Debug for MessageBuf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MessageBuf")
-            .field("len", &(self.buf.len() - HEADER_LEN))
+            .field("len", &(self.buf.len() - self.start))
+            .field("rendezvous", &self.is_rendezvous())
             .finish()
     }
 }

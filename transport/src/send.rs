@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::conn::DEFAULT_OP_TIMEOUT;
 use crate::message::MessageBuf;
-use crate::proto::{CallId, Class};
-use crate::send_core::{Eager, EagerSend};
+use crate::proto::{CallId, Class, HEADER_LEN};
+use crate::send_core::{one_chunk, Eager, EagerSend};
 use crate::task::block_on_future;
 use crate::{Conn, Error, Result};
 
@@ -120,24 +120,61 @@ impl Conn {
         self.send_eager(send, None, st).map(drop)
     }
 
-    /// A pool buffer for `len` bytes to fill and [`send_buf`](Self::send_buf) without a copy
-    /// (at most [`eager_limit`](Self::eager_limit) bytes).
+    /// A pool buffer for `len` bytes to fill and [`send_buf`](Self::send_buf) without a
+    /// copy: up to the [eager limit](Self::eager_limit) it goes in one frame; longer (up to
+    /// [`max_buf`](Self::max_buf)) by rendezvous, as one chunk the peer reads with one RDMA
+    /// READ. Waits up to [`DEFAULT_OP_TIMEOUT`] for the pool.
+    ///
+    /// ```no_run
+    /// # fn demo(conn: &transport::Conn) -> transport::Result<()> {
+    /// let mut buf = conn.alloc(1 << 20)?;
+    /// buf.fill(7);
+    /// conn.send_buf(buf)?; // the peer's Message holds the bytes, copied by no one
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn alloc(&self, len: usize) -> Result<MessageBuf> {
-        if len > self.eager_limit() {
-            return Err(Error::TooLarge {
-                len: len as u64,
-                limit: self.eager_limit() as u64,
+        let shared = &self.inner.shared;
+        if len <= self.eager_limit() {
+            let buf = shared.alloc(HEADER_LEN + len, DEFAULT_OP_TIMEOUT)?;
+            return Ok(MessageBuf {
+                buf,
+                start: HEADER_LEN,
             });
         }
-        let buf = self
-            .inner
-            .shared
-            .alloc(crate::proto::HEADER_LEN + len, DEFAULT_OP_TIMEOUT)?;
-        Ok(MessageBuf { buf })
+        let limit = self.max_buf();
+        if len > limit {
+            return Err(Error::TooLarge {
+                len: len as u64,
+                limit: limit as u64,
+            });
+        }
+        let buf = shared.alloc(len, DEFAULT_OP_TIMEOUT)?;
+        Ok(MessageBuf { buf, start: 0 })
     }
 
-    /// Sends a buffer from [`alloc`](Self::alloc) without copying it.
+    /// The longest buffer [`alloc`](Self::alloc) gives: the pool's largest buffer (1 MiB by
+    /// default), at most the connection's [`max_message`](Self::max_message). The peer must
+    /// be able to read it whole: its pool needs a buffer as long (the default pools do).
+    pub fn max_buf(&self) -> usize {
+        let pool = self.inner.shared.res.pool.max_buffer_size();
+        let max = usize::try_from(self.max_message()).unwrap_or(usize::MAX);
+        pool.min(max).min(u32::MAX as usize)
+    }
+
+    /// Sends a buffer from [`alloc`](Self::alloc) without copying it, waiting up to
+    /// [`DEFAULT_OP_TIMEOUT`] for credit and room. A rendezvous buffer is queued whole in one
+    /// step (announced with its one chunk) or not at all; it goes back to the pool once the
+    /// peer has read it.
     pub fn send_buf(&self, buf: MessageBuf) -> Result<()> {
+        if buf.is_rendezvous() {
+            let mut buf = Some(buf.buf);
+            return self
+                .wait("send", DEFAULT_OP_TIMEOUT, |conn, st| {
+                    one_chunk(conn, st, Class::Message, &mut buf)
+                })
+                .map(drop);
+        }
         let st = self.inner.state.lock();
         let send = EagerSend::with_frame(Eager::Message(Class::Message), buf.buf);
         self.send_eager(send, Some(DEFAULT_OP_TIMEOUT), st)

@@ -10,7 +10,7 @@ use std::future::poll_fn;
 use std::time::Duration;
 
 use crate::conn::StateGuard;
-use crate::engine::{pool_error, send_error, Chunks, ConnShared, ConnState};
+use crate::engine::{pool_error, remote_chunk, send_error, Chunks, ConnShared, ConnState};
 use crate::proto::{CallId, Class, LargeSend, SendError, SendErrorKind, HEADER_LEN};
 use crate::{Conn, Error, Result};
 
@@ -305,6 +305,40 @@ pub(crate) fn announce(
         Err(SendErrorKind::WouldBlock) => None,
         Err(kind) => Some(Err(send_error(kind, st))),
     }
+}
+
+/// A rendezvous message of one chunk, the whole of `buf` (a zero-copy buffer), queued whole
+/// under `st` (announced and its chunk added) or not at all: `None` waits for progress (the
+/// buffer kept for the next attempt), else the call id of a request or the error.
+pub(crate) fn one_chunk(
+    conn: &ConnShared,
+    st: &mut ConnState,
+    class: Class,
+    buf: &mut Option<memory::Buffer>,
+) -> Option<Result<Option<CallId>>> {
+    if let Some(e) = st.ended() {
+        return Some(Err(e));
+    }
+    let p = st.proto.as_mut()?;
+    if !p.can_take_whole(1) {
+        return None;
+    }
+    let whole = buf.as_ref().expect("kept until queued");
+    let remote = match remote_chunk(whole) {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
+    };
+    let large = match p.send_large(class, whole.len() as u64) {
+        Ok(l) => l,
+        Err(SendErrorKind::WouldBlock) => return None,
+        Err(kind) => return Some(Err(send_error(kind, st))),
+    };
+    let whole = buf.take().expect("kept until queued");
+    if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, 0, remote, whole) {
+        return Some(Err(send_error(kind, st)));
+    }
+    conn.drive(st);
+    Some(Ok(large.call))
 }
 
 impl Conn {

@@ -1,6 +1,6 @@
 //! Tests of the transport on devices (`#[ignore]`, run by `cargo xtask test`), between the
 //! two hosts: a server endpoint on the peer's device and a client endpoint on this host's
-//! (`support`): `messages`, `calls`, `one_sided`, `failures`, `close_exit` (writer processes
+//! (`support`): `messages`, `zero_copy` (buffers sent without a copy), `calls`, `one_sided`, `failures`, `close_exit` (writer processes
 //! that exit right after closing), `many`, the fault suite (`fault_suite`: netem, bad keys,
 //! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the
 //! async core (`async_conn`), progress from a reactor (`reactor`), and the byte stream: `seed`
@@ -31,3 +31,4 @@ mod stream_executor;
 mod stream_faults;
 mod stream_scale;
 mod support;
+mod zero_copy;
