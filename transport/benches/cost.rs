@@ -10,6 +10,9 @@
 //! `PEER_IP:PORT`, retrying until the listener is up):
 //! - `recv` / `send`: `N` messages of `SIZE` bytes one way (`Conn::send`, `Conn::recv`); the
 //!   receiver then answers one byte, so the sender ends only once everything arrived.
+//! - `recv` / `send-buf`: as `recv` / `send`, each message a buffer of the pool sent without a
+//!   copy (`Conn::alloc`, `Conn::send_buf`; not written, as the bytes are the application's):
+//!   one frame up to the eager limit, one rendezvous chunk read with one READ above it.
 //! - `serve` / `call`: `N` RPC calls of `SIZE` bytes, [`CALLS_OUTSTANDING`] in flight
 //!   (`Conn::call_async`), echoed by `Conn::serve_with`.
 //! - `stream-server` / `stream-client`: as rdma-core's `rstream -C N -S SIZE`: the client writes
@@ -188,7 +191,7 @@ fn exchange(a: &Args, ep: &Endpoint) -> Res<()> {
             let _ = conn.close(Duration::from_secs(10));
             Ok(())
         }
-        "send" | "call" => {
+        "send" | "send-buf" | "call" => {
             let conn = connect(ep, to)?;
             measured_work(a, Side::Conn(&conn))?;
             let _ = conn.close(Duration::from_secs(10));
@@ -247,6 +250,15 @@ fn ops(a: &Args, side: Side<'_>) -> Res<()> {
             let data = vec![0x5a; size];
             for _ in 0..n {
                 c.send_timeout(&data, TIMEOUT).map_err(e("send"))?;
+            }
+            c.recv(TIMEOUT)
+                .map(drop)
+                .map_err(e("the receiver's answer"))
+        }
+        ("send-buf", Side::Conn(c)) => {
+            for _ in 0..n {
+                let buf = c.alloc(size).map_err(e("alloc"))?;
+                c.send_buf(buf).map_err(e("send_buf"))?;
             }
             c.recv(TIMEOUT)
                 .map(drop)

@@ -299,6 +299,31 @@ pub fn cases(bins: &Path, cost: &Path) -> (Vec<Set>, Vec<Row>) {
         ours(&mut sets, &case, messages(big), 16, server);
         rows.push(row(&case, &[&read_case], "ib_read_bw -e (reader)", 1.25));
     }
+    // Buffers sent without a copy (`send_buf`): 4 KiB in one frame against ib_send_bw, 1 MiB
+    // as one rendezvous chunk (an announce, one READ, its acknowledgement) against
+    // ib_read_bw's one READ per message.
+    let zero_copy = |size| Tool::Transport {
+        server_role: "recv",
+        client_role: "send-buf",
+        size,
+    };
+    for (side, perftest_side, server) in
+        [("sender", "sender", false), ("receiver", "receiver", true)]
+    {
+        let case = format!("transport zero-copy 4096 B {side}");
+        ours(&mut sets, &case, zero_copy(4096), 1000, server);
+        rows.push(row(
+            &case,
+            &[&format!("send_bw 4096 B {perftest_side}")],
+            "ib_send_bw",
+            1.25,
+        ));
+    }
+    for (side, server, goal) in [("sender", false, 2.5), ("receiver", true, 3.0)] {
+        let case = format!("transport zero-copy {big} B {side}");
+        ours(&mut sets, &case, zero_copy(big), 16, server);
+        rows.push(row(&case, &[&read_case], "ib_read_bw -e (reader)", goal));
+    }
     // A call is a send and a receive on each side: ib_send_bw's sender plus its receiver.
     let rpc = Tool::Transport {
         server_role: "serve",
