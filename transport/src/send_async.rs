@@ -231,7 +231,10 @@ impl Conn {
                 .await
                 .map_err(|e| *e);
         }
-        self.send_large(class, data, &mut None).await
+        // Boxed: a future holds the state of its longest path, and the rendezvous send's is
+        // long; every eager send's future (a call's too) would carry it, and be copied with
+        // it wherever it moves.
+        Box::pin(self.send_large(class, data, &mut None)).await
     }
 
     /// Waits until `check` gives a result (it runs with the state locked, and says itself
@@ -252,5 +255,31 @@ impl Conn {
             }
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::Conn;
+
+    /// The size of what `f` returns.
+    fn size_of_ret<A, B, F>(_: fn(A, B) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    fn size_of_ret3<A, B, C, F>(_: fn(A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn an_eager_sends_future_carries_no_rendezvous_state() {
+        // The rendezvous send's state is boxed when needed: a send's or a call's future stays
+        // small, and cheap to move (into an executor's task, a `FuturesUnordered`).
+        let send = size_of_ret::<&'static Conn, &'static [u8], _>(Conn::send_async);
+        let call = size_of_ret3::<&'static Conn, &'static [u8], Duration, _>(Conn::call_async);
+        assert!(send <= 256, "send_async's future is {send} bytes");
+        assert!(call <= 256, "call_async's future is {call} bytes");
     }
 }
