@@ -166,12 +166,13 @@ impl Conn {
                 cx,
                 |st| self.take_response(st, id),
                 // Woken by this call's end only, not by every change of a busy connection.
-                |st, cx| match st.wakers.calls.get(&id.get()) {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => {
-                        st.wakers.calls.insert(id.get(), cx.waker().clone());
-                        self.inner.shared.policy.wake_progress();
+                |st, cx| {
+                    match st.wakers.calls.get_mut(id.get()) {
+                        Some(w) if w.will_wake(cx.waker()) => return,
+                        Some(w) => *w = cx.waker().clone(),
+                        None => st.wakers.calls.push(id.get(), cx.waker().clone()),
                     }
+                    self.inner.shared.policy.wake_progress();
                 },
             )
         })

@@ -75,7 +75,7 @@ impl Drop for PendingCall<'_> {
             return;
         }
         let mut st = self.conn.inner.state.lock();
-        st.wakers.calls.remove(&self.id.get());
+        st.wakers.calls.remove(self.id.get());
         if let Some(p) = st.proto.as_mut() {
             p.cancel_call(self.id);
         }

@@ -1,46 +1,96 @@
-//! Answers of RPC calls that finished before their callers came for them, by call id.
+//! Answers of RPC calls that finished before their callers came for them, by call id
+//! ([`FinishedCalls`]), and the queue by call id they and the calls' wakers are kept in
+//! ([`ByCall`]).
+
+use std::collections::VecDeque;
 
 use memory::Buffer;
-use rustc_hash::FxHashMap;
 
 use crate::proto::{CallError, Delivery};
 
-/// What a finished call hands its caller: the response, or why there is none.
+/// What a finished call gives its caller: the response, or why it failed.
 pub(crate) type CallResult = Result<Delivery<Buffer>, CallError>;
 
-/// Finished calls not yet picked up, by call id: one in a slot of its own, so a caller with
-/// one call at a time finds its response without a trip through the map (the common case),
-/// the others in the map.
+/// Entries by call id, in the order they came. Calls finish, and their callers come for
+/// them, mostly in the order they were made, so the entry looked for is nearly always at the
+/// front: a look costs a comparison or two, where a hash map hashes and probes every time.
+/// The entries are those of calls in flight on one connection, a few dozen at most in
+/// practice; a look that misses the front scans them.
+#[derive(Debug)]
+pub(crate) struct ByCall<T> {
+    entries: VecDeque<(u64, T)>,
+}
+
+impl<T> ByCall<T> {
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        ByCall {
+            entries: VecDeque::with_capacity(n),
+        }
+    }
+
+    /// Adds `value` for call `id`, which has no entry.
+    pub(crate) fn push(&mut self, id: u64, value: T) {
+        self.entries.push_back((id, value));
+    }
+
+    /// Takes call `id`'s entry.
+    #[inline]
+    pub(crate) fn remove(&mut self, id: u64) -> Option<T> {
+        if self.entries.front().is_some_and(|e| e.0 == id) {
+            return self.entries.pop_front().map(|e| e.1);
+        }
+        let i = self.entries.iter().position(|e| e.0 == id)?;
+        self.entries.remove(i).map(|e| e.1)
+    }
+
+    /// Call `id`'s entry.
+    pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
+        self.entries
+            .iter_mut()
+            .find(|e| e.0 == id)
+            .map(|e| &mut e.1)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Takes every entry.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (u64, T)> + '_ {
+        self.entries.drain(..)
+    }
+}
+
+impl<T> Default for ByCall<T> {
+    fn default() -> Self {
+        ByCall::with_capacity(0)
+    }
+}
+
+/// Answers of calls that finished before their callers came for them.
 #[derive(Debug)]
 pub(crate) struct FinishedCalls {
-    slot: Option<(u64, CallResult)>,
-    others: FxHashMap<u64, CallResult>,
+    finished: ByCall<CallResult>,
 }
 
 impl Default for FinishedCalls {
     fn default() -> Self {
         FinishedCalls {
-            slot: None,
-            others: FxHashMap::with_capacity_and_hasher(64, Default::default()),
+            finished: ByCall::with_capacity(64),
         }
     }
 }
 
 impl FinishedCalls {
+    /// Keeps call `id`'s answer for its caller (a call finishes once).
     pub(crate) fn insert(&mut self, id: u64, result: CallResult) {
-        match self.slot {
-            None => self.slot = Some((id, result)),
-            Some(_) => {
-                self.others.insert(id, result);
-            }
-        }
+        self.finished.push(id, result);
     }
 
+    /// Takes call `id`'s answer, if it finished.
+    #[inline]
     pub(crate) fn remove(&mut self, id: u64) -> Option<CallResult> {
-        if self.slot.as_ref().is_some_and(|(i, _)| *i == id) {
-            return self.slot.take().map(|(_, r)| r);
-        }
-        self.others.remove(&id)
+        self.finished.remove(id)
     }
 }
 
@@ -53,6 +103,25 @@ mod tests {
             r.map(|_| "response".to_string())
                 .unwrap_or_else(|e| e.to_string())
         })
+    }
+
+    #[test]
+    fn entries_by_call_come_out_once_in_any_order() {
+        let mut q = ByCall::default();
+        for id in 1..=5u64 {
+            q.push(id, id * 10);
+        }
+        *q.get_mut(3).unwrap() = 31;
+        assert_eq!(q.get_mut(7), None);
+        assert_eq!(q.remove(1), Some(10));
+        assert_eq!(q.remove(4), Some(40));
+        assert_eq!(q.remove(4), None);
+        assert_eq!(q.remove(9), None);
+        assert_eq!(
+            q.drain().collect::<Vec<_>>(),
+            vec![(2, 20), (3, 31), (5, 50)]
+        );
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -6,9 +6,8 @@ use std::collections::VecDeque;
 use std::task::Waker;
 
 use memory::Buffer;
-use rustc_hash::FxHashMap;
 
-use super::calls::FinishedCalls;
+use super::calls::{ByCall, FinishedCalls};
 use super::wake_tasks;
 use crate::proto::Delivery;
 
@@ -42,7 +41,7 @@ pub(crate) struct Wakers {
     /// (a send completion does not wake them).
     pub recv: Vec<Waker>,
     /// Callers by call id, woken when their call finishes or the connection ends.
-    pub calls: FxHashMap<u64, Waker>,
+    pub calls: ByCall<Waker>,
 }
 
 impl Wakers {
@@ -54,7 +53,7 @@ impl Wakers {
     /// Call `id` finished: wakes its caller.
     pub(crate) fn call_done(&mut self, id: u64) {
         if !self.calls.is_empty() {
-            if let Some(w) = self.calls.remove(&id) {
+            if let Some(w) = self.calls.remove(id) {
                 w.wake();
             }
         }
