@@ -80,6 +80,35 @@
 //! - [`stream`]: a byte stream (`TcpStream`-like) with std, `futures-io` and (feature `tokio`)
 //!   tokio I/O traits.
 //!
+//! # Cancel safety
+//!
+//! Every buffer the device may touch is a pool buffer owned by the engine from the moment it
+//! is posted until its completion, so dropping a future never lets the device touch freed
+//! memory. Per method:
+//!
+//! - [`Conn::poll_recv`], [`Conn::recv_async`], [`Conn::recv_request_async`]: a message is
+//!   taken from the connection only when the poll returns it; a dropped future loses nothing.
+//! - [`Conn::poll_send`]: the message is queued whole in the poll that returns `Ready(Ok)`, or
+//!   not at all; `Pending` queued nothing.
+//! - [`Conn::send_async`]: an eager message behaves like `poll_send` (all or nothing). A
+//!   rendezvous message is queued chunk by chunk: a future dropped before the message was
+//!   announced sent nothing; one dropped after leaves the rest to the endpoint's engine (a
+//!   copy of the bytes not yet added), so the peer never sees half a message, and no thread
+//!   is started for it.
+//! - [`Conn::call_async`]: dropping it forgets the call (a late response is dropped).
+//! - [`Conn::close_async`]: the close is queued at the first poll; dropping the future only
+//!   stops waiting for the peer's close.
+//! - [`Conn::read_async`], [`Conn::write_async`]: dropping the future forgets the request in
+//!   progress (the device finishes it into pool memory).
+//! - [`Endpoint::connect_async`](crate::Endpoint::connect_async): the connect's CM events come
+//!   to the endpoint's CM thread, which wakes the task (no thread per connect); dropping the
+//!   future abandons an attempt in progress (the peer is refused) or closes the connection it
+//!   made.
+//! - [`Listener::accept_async`](crate::Listener::accept_async),
+//!   [`Listener::poll_accept`](crate::Listener::poll_accept): the CM thread accepts into the
+//!   listener's backlog and a poll takes a connection from it only when it returns it; a
+//!   dropped future loses none.
+//!
 //! # Faults: what holds
 //!
 //! Proved on a real device between two hosts by the fault suite (`cargo xtask faults`, part of
@@ -127,10 +156,11 @@
 //! acknowledgements) goes to the error state at once (the connection ends with a typed error),
 //! and the device could not connect again for tens of seconds after the interface returned.
 //!
-//! The protocol core (module `proto`: per-connection state without I/O, tested on the host
-//! against a simulated wire) is not part of the API; the types of it that the API uses are
-//! re-exported here ([`ConnError`], [`CallError`], [`ProtocolConfig`], [`Stats`], ...). Its
-//! wire format is specified in `PROTOCOL.md`.
+//! The protocol core is the module [`proto`]: per-connection state without I/O (events in,
+//! actions out, time passed in), tested on the host against a simulated wire, for whoever
+//! drives a queue pair of their own; the endpoint is its driver here. The types of it that the
+//! API uses are re-exported at the root ([`ConnError`], [`CallError`], [`ProtocolConfig`],
+//! [`Stats`], ...). Its wire format is specified in `PROTOCOL.md`.
 #![forbid(unsafe_code)]
 
 /// A debug event through `tracing` with the `tracing` feature; nothing without it (the
@@ -145,25 +175,24 @@ macro_rules! debug_event {
 }
 pub(crate) use debug_event;
 
+mod close;
 mod config;
 mod conn;
-mod conn_async;
 mod endpoint;
 mod engine;
 mod error;
 mod listener;
 mod message;
+mod messages;
 mod one_sided;
-// The protocol core: public for the device tests (the handshake's data, frames crafted by a
-// raw-verbs peer) and its doc example, not part of the API (its types the API uses are
-// re-exported at the crate root). Its host tests are inside it (`proto/tests/`).
-#[doc(hidden)]
+// The protocol core, a documented module of its own (as quinn-proto is to quinn): the state
+// of a connection without I/O, for a driver of one's own; the endpoint is the driver most
+// users want. Its host tests are inside it (`proto/tests/`).
 pub mod proto;
 mod reactor;
-mod receive;
 mod region;
-mod send;
-mod send_async;
+mod rendezvous;
+mod rpc;
 mod send_core;
 pub mod stream;
 mod task;

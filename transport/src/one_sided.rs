@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use verbs::{RemoteSlice, SendRequest};
 
-use crate::engine::{pool_error, ConnShared, ConnState, SqOp};
+use crate::engine::{pool_error, register, register_tick, ConnShared, ConnState, SqOp};
 use crate::region::Token;
-use crate::task::{register, register_tick};
 use crate::{Conn, Error, Result};
 
 /// Largest piece of a one-sided access one request moves (through a pool buffer).

@@ -1,17 +1,19 @@
 //! The sends of a [`Conn`] as non-blocking attempts over its state, each written once and
 //! shared by the blocking and the async calls: a byte-stream write joining the waiting
 //! message ([`joined_waiting`]), an eager message or stream write of its own
-//! ([`EagerSend`]), the announcement of a rendezvous message ([`announce`]), and the one
-//! rendezvous send built on it and on [`Chunks`] ([`Conn::send_large`]). An attempt either
-//! finishes or says what it waits for ([`Step`]); a blocking call waits around it
-//! ([`Conn::wait`]), an async one registers its waker and returns `Pending`.
+//! ([`EagerSend`]), and the polled forms of attempts (`poll_eager`, `poll_state`, ...); the
+//! rendezvous sends are in [`crate::rendezvous`]. An attempt either finishes or says what it
+//! waits for ([`Step`]); a blocking call waits around it ([`Conn::wait`]), an async one
+//! registers its waker and returns `Pending`.
 
 use std::future::poll_fn;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::conn::StateGuard;
-use crate::engine::{pool_error, remote_chunk, send_error, Chunks, ConnShared, ConnState};
-use crate::proto::{CallId, Class, LargeSend, SendError, SendErrorKind, HEADER_LEN};
+use crate::engine::{
+    pool_error, register, register_tick, send_error, ConnShared, ConnState, StateGuard,
+};
+use crate::proto::{CallId, Class, SendError, SendErrorKind, HEADER_LEN};
 use crate::{Conn, Error, Result};
 
 /// How an attempt ended: it went (as this call, if a request), it failed, or what it waits
@@ -285,100 +287,7 @@ pub(crate) fn joined_waiting(conn: &ConnShared, st: &mut ConnState, data: &[u8])
     Some(appended)
 }
 
-/// Announces a rendezvous message of `total` bytes if the protocol takes it now (`None`:
-/// wait for progress).
-pub(crate) fn announce(
-    conn: &ConnShared,
-    st: &mut ConnState,
-    class: Class,
-    total: u64,
-) -> Option<Result<LargeSend>> {
-    if let Some(e) = st.ended() {
-        return Some(Err(e));
-    }
-    let p = st.proto.as_mut()?;
-    match p.send_large(class, total) {
-        Ok(l) => {
-            conn.drive(st);
-            Some(Ok(l))
-        }
-        Err(SendErrorKind::WouldBlock) => None,
-        Err(kind) => Some(Err(send_error(kind, st))),
-    }
-}
-
-/// A rendezvous message of one chunk, the whole of `buf` (a zero-copy buffer), queued whole
-/// under `st` (announced and its chunk added) or not at all: `None` waits for progress (the
-/// buffer kept for the next attempt), else the call id of a request or the error.
-pub(crate) fn one_chunk(
-    conn: &ConnShared,
-    st: &mut ConnState,
-    class: Class,
-    buf: &mut Option<memory::Buffer>,
-) -> Option<Result<Option<CallId>>> {
-    if let Some(e) = st.ended() {
-        return Some(Err(e));
-    }
-    let p = st.proto.as_mut()?;
-    if !p.can_take_whole(1) {
-        return None;
-    }
-    let whole = buf.as_ref().expect("kept until queued");
-    let remote = match remote_chunk(whole) {
-        Ok(r) => r,
-        Err(e) => return Some(Err(e)),
-    };
-    let large = match p.send_large(class, whole.len() as u64) {
-        Ok(l) => l,
-        Err(SendErrorKind::WouldBlock) => return None,
-        Err(kind) => return Some(Err(send_error(kind, st))),
-    };
-    let whole = buf.take().expect("kept until queued");
-    if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, 0, remote, whole) {
-        return Some(Err(send_error(kind, st)));
-    }
-    conn.drive(st);
-    Some(Ok(large.call))
-}
-
 impl Conn {
-    /// The one rendezvous send, of both forms (a blocking send waits on it through
-    /// [`block_on_future`](crate::task::block_on_future)). The first chunk is copied into the
-    /// pool before the message is announced, so a sender that stops waiting before then
-    /// sent nothing; then the chunks are added one by one as the message has room.
-    /// `announced` is set (to the call id of a request) once the message is announced: from
-    /// then on it is delivered whole, and a sender that stops waiting (a timeout, a dropped
-    /// future) leaves the rest to the engine ([`ConnShared::finish_later`]), not to a thread.
-    pub(crate) async fn send_large(
-        &self,
-        class: Class,
-        data: &[u8],
-        announced: &mut Option<Option<CallId>>,
-    ) -> Result<Option<CallId>> {
-        let conn = &*self.inner;
-        let chunk = conn.shared.cfg.proto.rndv_chunk_size as usize;
-        let first = poll_fn(|cx| self.poll_pool_buffer(cx, chunk.min(data.len()))).await?;
-        let total = data.len() as u64;
-        let large = self
-            .poll_state(|conn, st| announce(conn, st, class, total))
-            .await?;
-        *announced = Some(large.call);
-        let mut rest = Unfinished {
-            conn,
-            chunks: Some(Chunks::new(large.msg, data, chunk)),
-        };
-        let chunks = rest.chunks.as_mut().expect("taken only when dropped");
-        chunks.fill(first)?;
-        loop {
-            self.poll_state(|conn, st| chunks.attempt(conn, st)).await?;
-            let Some(len) = chunks.buffer_needed() else {
-                return Ok(large.call);
-            };
-            let buf = poll_fn(|cx| self.poll_pool_buffer(cx, len)).await?;
-            chunks.fill(buf)?;
-        }
-    }
-
     /// Sends `send`, the first attempt under `st`, waiting up to `timeout` for room and for
     /// a buffer (`None`: only if it can go now, else [`Error::WouldBlock`]); the call id of a
     /// request. Inlined into each blocking send (the cost bench counts a call frame and a
@@ -421,17 +330,154 @@ impl Conn {
     }
 }
 
-/// The chunks of a rendezvous message its sender adds: those it did not add when it stopped
-/// waiting go to the engine, so the peer gets the whole message.
-struct Unfinished<'a, 'd> {
-    conn: &'a ConnShared,
-    chunks: Option<Chunks<'d>>,
-}
-
-impl Drop for Unfinished<'_, '_> {
-    fn drop(&mut self) {
-        if let Some(chunks) = self.chunks.take() {
-            self.conn.finish_later(chunks);
+/// The attempts polled: what an async send (and the byte stream's write) does with a step,
+/// and the waits it registers for.
+impl Conn {
+    /// Queues the first bytes of `data` (at most the eager limit) as byte-stream data: appended
+    /// to the stream's message still waiting to go if there is one, else as a new message
+    /// that later writes may join (see [`crate::proto::Connection::send_mergeable`]). Returns
+    /// how many bytes were queued (at least one, for non-empty `data`); `Pending` queued
+    /// nothing and the task is woken when it may retry. Cancel safe as
+    /// [`poll_send`](Self::poll_send).
+    pub(crate) fn poll_write_merging(
+        &self,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<Result<usize>> {
+        let conn = &*self.inner;
+        let data = &data[..data.len().min(self.eager_limit())];
+        let mut st = conn.state.lock();
+        // Most small writes join the waiting message: no send is built for them.
+        if let Some(len) = joined_waiting(conn, &mut st, data) {
+            return Poll::Ready(Ok(len));
         }
+        let mut send = EagerSend::new(Eager::StreamWrite, data);
+        let step = send.attempt(conn, &mut st, Alloc::Now);
+        self.poll_step(cx, Eager::StreamWrite, step, st)
+            .map(|r| r.map(|_| data.len()).map_err(|e| *e))
+    }
+
+    /// One attempt of an eager send of `data` as `kind` ([`EagerSend::attempt`]), taking a
+    /// pool buffer only if one is free: `Pending` (the task registered) while it waits for
+    /// progress or a buffer (the send kept nothing: a retry starts anew). Inlined into each
+    /// async send, as `send_eager` is into each blocking one: a call of its own costs every
+    /// send a frame and a copy of its result. The send is built under the lock, so its
+    /// attempt reads its kind and bytes as written.
+    #[inline(always)]
+    pub(crate) fn poll_eager(
+        &self,
+        cx: &mut Context<'_>,
+        kind: Eager,
+        data: &[u8],
+    ) -> Poll<std::result::Result<Option<CallId>, Box<Error>>> {
+        let conn = &*self.inner;
+        let mut st = conn.state.lock();
+        let mut send = EagerSend::new(kind, data);
+        let step = send.attempt(conn, &mut st, Alloc::Now);
+        self.poll_step(cx, kind, step, st)
+    }
+
+    /// What the `step` of an attempt of a send of `kind`, taken under `st`, means to a task:
+    /// sent (as this call, if a request; the sender's poll run), failed, or `Pending` with
+    /// the task registered for what it waits for. The kind comes as the caller knows it, not
+    /// read back from the send.
+    #[inline(always)]
+    pub(crate) fn poll_step(
+        &self,
+        cx: &mut Context<'_>,
+        kind: Eager,
+        step: Step,
+        mut st: StateGuard<'_>,
+    ) -> Poll<std::result::Result<Option<CallId>, Box<Error>>> {
+        let conn = &*self.inner;
+        match step {
+            Step::Went(call) => {
+                let poll = kind.poll_due(&st);
+                drop(st);
+                if let Some(waits) = poll {
+                    conn.after_send(waits);
+                }
+                Poll::Ready(Ok(call))
+            }
+            Step::Failed(e) => Poll::Ready(Err(e)),
+            Step::Progress => {
+                register(&conn.shared, &mut st, cx);
+                Poll::Pending
+            }
+            Step::Pool => {
+                drop(st);
+                self.pool_pending(cx)
+            }
+        }
+    }
+
+    /// A send the protocol refused: backpressure (`WouldBlock`) waits for this connection's
+    /// progress, anything else is the error.
+    pub(crate) fn refused<T>(
+        &self,
+        st: &mut ConnState,
+        cx: &mut Context<'_>,
+        kind: SendErrorKind,
+    ) -> Poll<Result<T>> {
+        if matches!(kind, SendErrorKind::WouldBlock) {
+            register(&self.inner.shared, st, cx);
+            return Poll::Pending;
+        }
+        Poll::Ready(Err(send_error(kind, st)))
+    }
+
+    /// The connection's state, locked, once its protocol is set up: the connection's end as
+    /// the error, or `Pending` (the task registered) while it is still being set up.
+    pub(crate) fn open_state(&self, cx: &mut Context<'_>) -> Poll<Result<StateGuard<'_>>> {
+        let mut st = self.inner.state.lock();
+        if let Some(e) = st.ended() {
+            return Poll::Ready(Err(e));
+        }
+        if st.proto.is_none() {
+            register(&self.inner.shared, &mut st, cx);
+            return Poll::Pending;
+        }
+        Poll::Ready(Ok(st))
+    }
+
+    /// A pool buffer of `len` bytes: `Pending` while the pool is exhausted (see
+    /// [`pool_pending`](Self::pool_pending)).
+    pub(crate) fn poll_pool_buffer(
+        &self,
+        cx: &mut Context<'_>,
+        len: usize,
+    ) -> Poll<Result<memory::Buffer>> {
+        match self.inner.shared.res.pool.try_alloc(len) {
+            Ok(b) => Poll::Ready(Ok(b)),
+            Err(memory::Error::Exhausted { .. }) => self.pool_pending(cx),
+            Err(e) => Poll::Ready(Err(pool_error(e))),
+        }
+    }
+
+    /// The pool is exhausted: retry when this connection makes progress or at the next tick.
+    pub(crate) fn pool_pending<T>(&self, cx: &mut Context<'_>) -> Poll<T> {
+        register(&self.inner.shared, &mut self.inner.state.lock(), cx);
+        register_tick(&self.inner.shared, cx);
+        Poll::Pending
+    }
+
+    /// Waits until `check` gives a result (it runs with the state locked, and says itself
+    /// when the connection ended, as the attempts of [`crate::send_core`] do).
+    pub(crate) async fn poll_state<T>(
+        &self,
+        mut check: impl FnMut(&ConnShared, &mut ConnState) -> Option<Result<T>>,
+    ) -> Result<T> {
+        poll_fn(|cx| {
+            let conn = &*self.inner;
+            let mut st = conn.state.lock();
+            match check(conn, &mut st) {
+                Some(r) => Poll::Ready(r),
+                None => {
+                    register(&self.inner.shared, &mut st, cx);
+                    Poll::Pending
+                }
+            }
+        })
+        .await
     }
 }

@@ -1,45 +1,11 @@
-//! Executor-neutral helpers of the async API: registering a task's `Waker`, and the one
-//! `block_on` that blocking calls with a poll form wait through (connect, accept, the
-//! stream's reads and writes, rendezvous sends).
+//! The one `block_on` that blocking calls with a poll form wait through (connect, accept, the
+//! stream's reads and writes, rendezvous sends): executor-neutral, it knows nothing of the
+//! engine (the tasks' wakers are registered with the engine's state, `engine/user.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
-
-use crate::engine::{ConnState, Shared};
-
-/// Adds the task's waker to the connection's list (once per task), to be woken by the next
-/// batch of protocol actions, and makes sure the progress thread polls. Call with the state
-/// locked, after checking the condition under the same lock, so no wakeup falls between the
-/// check and the registration.
-pub(crate) fn register(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
-    push_waker(&mut st.wakers.any, cx.waker());
-    shared.policy.wake_progress();
-}
-
-/// Adds the task's waker to the connection's receivers, woken when a message is delivered
-/// or the connection ends (same locking rule as [`register`]).
-pub(crate) fn register_recv(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
-    push_waker(&mut st.wakers.recv, cx.waker());
-    shared.policy.wake_progress();
-}
-
-/// Adds the task's waker to the endpoint's list woken at every tick of the progress thread
-/// (for waits no connection signals, such as an exhausted pool).
-pub(crate) fn register_tick(shared: &Shared, cx: &Context<'_>) {
-    push_waker(&mut shared.tick_wakers.lock(), cx.waker());
-    // The timers may be far off: have the next tick come within its usual interval.
-    shared.tick_soon();
-}
-
-/// Adds `waker` unless one of the last few entries wakes the same task (a task polled again
-/// before the list was drained); a full scan would cost quadratic time with many tasks.
-pub(crate) fn push_waker(list: &mut Vec<Waker>, waker: &Waker) {
-    if !list.iter().rev().take(8).any(|w| w.will_wake(waker)) {
-        list.push(waker.clone());
-    }
-}
 
 /// Wakes a thread parked in [`block_on`].
 struct Unpark(std::thread::Thread);

@@ -2,10 +2,10 @@
 //! connection's state, spinning or sleeping as the endpoint's polling mode says, and driving
 //! progress meanwhile.
 
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::conn::StateGuard;
-use crate::engine::{ConnShared, ConnState, Spinning, SPIN_TURNS_PER_CLOCK};
+use crate::engine::{ConnShared, ConnState, Spinning, StateGuard, SPIN_TURNS_PER_CLOCK};
 use crate::{Conn, Error, Result};
 
 impl Conn {
@@ -117,4 +117,87 @@ impl Conn {
             conn.cond.wait_until(&mut st, nap);
         }
     }
+}
+
+/// The async waiter.
+impl Conn {
+    /// Looks for what a task waits for with `check` (under the state lock). While it finds
+    /// nothing, the task may poll the completion queue itself for a while, as a spinning
+    /// caller (how long, and which tasks: [`Policy::task_spin`](crate::engine::Policy)).
+    /// Then `wait` registers its waker (under the same lock) and the poll is `Pending`.
+    pub(crate) fn poll_busy<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut check: impl FnMut(&mut ConnState) -> Option<T>,
+        wait: impl FnOnce(&mut ConnState, &mut Context<'_>),
+    ) -> Poll<T> {
+        let conn = &*self.inner;
+        let shared = &conn.shared;
+        let adaptive = shared.policy.adaptive();
+        let mut st = conn.state.lock();
+        if let Some(found) = check(&mut st) {
+            // The end of a wait that registered its waker.
+            if let Some(began) = st.async_wait.take() {
+                conn.wait_slept(&st, began);
+            }
+            return Poll::Ready(found);
+        }
+        let spin = Spinning::for_task(
+            shared,
+            conn.spin.get(),
+            || shared.conn_count() == 1,
+            on_a_single_threaded_runtime,
+        );
+        let Some((busy, spinner)) = spin else {
+            wait(&mut st, cx);
+            return Poll::Pending;
+        };
+        drop(st);
+        let start = Instant::now();
+        let (mut looked, mut turns) = (start, 0u32);
+        loop {
+            spinner.poll();
+            let mut st = conn.state.lock();
+            if let Some(found) = check(&mut st) {
+                match st.async_wait.take() {
+                    // A wait woken before its frame came (or by something else), which
+                    // then spun for it.
+                    Some(began) => conn.wait_slept(&st, began),
+                    None if adaptive => conn.spin.spun(looked.duration_since(start)),
+                    None => {}
+                }
+                return Poll::Ready(found);
+            }
+            // The clock only every few turns: a shorter turn sees a completion sooner.
+            turns = turns.wrapping_add(1);
+            if turns % SPIN_TURNS_PER_CLOCK == 0 && {
+                looked = Instant::now();
+                looked.duration_since(start) >= busy
+            } {
+                // Stop spinning first: registering then hands polling back to the progress
+                // thread (or the reactor).
+                drop(spinner);
+                if adaptive && st.async_wait.is_none() {
+                    st.async_wait = Some(start);
+                }
+                wait(&mut st, cx);
+                return Poll::Pending;
+            }
+            // No spin hint: see `SPIN_TURNS_PER_CLOCK`.
+            drop(st);
+        }
+    }
+}
+
+/// Whether the task runs on tokio's current-thread runtime, whose one thread a spinning
+/// task would hold from every other task (the peer's too, when both ends live there).
+#[cfg(feature = "tokio")]
+fn on_a_single_threaded_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+}
+
+#[cfg(not(feature = "tokio"))]
+fn on_a_single_threaded_runtime() -> bool {
+    false
 }

@@ -155,7 +155,7 @@ impl Backlog {
         match q.accepted.pop_front() {
             Some(r) => Poll::Ready(r),
             None => {
-                crate::task::push_waker(&mut q.wakers, cx.waker());
+                super::push_waker(&mut q.wakers, cx.waker());
                 Poll::Pending
             }
         }

@@ -50,6 +50,9 @@ const FLUSH_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 /// destroys its QP, which hands back what such requests hold.
 const FLUSH_BOUND: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The lock of a connection's state, held.
+pub(crate) type StateGuard<'a> = parking_lot::MutexGuard<'a, ConnState>;
+
 /// Mutable state of a connection, behind its mutex.
 #[derive(Debug)]
 pub(crate) struct ConnState {

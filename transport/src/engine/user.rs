@@ -3,12 +3,12 @@
 //! as the connection changes.
 
 use std::collections::VecDeque;
-use std::task::Waker;
+use std::task::{Context, Waker};
 
 use memory::Buffer;
 
 use super::calls::{ByCall, FinishedCalls};
-use super::wake_tasks;
+use super::{wake_tasks, ConnState, Shared};
 use crate::proto::Delivery;
 
 /// What a connection delivered and its users did not take yet.
@@ -70,5 +70,37 @@ impl Wakers {
                 w.wake();
             }
         }
+    }
+}
+
+/// Adds the task's waker to the connection's list (once per task), to be woken by the next
+/// batch of protocol actions, and makes sure the progress thread polls. Call with the state
+/// locked, after checking the condition under the same lock, so no wakeup falls between the
+/// check and the registration.
+pub(crate) fn register(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
+    push_waker(&mut st.wakers.any, cx.waker());
+    shared.policy.wake_progress();
+}
+
+/// Adds the task's waker to the connection's receivers, woken when a message is delivered
+/// or the connection ends (same locking rule as [`register`]).
+pub(crate) fn register_recv(shared: &Shared, st: &mut ConnState, cx: &Context<'_>) {
+    push_waker(&mut st.wakers.recv, cx.waker());
+    shared.policy.wake_progress();
+}
+
+/// Adds the task's waker to the endpoint's list woken at every tick of the progress thread
+/// (for waits no connection signals, such as an exhausted pool).
+pub(crate) fn register_tick(shared: &Shared, cx: &Context<'_>) {
+    push_waker(&mut shared.tick_wakers.lock(), cx.waker());
+    // The timers may be far off: have the next tick come within its usual interval.
+    shared.tick_soon();
+}
+
+/// Adds `waker` unless one of the last few entries wakes the same task (a task polled again
+/// before the list was drained); a full scan would cost quadratic time with many tasks.
+pub(crate) fn push_waker(list: &mut Vec<Waker>, waker: &Waker) {
+    if !list.iter().rev().take(8).any(|w| w.will_wake(waker)) {
+        list.push(waker.clone());
     }
 }

@@ -150,7 +150,7 @@ impl OwnedWriteHalf {
                 }
                 Poll::Pending => {
                     // Woken at the deadline at the latest: each tick wakes it.
-                    crate::task::register_tick(&self.conn.inner.shared, cx);
+                    crate::engine::register_tick(&self.conn.inner.shared, cx);
                     return Poll::Pending;
                 }
                 // Ended or closed already: what was sent may still be on its way.

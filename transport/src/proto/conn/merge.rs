@@ -83,7 +83,7 @@ impl Merging {
 impl<B: Payload> Connection<B> {
     /// Whether plain messages sent on their own ([`send`](Self::send) with
     /// [`Class::Message`]) take part in coalescing: on (the default), one in
-    /// [`MERGE_SIGNAL_EVERY`] of their frames is signaled, so that messages after it can wait
+    /// 16 of their frames is signaled, so that messages after it can wait
     /// in a batch ([`send_batch`](Self::send_batch)) while it is unfinished. A driver that
     /// never batches (`nodelay`) turns it off, sparing those completions.
     pub fn set_coalescing(&mut self, on: bool) {

@@ -161,6 +161,26 @@ fn expect_failure(frames: &[Vec<u8>], check: impl Fn(&ProtocolError) -> bool) {
 
 const L: u32 = 6; // the credit limit a fresh peer grants
 
+/// RNDV_START of message 1, 100 bytes long.
+fn rndv_start() -> Vec<u8> {
+    let body = FrameBody::RndvStart {
+        total: 100,
+        call: 0,
+    };
+    frame(Kind::RndvStart, 0, L, 1, body)
+}
+
+/// RNDV_CHUNK of message 1 at `offset`, readable at `remote`.
+fn rndv_chunk(offset: u64, remote: RemoteChunk) -> Vec<u8> {
+    frame(
+        Kind::RndvChunk,
+        0,
+        L,
+        1,
+        FrameBody::RndvChunk { offset, remote },
+    )
+}
+
 #[test]
 fn without_immediate_data_on_either_side_no_frame_goes_compact_or_is_taken() {
     let cfg = small_config(6, 2, 6, 2, 1);
@@ -201,28 +221,8 @@ fn each_fault_is_named() {
         rkey: 2,
         len: 10,
     };
-    let start = frame(
-        Kind::RndvStart,
-        0,
-        L,
-        1,
-        FrameBody::RndvStart {
-            total: 100,
-            call: 0,
-        },
-    );
-    let chunk = |offset, len| {
-        frame(
-            Kind::RndvChunk,
-            0,
-            L,
-            1,
-            FrameBody::RndvChunk {
-                offset,
-                remote: RemoteChunk { len, ..remote },
-            },
-        )
-    };
+    let start = rndv_start();
+    let chunk = |offset, len| rndv_chunk(offset, RemoteChunk { len, ..remote });
     expect_failure(&[vec![5, 0, 0]], |e| {
         matches!(e, ProtocolError::BadLength { .. })
     });
@@ -379,29 +379,14 @@ fn each_fault_is_named() {
 fn a_chunk_longer_than_this_side_reads_is_named_and_one_as_long_is_taken() {
     let mut cfg = small_config(6, 2, 6, 2, 1);
     cfg.max_read_chunk = 40;
-    let start = frame(
-        Kind::RndvStart,
-        0,
-        L,
-        1,
-        FrameBody::RndvStart {
-            total: 100,
-            call: 0,
-        },
-    );
+    let start = rndv_start();
     let chunk = |offset, len| {
         let remote = RemoteChunk {
             addr: 0x1000,
             rkey: 7,
             len,
         };
-        frame(
-            Kind::RndvChunk,
-            0,
-            L,
-            1,
-            FrameBody::RndvChunk { offset, remote },
-        )
+        rndv_chunk(offset, remote)
     };
     let mut c = Connection::new(&cfg, &cfg.connect_info(), Instant::now()).unwrap();
     feed(&mut c, &start).unwrap();
