@@ -1,11 +1,12 @@
-//! How a blocking call waits: one bounded wait around a non-blocking attempt over the
-//! connection's state, spinning or sleeping as the endpoint's polling mode says, and driving
-//! progress meanwhile.
+//! The waits around an attempt over a connection's state: a blocking call's (bounded,
+//! spinning and then sleeping as the endpoint's polling mode says, driving progress
+//! meanwhile) and a task's (spinning as the policy lets it, then registering its waker). Both
+//! spin through the one [`Spinning::spin`].
 
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::engine::{ConnShared, ConnState, Spinning, StateGuard, SPIN_TURNS_PER_CLOCK};
+use crate::engine::{ConnShared, ConnState, Spinning, StateGuard};
 use crate::{Conn, Error, Result};
 
 impl Conn {
@@ -38,8 +39,10 @@ impl Conn {
     }
 
     /// The rest of [`wait_until`](Self::wait_until) once its first look found nothing: the
-    /// wait itself (spinning, sleeping, driving progress). A function of its own, so that a
-    /// profile (the cost bench) can tell waiting from work.
+    /// wait itself. It spins first as the policy says ([`Spinning::spin`], the spin every
+    /// waiter shares), then sleeps on the connection's condition in naps, polling between
+    /// them. A function of its own, so that a profile (the cost bench) can tell waiting
+    /// from work.
     #[inline(never)]
     pub(crate) fn wait_blocked<T>(
         &self,
@@ -54,44 +57,34 @@ impl Conn {
         let policy = &conn.shared.policy;
         let adaptive = policy.adaptive();
         let spin_until = policy.spin_until(conn.spin.get(), start, deadline);
-        let mut spinning = (start < spin_until).then(|| Spinning::new(&conn.shared));
-        let mut turns = 0u32;
-        // The last look at the clock, and whether the wait slept: how it ended tunes the
-        // adaptive spin.
-        let (mut looked, mut slept) = (start, false);
-        let ended = |r: Result<T>, st: &ConnState, looked: Instant, slept: bool| {
-            if adaptive {
-                if slept {
-                    conn.wait_slept(st, start);
-                } else {
+        if start < spin_until {
+            let spinner = Spinning::new(&conn.shared);
+            let found = spinner.spin(start, spin_until, |looked| {
+                let r = check(conn, &mut conn.state.lock())?;
+                // How long it took tunes the adaptive spin.
+                if adaptive {
                     conn.spin.spun(looked.duration_since(start));
                 }
+                Some(r)
+            });
+            if let Some(r) = found {
+                return r;
             }
-            r
-        };
+        }
+        let mut slept = false;
         loop {
-            let polled = match &spinning {
-                Some(s) => s.poll(),
-                None => conn.shared.progress(),
-            };
-            // While spinning, look at the clock (deadline, spin time) only every few turns:
-            // a shorter turn sees a completion sooner.
-            turns = turns.wrapping_add(1);
-            if polled > 0 || (spinning.is_some() && turns % SPIN_TURNS_PER_CLOCK != 0) {
-                let mut st = conn.state.lock();
-                if let Some(r) = check(conn, &mut st) {
-                    return ended(r, &st, looked, slept);
-                }
-                // No spin hint: see `SPIN_TURNS_PER_CLOCK`.
-                drop(st);
-                continue;
-            }
+            conn.shared.progress();
             let mut st = conn.state.lock();
             if let Some(r) = check(conn, &mut st) {
-                return ended(r, &st, looked, slept);
+                // How it ended tunes the adaptive spin: by when the frame came, if it slept.
+                if adaptive && slept {
+                    conn.wait_slept(&st, start);
+                } else if adaptive {
+                    conn.spin.spun(start.elapsed());
+                }
+                return r;
             }
             let now = Instant::now();
-            looked = now;
             if now >= deadline {
                 crate::debug_event!(
                     qp = conn.qp.qp_num(),
@@ -104,15 +97,9 @@ impl Conn {
                 );
                 return Err(Error::TimedOut { op, after: timeout });
             }
-            if now < spin_until {
-                drop(st);
-                spinning.get_or_insert_with(|| Spinning::new(&conn.shared));
-                continue;
-            }
             // Hand polling back to the progress thread before sleeping.
-            spinning = None;
+            policy.wake_progress();
             slept = true;
-            conn.shared.policy.wake_progress();
             let nap = deadline.min(now + Duration::from_millis(2));
             conn.cond.wait_until(&mut st, nap);
         }
@@ -154,38 +141,33 @@ impl Conn {
         };
         drop(st);
         let start = Instant::now();
-        let (mut looked, mut turns) = (start, 0u32);
-        loop {
-            spinner.poll();
+        let found = spinner.spin(start, start + busy, |looked| {
             let mut st = conn.state.lock();
-            if let Some(found) = check(&mut st) {
-                match st.async_wait.take() {
-                    // A wait woken before its frame came (or by something else), which
-                    // then spun for it.
-                    Some(began) => conn.wait_slept(&st, began),
-                    None if adaptive => conn.spin.spun(looked.duration_since(start)),
-                    None => {}
-                }
-                return Poll::Ready(found);
+            let found = check(&mut st)?;
+            match st.async_wait.take() {
+                // A wait woken before its frame came (or by something else), which then
+                // spun for it.
+                Some(began) => conn.wait_slept(&st, began),
+                None if adaptive => conn.spin.spun(looked.duration_since(start)),
+                None => {}
             }
-            // The clock only every few turns: a shorter turn sees a completion sooner.
-            turns = turns.wrapping_add(1);
-            if turns % SPIN_TURNS_PER_CLOCK == 0 && {
-                looked = Instant::now();
-                looked.duration_since(start) >= busy
-            } {
-                // Stop spinning first: registering then hands polling back to the progress
-                // thread (or the reactor).
-                drop(spinner);
-                if adaptive && st.async_wait.is_none() {
-                    st.async_wait = Some(start);
-                }
-                wait(&mut st, cx);
-                return Poll::Pending;
-            }
-            // No spin hint: see `SPIN_TURNS_PER_CLOCK`.
-            drop(st);
+            Some(found)
+        });
+        if let Some(found) = found {
+            return Poll::Ready(found);
         }
+        // Stop spinning first: registering then hands polling back to the progress thread
+        // (or the reactor).
+        drop(spinner);
+        let mut st = conn.state.lock();
+        if let Some(found) = check(&mut st) {
+            return Poll::Ready(found);
+        }
+        if adaptive && st.async_wait.is_none() {
+            st.async_wait = Some(start);
+        }
+        wait(&mut st, cx);
+        Poll::Pending
     }
 }
 

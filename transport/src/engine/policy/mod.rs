@@ -375,6 +375,34 @@ impl<'a> Spinning<'a> {
     pub(crate) fn poll(&self) -> usize {
         self.shared.caller_poll()
     }
+
+    /// The one spin of every waiter, a blocked call's or a task's: polls the queue, then
+    /// looks for what it waits for (`look`, given when the clock was last read), until it
+    /// finds it or the clock reaches `until` (`None`). The clock is read every
+    /// [`SPIN_TURNS_PER_CLOCK`] turns, and not after a poll that found completions: a
+    /// shorter turn sees a completion sooner. No spin hint: see `SPIN_TURNS_PER_CLOCK`.
+    #[inline]
+    pub(crate) fn spin<T>(
+        &self,
+        start: Instant,
+        until: Instant,
+        mut look: impl FnMut(Instant) -> Option<T>,
+    ) -> Option<T> {
+        let (mut looked, mut turns) = (start, 0u32);
+        loop {
+            let polled = self.poll();
+            if let Some(found) = look(looked) {
+                return Some(found);
+            }
+            turns = turns.wrapping_add(1);
+            if polled == 0 && turns % SPIN_TURNS_PER_CLOCK == 0 {
+                looked = Instant::now();
+                if looked >= until {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 impl Drop for Spinning<'_> {
