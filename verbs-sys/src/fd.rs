@@ -67,8 +67,9 @@ fn wait(fd: RawFd, wake: Option<RawFd>, timeout: Option<Duration>) -> io::Result
 }
 
 /// Wakes a thread blocked in [`wait_readable_or_woken`] (an eventfd). Once woken it stays
-/// woken: a stop signal for a thread that otherwise sleeps until its descriptor has
-/// something, so it needs no periodic wakeups to notice that it should stop.
+/// woken until [`reset`](Self::reset): a stop signal for a thread that otherwise sleeps until
+/// its descriptor has something, so it needs no periodic wakeups to notice that it should
+/// stop, or (reset after each wait) a doorbell for one that sleeps until its next deadline.
 #[derive(Debug)]
 pub struct Wakeup {
     fd: OwnedFd,
@@ -87,7 +88,15 @@ impl Wakeup {
         Ok(Wakeup { fd })
     }
 
-    /// Wakes every waiter, now and from now on.
+    /// Takes the wakeup back: waits block again until the next [`wake`](Self::wake).
+    pub fn reset(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live local buffer from our own non-blocking
+        // eventfd; not woken, it fails with EAGAIN and leaves the buffer alone.
+        let _ = unsafe { libc::read(self.fd.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+    }
+
+    /// Wakes every waiter, now and from now on (until [`reset`](Self::reset)).
     pub fn wake(&self) {
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live local buffer to our own eventfd. It cannot fail

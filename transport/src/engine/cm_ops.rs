@@ -294,11 +294,12 @@ impl Shared {
         }
     }
 
-    /// Looks at the clocks of the operations in progress (from the tick).
-    pub(super) fn cm_timers(self: &Arc<Self>, now: Instant) {
+    /// Looks at the clocks of the operations in progress (from the tick); returns whether a
+    /// connect or accept is still in progress (its deadline comes from a tick).
+    pub(super) fn cm_timers(self: &Arc<Self>, now: Instant) -> bool {
         let mut ops = self.cm.ops.lock();
         if ops.by_id.is_empty() {
-            return;
+            return false;
         }
         let keys: Vec<usize> = ops
             .by_id
@@ -316,6 +317,7 @@ impl Shared {
                 _ => {}
             }
         }
+        ops.by_id.values().any(|op| !matches!(op, CmOp::Listen(_)))
     }
 
     /// Feeds a connect an event (or the clock): the next rdma_cm call, or its outcome.

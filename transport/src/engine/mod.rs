@@ -34,9 +34,9 @@ use verbs::{CompletionBuf, Pd, Reclaimed};
 pub(crate) use chunks::{remote_chunk, Chunks};
 pub(crate) use cm_ops::{Backlog, CmWatcher, ConnectOp};
 pub(crate) use conn::{ConnShared, ConnState, StateGuard};
-pub(crate) use policy::{Policy, SpinBudget, Spinning};
 #[cfg(feature = "tokio")]
 pub(crate) use policy::SPIN_TURNS_PER_CLOCK;
+pub(crate) use policy::{Policy, SpinBudget, Spinning};
 pub(crate) use poll::Counts;
 pub(crate) use send_queue::SqOp;
 pub(crate) use user::{push_waker, register, register_recv, register_tick};

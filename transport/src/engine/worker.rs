@@ -80,7 +80,9 @@ impl Shared {
     /// may sleep up to [`IDLE_TICK`]): for a task waiting on a tick, or a connection that
     /// ended and is to be torn down (its slot is taken until then).
     pub(crate) fn tick_soon(&self) {
-        self.tick_soon.store(true, Ordering::Relaxed);
+        // SeqCst: ordered against the progress thread announcing its sleep on the channel
+        // (`Policy::sleep_on_channel`), so one of the two sees the other.
+        self.tick_soon.store(true, Ordering::SeqCst);
         self.policy.unpark_progress();
     }
 
@@ -184,7 +186,7 @@ impl Drop for Engine {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.cm.stop();
         self.shared.policy.unpark_progress();
         if let Some(w) = self.shared.reactor_waker.lock().take() {
@@ -234,7 +236,11 @@ impl Timers {
             return false;
         }
         self.next = shared.tick(now, &mut self.gone);
-        shared.cm_timers(now);
+        // A connect or accept in progress fails itself at its deadline, which only a tick
+        // looks at: tick within a TICK while there is one.
+        if shared.cm_timers(now) {
+            self.next = self.next.min(now + TICK);
+        }
         self.last = now;
         true
     }
@@ -277,21 +283,25 @@ fn progress_loop(shared: &Arc<Shared>) {
             }
             timers.run_if_due(shared, now);
             let until_tick = timers.until_next(now);
+            // A reactor that armed the queue learns of the next completion from the channel:
+            // the fallback poll is then for one that stopped, and rare.
+            let fallback = if shared.policy.reactor_ever_drove() {
+                IDLE_TICK
+            } else {
+                TICK
+            };
             std::thread::park_timeout(if active {
                 until_tick
             } else {
-                until_tick.min(TICK)
+                until_tick.min(fallback)
             });
             continue;
         }
         let n = shared.try_poll();
         shared.count_thread(n);
         let now = Instant::now();
-        // Protocol timers are seconds apart (keepalive, call deadlines): a tick every few
-        // milliseconds serves them all without looking at every connection on every spin.
-        if timers.run_if_due(shared, now) {
-            timers.next = timers.next.min(now + TICK);
-        }
+        // The timers run at their deadline (the tick knows each), not on every spin.
+        timers.run_if_due(shared, now);
         if n > 0 {
             idle_since = None;
             continue;
@@ -319,7 +329,17 @@ fn progress_loop(shared: &Arc<Shared>) {
             idle_since = None;
             continue;
         }
-        let _ = shared.res.cq.get_event(Some(TICK));
+        // Asleep until a completion, a request to run (tick_soon, stop) or the next timer: an
+        // idle endpoint wakes only for its timers.
+        let until = timers.until_next(Instant::now());
+        let wanted =
+            || shared.stop.load(Ordering::SeqCst) || shared.tick_soon.load(Ordering::SeqCst);
+        if shared
+            .policy
+            .sleep_on_channel(shared.channel_fd(), until, wanted)
+        {
+            let _ = shared.res.cq.get_event(Some(Duration::ZERO));
+        }
         shared.res.cq.ack_events();
     }
 }

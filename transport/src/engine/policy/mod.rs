@@ -96,6 +96,12 @@ pub(crate) struct Policy {
     /// for the endpoint and the progress thread only runs the timers, as under
     /// [`Polling::Reactor`], whatever the configured mode.
     drivers: AtomicUsize,
+    /// The progress thread sleeps on the completion channel (until its next timer): whoever
+    /// needs it to run before then rings [`channel_wakeup`](Self::channel_wakeup).
+    sleeping_on_channel: AtomicBool,
+    /// Wakes the progress thread from its sleep on the channel (`None` if no eventfd could
+    /// be had: it then sleeps at most a [`TICK`](super::TICK) at a time).
+    channel_wakeup: Option<verbs::sys::fd::Wakeup>,
     /// Held while a driver task is spawned for the endpoint (one at a time).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     driver_spawn: Mutex<()>,
@@ -114,6 +120,8 @@ impl Policy {
             epoch: Instant::now(),
             progress_thread: OnceLock::new(),
             drivers: AtomicUsize::new(0),
+            sleeping_on_channel: AtomicBool::new(false),
+            channel_wakeup: verbs::sys::fd::Wakeup::new().ok(),
             driver_spawn: Mutex::new(()),
         }
     }
@@ -247,11 +255,43 @@ impl Policy {
         }
     }
 
-    /// Unparks the progress thread whatever it waits for (to stop, or to run the timers).
+    /// Unparks the progress thread whatever it waits for (to stop, or to run the timers):
+    /// parked, or asleep on the completion channel.
     pub(crate) fn unpark_progress(&self) {
         if let Some(t) = self.progress_thread.get() {
             t.unpark();
         }
+        if self.sleeping_on_channel.load(Ordering::SeqCst) {
+            if let Some(w) = &self.channel_wakeup {
+                w.wake();
+            }
+        }
+    }
+
+    /// The progress thread's sleep once the queue is armed: on the completion channel `fd`
+    /// until a completion comes, [`unpark_progress`](Self::unpark_progress) is called, or
+    /// `timeout` (its next timer) passes; not at all if `wanted` (asked after the sleep is
+    /// announced, so a request made meanwhile is seen either here or by the waker). Returns
+    /// whether the channel is readable. An idle endpoint thus wakes for its timers only.
+    pub(super) fn sleep_on_channel(
+        &self,
+        fd: std::os::fd::RawFd,
+        timeout: Duration,
+        wanted: impl Fn() -> bool,
+    ) -> bool {
+        use verbs::sys::fd::{wait_readable, wait_readable_or_woken, Ready};
+        let Some(wakeup) = &self.channel_wakeup else {
+            return wait_readable(fd, Some(timeout.min(super::TICK))).unwrap_or(false);
+        };
+        self.sleeping_on_channel.store(true, Ordering::SeqCst);
+        let ready = if wanted() {
+            Ready::Woken
+        } else {
+            wait_readable_or_woken(fd, wakeup, Some(timeout)).unwrap_or(Ready::TimedOut)
+        };
+        self.sleeping_on_channel.store(false, Ordering::SeqCst);
+        wakeup.reset();
+        ready == Ready::Readable
     }
 
     // ---- reactors ----
@@ -267,6 +307,12 @@ impl Policy {
     pub(crate) fn reactor_drove_at(&self, at: Instant) {
         let at = at.saturating_duration_since(self.epoch).as_nanos() as u64;
         self.reactor_polled.store(at.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether a reactor ever polled or armed the queue: armed, it learns of the next
+    /// completion through the channel, so the progress thread's fallback poll can be rare.
+    pub(super) fn reactor_ever_drove(&self) -> bool {
+        self.reactor_polled.load(Ordering::Relaxed) > 0
     }
 
     /// Whether a reactor drove progress within [`REACTOR_QUIET`] before `now`.
@@ -425,6 +471,54 @@ mod tests {
 
     fn policy(polling: Polling) -> Policy {
         Policy::new(&EndpointConfig::default().with_polling(polling))
+    }
+
+    /// A socket pair: the second end stands for a completion channel, readable once the
+    /// first is written.
+    fn channel() -> (
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+    ) {
+        std::os::unix::net::UnixStream::pair().unwrap()
+    }
+
+    #[test]
+    fn the_sleep_on_the_channel_ends_for_a_completion_a_request_or_its_timer_only() {
+        use std::io::Write;
+        use std::os::fd::AsRawFd;
+        let p = std::sync::Arc::new(policy(Polling::Event));
+        let (mut w, r) = channel();
+        let fd = r.as_raw_fd();
+        let long = Duration::from_secs(30);
+        // Asked to run before it sleeps: no sleep at all.
+        let t = Instant::now();
+        assert!(!p.sleep_on_channel(fd, long, || true));
+        assert!(t.elapsed() < long);
+        // Its timer: the sleep lasts until then and says nothing is readable.
+        let t = Instant::now();
+        assert!(!p.sleep_on_channel(fd, 20 * 1000 * US, || false));
+        assert!(t.elapsed() >= 20 * 1000 * US);
+        // Woken (tick_soon, stop) while asleep: the sleep ends long before its timer, and
+        // the wakeup is taken back (the next sleep lasts until its own timer).
+        let waker = {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                while !p.sleeping_on_channel.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                p.unpark_progress();
+            })
+        };
+        let t = Instant::now();
+        assert!(!p.sleep_on_channel(fd, long, || false));
+        assert!(t.elapsed() < long, "the wakeup did not end the sleep");
+        waker.join().unwrap();
+        let t = Instant::now();
+        assert!(!p.sleep_on_channel(fd, 20 * 1000 * US, || false));
+        assert!(t.elapsed() >= 20 * 1000 * US, "a wakeup stayed rung");
+        // A completion: the channel is readable.
+        w.write_all(b"x").unwrap();
+        assert!(p.sleep_on_channel(fd, long, || false));
     }
 
     #[test]
