@@ -148,6 +148,9 @@ impl Shared {
         cfg.write_completes_when_sent = iwarp;
         let res = Resources::open(&ctx, local_ip, &cfg, pd, pool)?;
         cfg.proto.max_read_chunk = res.max_read_chunk();
+        // One keepalive grid for every connection of the endpoint: their timers fall due
+        // together.
+        cfg.proto.timer_epoch = Some(std::time::Instant::now());
         let receives = res.receives();
         let shared = Arc::new(Shared {
             res,

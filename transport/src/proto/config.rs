@@ -1,6 +1,6 @@
 //! Per-connection protocol limits and the connect private data exchanged by the CM.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::error::{ConfigError, HandshakeError};
 use super::frame::{CONTROL_BODY_MAX, HEADER_LEN};
@@ -50,6 +50,12 @@ pub struct Config {
     /// from its pool's largest buffer, not by a setter. A longer chunk from the peer fails
     /// the connection ([`ProtocolError::ChunkTooLarge`](super::ProtocolError::ChunkTooLarge)).
     pub(crate) max_read_chunk: u32,
+    /// Where the keepalive timers' grid starts (see [`Connection::poll_timeout`]): set by
+    /// the endpoint to one instant for all its connections, so their timers fall due
+    /// together; `None`: the connection's own start.
+    ///
+    /// [`Connection::poll_timeout`]: super::Connection::poll_timeout
+    pub(crate) timer_epoch: Option<Instant>,
 }
 
 impl Default for Config {
@@ -67,6 +73,7 @@ impl Default for Config {
             keepalive_timeout: Duration::from_secs(10),
             immediate_data: true,
             max_read_chunk: u32::MAX,
+            timer_epoch: None,
         }
     }
 }

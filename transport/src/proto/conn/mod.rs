@@ -171,6 +171,8 @@ pub struct Connection<B: Payload> {
     last_heard: Instant,
     last_ping: Option<Instant>,
     last_probe: Option<Instant>,
+    /// Where the keepalive grid starts (see [`KEEPALIVE_GRID`]).
+    timer_epoch: Instant,
     held: u32,
     merging: Merging,
     /// Plain messages may go as compact frames: both devices have immediate data.
@@ -184,6 +186,11 @@ mod receive;
 mod send;
 
 use merge::Merging;
+
+/// Points of the keepalive grid per keepalive interval (see `Connection::on_grid`): an idle
+/// endpoint's keepalive timers fall due at most this many times per interval, whatever its
+/// number of connections, and each PING or probe goes at most an interval / this late.
+const KEEPALIVE_GRID: u32 = 2;
 // The host tests count signaled frames by it.
 #[cfg(test)]
 pub(crate) use merge::MERGE_SIGNAL_EVERY;
@@ -234,6 +241,7 @@ impl<B: Payload> Connection<B> {
             last_heard: now,
             last_probe: None,
             last_ping: None,
+            timer_epoch: config.timer_epoch.unwrap_or(now),
             held: 0,
             merging: Merging::default(),
             compact_frames: config.immediate_data
@@ -357,7 +365,7 @@ impl<B: Payload> Connection<B> {
             Some(p) if p > self.last_recv => p,
             _ => self.last_recv,
         };
-        base + self.keepalive_interval
+        self.on_grid(base + self.keepalive_interval)
     }
 
     fn next_ping(&self) -> Instant {
@@ -365,7 +373,23 @@ impl<B: Payload> Connection<B> {
             Some(p) if p > self.last_recv => p,
             _ => self.last_recv,
         };
-        base + self.keepalive_interval
+        self.on_grid(base + self.keepalive_interval)
+    }
+
+    /// `t` put off to the next point of the keepalive grid: a [`KEEPALIVE_GRID`]th of the
+    /// interval, counted from the timer epoch. The keepalive timers of an endpoint's idle
+    /// connections then fall due together, and its driver wakes a few times per interval
+    /// for all of them, not once for each; a PING or probe goes at most that much later.
+    fn on_grid(&self, t: Instant) -> Instant {
+        let grid = self.keepalive_interval / KEEPALIVE_GRID;
+        let Some(grid) = u64::try_from(grid.as_nanos()).ok().filter(|&g| g > 0) else {
+            return t;
+        };
+        let since = t.saturating_duration_since(self.timer_epoch).as_nanos();
+        let Ok(since) = u64::try_from(since) else {
+            return t;
+        };
+        self.timer_epoch + Duration::from_nanos(since.div_ceil(grid) * grid)
     }
 
     /// The driver saw the peer go (CM disconnect, queue pair error). That is the graceful end

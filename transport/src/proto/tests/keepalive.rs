@@ -1,9 +1,11 @@
 //! Keepalive: a silent peer is declared dead exactly at the configured bound; a live one is
-//! probed with PING and answers PONG.
+//! probed with PING and answers PONG; the keepalive timers of an endpoint's connections fall
+//! due together, on one grid.
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
-use crate::proto::{Config, ConnError, Kind};
+use crate::proto::{Config, ConnError, Connection, Kind};
 
 use super::sim::Sim;
 use super::small_config;
@@ -140,4 +142,33 @@ fn acknowledged_probes_keep_a_peer_alive_whose_frames_are_held_back() {
             silent_for: Duration::from_millis(350)
         })]
     );
+}
+
+#[test]
+fn the_keepalive_timers_of_an_endpoints_connections_fall_due_together_and_little_late() {
+    let interval = Duration::from_millis(100);
+    let grid = interval / 2;
+    let t0 = Instant::now();
+    let mut cfg = keepalive_config();
+    cfg.timer_epoch = Some(t0);
+    // Sixty-four connections set up at moments spread over an interval.
+    let mut due = BTreeSet::new();
+    for k in 0..64u32 {
+        let start = t0 + interval * k / 64;
+        let c: Connection<Vec<u8>> = Connection::new(&cfg, &cfg.connect_info(), start).unwrap();
+        let t = c.poll_timeout().expect("an open connection has a timer");
+        assert!(
+            t >= start + interval,
+            "connection {k}: its keepalive came early"
+        );
+        assert!(
+            t < start + interval + grid,
+            "connection {k}: its keepalive waits past the grid's step"
+        );
+        let since = t.duration_since(t0).as_nanos();
+        assert_eq!(since % grid.as_nanos(), 0, "connection {k}: off the grid");
+        due.insert(t);
+    }
+    // One wakeup per grid point serves them all: two per interval here, not 64.
+    assert!(due.len() <= 3, "{} distinct deadlines", due.len());
 }
