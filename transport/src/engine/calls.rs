@@ -1,6 +1,5 @@
-//! Answers of RPC calls that finished before their callers came for them, by call id
-//! ([`FinishedCalls`]), and the queue by call id they and the calls' wakers are kept in
-//! ([`ByCall`]).
+//! What a connection keeps by RPC call id ([`ByCall`]): the answers of calls that finished
+//! before their callers came for them ([`CallResult`]s), and the callers' wakers.
 
 use std::collections::VecDeque;
 
@@ -67,33 +66,6 @@ impl<T> Default for ByCall<T> {
     }
 }
 
-/// Answers of calls that finished before their callers came for them.
-#[derive(Debug)]
-pub(crate) struct FinishedCalls {
-    finished: ByCall<CallResult>,
-}
-
-impl Default for FinishedCalls {
-    fn default() -> Self {
-        FinishedCalls {
-            finished: ByCall::with_capacity(64),
-        }
-    }
-}
-
-impl FinishedCalls {
-    /// Keeps call `id`'s answer for its caller (a call finishes once).
-    pub(crate) fn insert(&mut self, id: u64, result: CallResult) {
-        self.finished.push(id, result);
-    }
-
-    /// Takes call `id`'s answer, if it finished.
-    #[inline]
-    pub(crate) fn remove(&mut self, id: u64) -> Option<CallResult> {
-        self.finished.remove(id)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,10 +98,10 @@ mod tests {
 
     #[test]
     fn finished_calls_come_out_once_by_id_whichever_finished_first() {
-        let mut calls = FinishedCalls::default();
-        calls.insert(1, Err(CallError::TimedOut));
-        calls.insert(2, Err(CallError::NoHandler));
-        calls.insert(3, Err(CallError::Closed));
+        let mut calls = ByCall::<CallResult>::default();
+        calls.push(1, Err(CallError::TimedOut));
+        calls.push(2, Err(CallError::NoHandler));
+        calls.push(3, Err(CallError::Closed));
         assert_eq!(kind(calls.remove(9)), None);
         assert_eq!(
             kind(calls.remove(2)),
@@ -137,8 +109,8 @@ mod tests {
         );
         assert_eq!(kind(calls.remove(2)), None);
         assert_eq!(kind(calls.remove(1)), Some(CallError::TimedOut.to_string()));
-        // The slot is free again: the next finished call takes it.
-        calls.insert(4, Err(CallError::NoHandler));
+        // A call that finished after others were taken comes out as well.
+        calls.push(4, Err(CallError::NoHandler));
         assert_eq!(kind(calls.remove(3)), Some(CallError::Closed.to_string()));
         assert_eq!(
             kind(calls.remove(4)),

@@ -359,7 +359,8 @@ impl ConnShared {
                 }
             },
             Action::CallDone { id, result } => {
-                st.user.calls.insert(id.get(), result);
+                // A call finishes once: no entry of its own yet.
+                st.user.calls.push(id.get(), result);
                 st.wakers.call_done(id.get());
             }
             Action::Closed { error } => {

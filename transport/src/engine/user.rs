@@ -7,7 +7,7 @@ use std::task::{Context, Waker};
 
 use memory::Buffer;
 
-use super::calls::{ByCall, FinishedCalls};
+use super::calls::{ByCall, CallResult};
 use super::{wake_tasks, ConnState, Shared};
 use crate::proto::Delivery;
 
@@ -19,7 +19,7 @@ pub(crate) struct UserQueues {
     /// RPC requests delivered and not yet taken.
     pub requests: VecDeque<Delivery<Buffer>>,
     /// Finished calls not yet picked up by their caller.
-    pub calls: FinishedCalls,
+    pub calls: ByCall<CallResult>,
 }
 
 impl Default for UserQueues {
@@ -27,7 +27,7 @@ impl Default for UserQueues {
         UserQueues {
             inbox: VecDeque::with_capacity(64),
             requests: VecDeque::new(),
-            calls: FinishedCalls::default(),
+            calls: ByCall::with_capacity(64),
         }
     }
 }
