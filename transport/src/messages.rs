@@ -8,13 +8,11 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use crate::conn::DEFAULT_OP_TIMEOUT;
-use crate::engine::{register, register_recv, remote_chunk, send_error, ConnState};
+use crate::engine::{register, register_recv, remote_chunk, ConnState};
 
-/// Why the protocol is there after [`Conn::open_state`]: it checked, under the same lock.
-const OPEN: &str = "open_state found the protocol set up, under this lock";
 use crate::message::{Message, MessageBuf};
-use crate::proto::{CallId, Class, SendError, HEADER_LEN};
-use crate::rendezvous::one_chunk;
+use crate::proto::{CallId, Class, HEADER_LEN};
+use crate::rendezvous::queue_whole;
 use crate::send_core::{Eager, EagerSend};
 use crate::task::block_on_future;
 use crate::{Conn, Error, Result};
@@ -125,10 +123,11 @@ impl Conn {
     /// peer has read it.
     pub fn send_buf(&self, buf: MessageBuf) -> Result<()> {
         if buf.is_rendezvous() {
-            let mut buf = Some(buf.buf);
+            let message = (Class::Message, buf.buf.len() as u64);
+            let mut whole = Some([(0, remote_chunk(&buf.buf)?, buf.buf)]);
             return self
                 .wait("send", DEFAULT_OP_TIMEOUT, |conn, st| {
-                    one_chunk(conn, st, Class::Message, &mut buf)
+                    queue_whole(conn, st, message, 1, &mut whole)
                 })
                 .map(drop);
         }
@@ -205,23 +204,16 @@ impl Conn {
             };
             chunks.push(((i * chunk) as u64, remote, buf));
         }
-        let mut st = ready!(self.open_state(cx))?;
-        let p = st.proto.as_mut().expect(OPEN);
-        if !p.can_take_whole(chunks.len()) {
-            register(&self.inner.shared, &mut st, cx);
-            return Poll::Pending;
-        }
-        let large = match p.send_large(class, data.len() as u64) {
-            Ok(l) => l,
-            Err(kind) => return self.refused(&mut st, cx, kind),
-        };
-        for (offset, remote, buf) in chunks {
-            if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, offset, remote, buf) {
-                return Poll::Ready(Err(send_error(kind, &st)));
+        let (count, mut chunks) = (chunks.len(), Some(chunks));
+        let mut st = conn.state.lock();
+        let message = (class, data.len() as u64);
+        match queue_whole(conn, &mut st, message, count, &mut chunks) {
+            Some(r) => Poll::Ready(r),
+            None => {
+                register(&conn.shared, &mut st, cx);
+                Poll::Pending
             }
         }
-        conn.drive(&mut st);
-        Poll::Ready(Ok(large.call))
     }
 
     /// Largest message [`poll_send`](Self::poll_send) queues in one step: the eager limit, or

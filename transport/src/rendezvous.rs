@@ -1,12 +1,13 @@
 //! Rendezvous sends of a [`Conn`], for messages longer than the eager limit, as attempts
 //! shared by both forms: the announcement ([`announce`]); the one rendezvous send of copied
 //! bytes ([`Conn::send_large`]), chunk by chunk, whose rest the engine finishes once its
-//! sender stopped waiting; and a zero-copy buffer queued whole as one chunk ([`one_chunk`]).
+//! sender stopped waiting; and a message queued whole in one step ([`queue_whole`]: a
+//! `poll_send` of a few chunks, a zero-copy buffer as one).
 
 use std::future::poll_fn;
 
-use crate::engine::{remote_chunk, send_error, Chunks, ConnShared, ConnState};
-use crate::proto::{CallId, Class, LargeSend, SendError, SendErrorKind};
+use crate::engine::{send_error, Chunks, ConnShared, ConnState};
+use crate::proto::{CallId, Class, LargeSend, RemoteChunk, SendError, SendErrorKind};
 use crate::{Conn, Result};
 
 /// Announces a rendezvous message of `total` bytes if the protocol takes it now (`None`:
@@ -31,35 +32,37 @@ pub(crate) fn announce(
     }
 }
 
-/// A rendezvous message of one chunk, the whole of `buf` (a zero-copy buffer), queued whole
-/// under `st` (announced and its chunk added) or not at all: `None` waits for progress (the
-/// buffer kept for the next attempt), else the call id of a request or the error.
-pub(crate) fn one_chunk(
+/// A rendezvous message of `total` bytes queued whole under `st`: announced and its `count`
+/// chunks (`chunks`: offset, where the peer reads it, its pool buffer; in order, covering
+/// the message) added in one step, or nothing. `None` waits for progress, the chunks kept for
+/// the next attempt; else the call id of a request, or the error. What `poll_send` does with
+/// a message up to `max_whole_send`, and `send_buf` with a zero-copy buffer (one chunk).
+pub(crate) fn queue_whole<C>(
     conn: &ConnShared,
     st: &mut ConnState,
-    class: Class,
-    buf: &mut Option<memory::Buffer>,
-) -> Option<Result<Option<CallId>>> {
+    (class, total): (Class, u64),
+    count: usize,
+    chunks: &mut Option<C>,
+) -> Option<Result<Option<CallId>>>
+where
+    C: IntoIterator<Item = (u64, RemoteChunk, memory::Buffer)>,
+{
     if let Some(e) = st.ended() {
         return Some(Err(e));
     }
     let p = st.proto.as_mut()?;
-    if !p.can_take_whole(1) {
+    if !p.can_take_whole(count) {
         return None;
     }
-    let whole = buf.as_ref().expect("kept until queued");
-    let remote = match remote_chunk(whole) {
-        Ok(r) => r,
-        Err(e) => return Some(Err(e)),
-    };
-    let large = match p.send_large(class, whole.len() as u64) {
+    let large = match p.send_large(class, total) {
         Ok(l) => l,
         Err(SendErrorKind::WouldBlock) => return None,
         Err(kind) => return Some(Err(send_error(kind, st))),
     };
-    let whole = buf.take().expect("kept until queued");
-    if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, 0, remote, whole) {
-        return Some(Err(send_error(kind, st)));
+    for (offset, remote, buf) in chunks.take().expect("kept until queued") {
+        if let Err(SendError { kind, .. }) = p.add_chunk(large.msg, offset, remote, buf) {
+            return Some(Err(send_error(kind, st)));
+        }
     }
     conn.drive(st);
     Some(Ok(large.call))

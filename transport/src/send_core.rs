@@ -411,35 +411,6 @@ impl Conn {
         }
     }
 
-    /// A send the protocol refused: backpressure (`WouldBlock`) waits for this connection's
-    /// progress, anything else is the error.
-    pub(crate) fn refused<T>(
-        &self,
-        st: &mut ConnState,
-        cx: &mut Context<'_>,
-        kind: SendErrorKind,
-    ) -> Poll<Result<T>> {
-        if matches!(kind, SendErrorKind::WouldBlock) {
-            register(&self.inner.shared, st, cx);
-            return Poll::Pending;
-        }
-        Poll::Ready(Err(send_error(kind, st)))
-    }
-
-    /// The connection's state, locked, once its protocol is set up: the connection's end as
-    /// the error, or `Pending` (the task registered) while it is still being set up.
-    pub(crate) fn open_state(&self, cx: &mut Context<'_>) -> Poll<Result<StateGuard<'_>>> {
-        let mut st = self.inner.state.lock();
-        if let Some(e) = st.ended() {
-            return Poll::Ready(Err(e));
-        }
-        if st.proto.is_none() {
-            register(&self.inner.shared, &mut st, cx);
-            return Poll::Pending;
-        }
-        Poll::Ready(Ok(st))
-    }
-
     /// A pool buffer of `len` bytes: `Pending` while the pool is exhausted (see
     /// [`pool_pending`](Self::pool_pending)).
     pub(crate) fn poll_pool_buffer(
