@@ -1,6 +1,7 @@
-//! The async core on its own: a rendezvous message longer than one poll can queue, sent
-//! through `send_async`, arrives whole, also when its future is dropped half way; many such
-//! messages, and blocking sends past their timeout, are finished by the engine without a
+//! The async core on its own: `poll_send` queues a rendezvous message up to
+//! `max_whole_send` whole in one poll; a rendezvous message longer than one poll can queue,
+//! sent through `send_async`, arrives whole, also when its future is dropped half way; many
+//! such messages, and blocking sends past their timeout, are finished by the engine without a
 //! thread each.
 use std::future::Future;
 use std::pin::pin;
@@ -115,4 +116,25 @@ fn abandoned_rendezvous_sends_are_finished_by_the_engine_in_order_without_a_thre
     // The connection goes on as before.
     client.send(b"after").unwrap();
     assert_eq!(&server.recv(TIMEOUT).unwrap().bytes()[..], b"after");
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn poll_send_queues_a_rendezvous_message_whole_in_one_poll() {
+    let (server, client) = pair();
+    let waker = noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let whole = client.max_whole_send();
+    for (k, len) in [client.eager_limit() + 1, whole].into_iter().enumerate() {
+        let data = pattern(400 + k as u64, len);
+        let r = client.poll_send(&mut cx, &data);
+        assert!(matches!(r, Poll::Ready(Ok(()))), "{len} bytes: {r:?}");
+        let m = server.recv(TIMEOUT).expect("the message");
+        assert!(m.to_vec() == data, "{len} bytes differ");
+    }
+    let r = client.poll_send(&mut cx, &vec![0; whole + 1]);
+    assert!(
+        matches!(r, Poll::Ready(Err(Error::TooLarge { limit, .. })) if limit == whole as u64),
+        "{r:?}"
+    );
 }
