@@ -26,8 +26,9 @@
 //! closures of their own (a closure's name would match too): the xtask counts instructions
 //! inside those two only (`--toggle-collect=cost::measured_work`,
 //! `--toggle-collect=cost::measured_reactor`). That leaves out the endpoint's progress thread,
-//! which under reactor polling only runs its timers, at their deadlines and at least every 100 ms whatever the traffic:
-//! under callgrind's slowdown their count follows the run's length, not `N`.
+//! which under reactor polling only runs its timers, at their deadlines and at least every
+//! 100 ms whatever the traffic: under callgrind's slowdown their count follows the run's
+//! length, not `N`.
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
