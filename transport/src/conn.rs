@@ -62,9 +62,23 @@ impl Conn {
         self.inner.state.lock().end.is_some()
     }
 
-    /// Protocol counters of the connection.
-    pub fn stats(&self) -> Option<crate::proto::Stats> {
-        self.inner.state.lock().proto.as_ref().map(|p| p.stats())
+    /// The connection's counters: messages and bytes each way, calls, rendezvous
+    /// transfers, stalls, keepalive, the smoothed round-trip time. They stay readable after
+    /// the connection ended.
+    ///
+    /// ```no_run
+    /// # fn f(conn: &transport::Conn) {
+    /// let s = conn.stats();
+    /// println!(
+    ///     "{} messages ({} bytes) out, {} in; {} credit stalls ({:?}); rtt {:?}",
+    ///     s.messages_sent, s.bytes_sent, s.messages_received, s.credit_stalls,
+    ///     s.credit_stall_time, s.rtt,
+    /// );
+    /// # }
+    /// ```
+    pub fn stats(&self) -> crate::Stats {
+        let st = self.inner.state.lock();
+        st.proto.as_ref().map(|p| p.stats()).unwrap_or_default()
     }
 }
 

@@ -12,7 +12,7 @@ use cm::{ConnOptions, ConnParam, Connector};
 use parking_lot::Mutex;
 use verbs::{AccessFlags, QpCap};
 
-use crate::engine::{ConnectOp, Engine, Shared};
+use crate::engine::{ConnectOp, EndpointStats, Engine, Shared};
 use crate::region::{Access, Region, Token};
 use crate::{Conn, EndpointConfig, Error, Listener, Result};
 
@@ -81,6 +81,14 @@ impl Endpoint {
     /// Connections currently known (open, closing, or being torn down).
     pub fn connections(&self) -> usize {
         self.shared().conn_count()
+    }
+
+    /// What the endpoint's connections did: the counters of every connection established
+    /// since it started, open now or ended, summed ([`Stats`](crate::Stats); the round-trip
+    /// estimate is their mean, by samples), how many are open, and how the others ended.
+    /// The pool's figures are [`pool`](Self::pool)'s `stats()`.
+    pub fn stats(&self) -> EndpointStats {
+        self.shared().stats()
     }
 
     /// Listens on `port` of the local address (0: any free port). The listening id's events

@@ -204,11 +204,13 @@ pub use config::{
 };
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointBuilder};
+pub use engine::EndpointStats;
 pub use error::{Error, Result};
 pub use listener::Listener;
 pub use message::{Message, MessageBuf, Request};
 pub use proto::{
-    CallError, Config as ProtocolConfig, ConnError, HandshakeError, PeerGone, ProtocolError, Stats,
+    CallError, Config as ProtocolConfig, ConnError, Ends, HandshakeError, PeerGone, ProtocolError,
+    Stats,
 };
 pub use reactor::ProgressCounts;
 pub use region::{Access, Region, Token};

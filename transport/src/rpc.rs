@@ -20,9 +20,14 @@ impl Conn {
     /// may be outstanding at once (from several threads); each gets its own response. A call
     /// that times out is forgotten: a late response is dropped.
     pub fn call(&self, request: &[u8], timeout: Duration) -> Result<Message> {
-        let deadline = Instant::now() + timeout;
+        let sent = Instant::now();
+        let deadline = sent + timeout;
+        let class = Class::Request {
+            deadline,
+            sent: Some(sent),
+        };
         let id = self
-            .send_class(Class::Request { deadline }, request, timeout)?
+            .send_class(class, request, timeout)?
             .expect("a request has a call id");
         // A little past the call's deadline: the protocol fails the call at the deadline.
         let wait_deadline = deadline + Duration::from_millis(50);
@@ -160,9 +165,13 @@ impl Conn {
     /// protocol's call timer bounds the wait, no executor timer is needed). Dropping the future
     /// forgets the call.
     pub async fn call_async(&self, request: &[u8], timeout: Duration) -> Result<Message> {
-        let deadline = Instant::now() + timeout;
+        let sent = Instant::now();
+        let class = Class::Request {
+            deadline: sent + timeout,
+            sent: Some(sent),
+        };
         let id = self
-            .send_class_async(Class::Request { deadline }, request)
+            .send_class_async(class, request)
             .await?
             .expect("a request has a call id");
         let mut call = PendingCall {

@@ -88,6 +88,8 @@ pub(crate) struct ConnState {
     /// its waker): when a poll finds what it waited for, the frame's arrival tunes the
     /// adaptive spin, as a blocking wait's does.
     pub async_wait: Option<Instant>,
+    /// Its counters went into the endpoint's totals (it is being removed).
+    pub counted: bool,
 }
 
 impl ConnState {
@@ -107,6 +109,7 @@ impl ConnState {
             spare_frames: Vec::with_capacity(SPARE_FRAMES),
             rests: VecDeque::new(),
             async_wait: None,
+            counted: false,
         }
     }
 
@@ -321,6 +324,9 @@ impl ConnShared {
         let mut delivered = false;
         while let Some(action) = st.proto.as_mut().and_then(|p| p.poll_action()) {
             delivered |= self.carry_out(st, action) == Carried::Delivered;
+        }
+        if let Some(p) = st.proto.as_mut().filter(|p| p.stall_unstamped()) {
+            p.stamp_stall(Instant::now());
         }
         if delivered {
             st.wakers.delivered();

@@ -19,6 +19,7 @@ mod poll;
 mod post;
 mod resources;
 mod send_queue;
+mod totals;
 mod user;
 mod worker;
 
@@ -39,6 +40,7 @@ pub(crate) use policy::SPIN_TURNS_PER_CLOCK;
 pub(crate) use policy::{Policy, SpinBudget, Spinning};
 pub(crate) use poll::Counts;
 pub(crate) use send_queue::SqOp;
+pub use totals::EndpointStats;
 pub(crate) use user::{push_waker, register, register_recv, register_tick};
 pub(crate) use worker::Engine;
 
@@ -97,6 +99,8 @@ pub(crate) struct Shared {
     pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
     /// A task joined `tick_wakers`: the next tick comes within [`TICK`] of the last.
     pub(crate) tick_soon: AtomicBool,
+    /// The counters of connections that went ([`Shared::stats`]).
+    totals: totals::TotalsLock,
     /// The id bound to the local address: it holds librdmacm's device context open.
     _anchor: cm::CmId,
 }
@@ -166,6 +170,7 @@ impl Shared {
             policy: Policy::new(&cfg),
             tick_wakers: Mutex::new(Vec::new()),
             tick_soon: AtomicBool::new(false),
+            totals: Default::default(),
             reactor_waker: Mutex::new(None),
             counts: Counts::default(),
             _anchor: anchor,

@@ -71,6 +71,7 @@ impl Shared {
             }
         }
         if !gone.is_empty() {
+            self.keep_totals(gone);
             self.remove_conns(gone.drain(..));
         }
         next.max(now + MIN_TICK)

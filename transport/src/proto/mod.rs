@@ -76,7 +76,7 @@ use std::time::Instant;
 pub use config::{
     Config, ConnectInfo, MAX_LARGE_MESSAGES, MAX_OUTSTANDING_CHUNKS, SQ_CONTROL_RESERVE,
 };
-pub use conn::{Connection, FrameAtOnce, LargeSend, Stats};
+pub use conn::{Connection, Ends, FrameAtOnce, LargeSend, Stats};
 pub use error::{
     CallError, ConfigError, ConnError, HandshakeError, PeerGone, ProtocolError, SendError,
     SendErrorKind,
@@ -160,6 +160,9 @@ pub enum Class {
     Request {
         /// When the call times out.
         deadline: Instant,
+        /// When the call was made, if known: its answer then gives a round-trip sample
+        /// ([`Stats::rtt`]).
+        sent: Option<Instant>,
     },
     /// The response to a request received.
     Response {

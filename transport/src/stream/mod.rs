@@ -153,6 +153,11 @@ impl Stream {
         &self.write.conn
     }
 
+    /// The connection's counters ([`Conn::stats`]): bytes each way, stalls, round-trip time.
+    pub fn stats(&self) -> crate::Stats {
+        self.write.conn.stats()
+    }
+
     /// The local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.conn().local_addr().map_err(error::to_io)

@@ -1,7 +1,8 @@
 //! Tests of the transport on devices (`#[ignore]`, run by `cargo xtask test`), between the
 //! two hosts: a server endpoint on the peer's device and a client endpoint on this host's
-//! (`support`): `messages`, `zero_copy` (buffers sent without a copy), `calls`, `one_sided`, `failures`, `close_exit` (writer processes
-//! that exit right after closing), `many`, the fault suite (`fault_suite`: netem, bad keys,
+//! (`support`): `messages`, `zero_copy` (buffers sent without a copy), `calls`, `one_sided`,
+//! `failures`, `close_exit` (writer processes that exit right after closing), `many`, `stats`
+//! (connection and endpoint statistics), the fault suite (`fault_suite`: netem, bad keys,
 //! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the
 //! async core (`async_conn`), progress from a reactor (`reactor`), and the byte stream: `seed`
 //! (the tokio echo with only its two types swapped), `stream`, `stream_executor`,
@@ -26,6 +27,7 @@ mod polling;
 mod reactor;
 mod resources;
 mod seed;
+mod stats;
 mod stream;
 mod stream_executor;
 mod stream_faults;

@@ -18,6 +18,7 @@
 //! enough to know when a given frame is done.
 
 use super::*;
+use crate::proto::BATCH_ENTRY_HEADER;
 
 /// A frame that counts towards signals (a mergeable one, or a plain message's while
 /// coalescing is on) is signaled, and followed by a hold, at least this often while sends
@@ -119,6 +120,9 @@ impl<B: Payload> Connection<B> {
         if let Some(kind) = self.eager_refusal(payload.len()) {
             return Err(SendError { kind, payload });
         }
+        let entry_header = if batch { BATCH_ENTRY_HEADER } else { 0 };
+        let len = payload.len().saturating_sub(HEADER_LEN + entry_header);
+        self.stats.sent(len as u64);
         self.outq.push_back(Out::Eager {
             flags: 0,
             tag: 0,
@@ -150,6 +154,7 @@ impl<B: Payload> Connection<B> {
             return false;
         }
         self.stats.messages_batched += 1;
+        self.stats.sent(data.len() as u64);
         true
     }
 
@@ -174,6 +179,7 @@ impl<B: Payload> Connection<B> {
         };
         if n > 0 {
             self.stats.writes_merged += 1;
+            self.stats.bytes_sent += n as u64;
         }
         n
     }

@@ -21,27 +21,6 @@ use super::rndv::{ChunkOut, InClass, LargeIn, LargeOut};
 use super::rpc::{CallId, Calls};
 use super::{Action, Body, Chunk, Class, Delivery, MsgId, Parts, Payload, ReadId, Received};
 
-/// Counters of one connection.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Frames handed to the driver for sending.
-    pub frames_sent: u64,
-    /// Frames received.
-    pub frames_received: u64,
-    /// Explicit CREDIT frames sent.
-    pub credit_frames_sent: u64,
-    /// PING frames sent.
-    pub pings_sent: u64,
-    /// Responses dropped because their call was no longer pending (timed out, cancelled).
-    pub late_responses: u64,
-    /// Byte-stream writes appended to a message still waiting to go
-    /// ([`Connection::append`]).
-    pub writes_merged: u64,
-    /// Messages added to a batch still waiting to go ([`Connection::append_message`]).
-    pub messages_batched: u64,
-}
-
 /// A DATA frame [`Connection::send_at_once`] took straight to the wire: the driver posts
 /// `header` followed by the message, now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,14 +157,20 @@ pub struct Connection<B: Payload> {
     /// Plain messages may go as compact frames: both devices have immediate data.
     compact_frames: bool,
     stats: Stats,
+    stall: Stall,
+    /// A PING went and no PONG answered it yet.
+    ping_unanswered: bool,
 }
 
 mod merge;
 mod output;
 mod receive;
 mod send;
+mod stats;
 
 use merge::Merging;
+use stats::Stall;
+pub use stats::{Ends, Stats};
 
 /// Points of the keepalive grid per keepalive interval (see `Connection::on_grid`): an idle
 /// endpoint's keepalive timers fall due at most this many times per interval, whatever its
@@ -247,6 +232,8 @@ impl<B: Payload> Connection<B> {
             compact_frames: config.immediate_data
                 && peer.flags & ConnectInfo::FLAG_NO_IMMEDIATE == 0,
             stats: Stats::default(),
+            stall: Stall::None,
+            ping_unanswered: false,
         })
     }
 
@@ -259,11 +246,6 @@ impl<B: Payload> Connection<B> {
     /// [`send_large`](Self::send_large)).
     pub fn eager_limit(&self) -> usize {
         self.send_eager_limit
-    }
-
-    /// Counters.
-    pub fn stats(&self) -> Stats {
-        self.stats
     }
 
     /// Credits left towards the peer.
@@ -345,17 +327,22 @@ impl<B: Payload> Connection<B> {
             return;
         }
         while let Some(id) = self.calls.pop_expired(now) {
+            self.stats.call_timeouts += 1;
             self.actions.push_back(Action::CallDone {
                 id,
                 result: Err(CallError::TimedOut),
             });
         }
         if !self.ping_due && now >= self.next_ping() {
+            if self.ping_unanswered {
+                self.stats.keepalive_misses += 1;
+            }
             self.ping_due = true;
             self.last_ping = Some(now);
         }
         if now >= self.next_probe() {
             self.last_probe = Some(now);
+            self.stats.probes_sent += 1;
             self.actions.push_back(Action::Probe);
         }
     }

@@ -76,6 +76,7 @@ impl<B: Payload> Connection<B> {
             }
             if self.ping_due {
                 self.ping_due = false;
+                self.ping_unanswered = true;
                 self.stats.pings_sent += 1;
                 return Some(self.frame(Kind::Ping, 0, 0, FrameBody::Empty));
             }
@@ -99,9 +100,14 @@ impl<B: Payload> Connection<B> {
             }
         }
         if sq_data && self.credits.can_send(true) {
+            if self.stall != Stall::None {
+                self.end_stall();
+            }
             if let Some(a) = self.next_message_frame() {
                 return Some(a);
             }
+        } else if !self.outq.is_empty() {
+            self.note_stall(sq_data);
         }
         if control && self.close_queued && !self.close_sent && self.outq.is_empty() {
             self.close_sent = true;

@@ -214,6 +214,7 @@ impl<B: Payload> Connection<B> {
                     return Err(ProtocolError::DuplicateMessage(h.tag));
                 }
                 self.large_in += 1;
+                self.stats.rendezvous_received += 1;
                 self.inq.push_back(In::Large(LargeIn::new(
                     MsgId(h.tag),
                     total,
@@ -276,8 +277,9 @@ impl<B: Payload> Connection<B> {
                         self.close_queued = true;
                     }
                     Kind::Ping => self.pong_due = true,
-                    // Their header's credit (and the sign of life) was taken above.
-                    Kind::Credit | Kind::Pong => {}
+                    Kind::Pong => self.on_pong(),
+                    // Its header's credit (and the sign of life) was taken above.
+                    Kind::Credit => {}
                     // The decoder gives these kinds a body of their own: never without one.
                     Kind::Data | Kind::RndvStart | Kind::RndvChunk | Kind::RndvAck => {
                         return Err(ProtocolError::BadLength {
@@ -331,7 +333,8 @@ impl<B: Payload> Connection<B> {
                     Parts::Part { frame, offset },
                 ),
                 Some(In::NoHandler(id)) => {
-                    if self.calls.finish(id) {
+                    if let Some(call) = self.calls.finish(id) {
+                        self.on_answer(call);
                         self.actions.push_back(Action::CallDone {
                             id,
                             result: Err(CallError::NoHandler),
@@ -381,11 +384,19 @@ impl<B: Payload> Connection<B> {
         match class {
             InClass::Deliver(class) => {
                 self.held += u32::from(eager);
+                self.stats.messages_received += 1;
+                self.stats.bytes_received += len;
+                if let Received::Request { .. } = class {
+                    self.stats.requests_received += 1;
+                }
                 self.actions
                     .push_back(Action::Deliver(Delivery { class, len, parts }));
             }
             InClass::Response(id) => {
-                if self.calls.finish(id) {
+                if let Some(call) = self.calls.finish(id) {
+                    self.on_answer(call);
+                    self.stats.messages_received += 1;
+                    self.stats.bytes_received += len;
                     self.held += u32::from(eager);
                     let d = Delivery {
                         class: Received::Message,
@@ -417,6 +428,7 @@ impl<B: Payload> Connection<B> {
             return;
         };
         self.sq_free = (self.sq_free + 1).min(self.sq_depth);
+        self.stats.read_bytes += u64::from(r.len);
         if let Some(l) = self.large_in_mut(r.msg) {
             l.insert(
                 r.offset,

@@ -12,6 +12,7 @@ impl<B: Payload> Connection<B> {
             return Err(SendError { kind, payload });
         }
         let (flags, tag, id) = self.classify(class);
+        self.stats.sent((payload.len() - HEADER_LEN) as u64);
         self.outq.push_back(Out::Eager {
             flags,
             tag,
@@ -35,6 +36,7 @@ impl<B: Payload> Connection<B> {
             return None;
         }
         let (flags, tag, call) = self.classify(class);
+        self.stats.sent(len as u64);
         Some(self.frame_at_once(flags, tag, call, false))
     }
 
@@ -46,6 +48,7 @@ impl<B: Payload> Connection<B> {
         if self.merging.holding() || !self.can_go_at_once(len) {
             return None;
         }
+        self.stats.sent(len as u64);
         Some(self.frame_at_once(0, 0, None, true))
     }
 
@@ -103,11 +106,15 @@ impl<B: Payload> Connection<B> {
     pub(super) fn classify(&mut self, class: Class) -> (u8, u64, Option<CallId>) {
         match class {
             Class::Message => (0, 0, None),
-            Class::Request { deadline } => {
-                let id = self.calls.start(deadline);
+            Class::Request { deadline, sent } => {
+                self.stats.calls += 1;
+                let id = self.calls.start(deadline, sent);
                 (FLAG_REQUEST, id.get(), Some(id))
             }
-            Class::Response { call } => (FLAG_RESPONSE, call.get(), None),
+            Class::Response { call } => {
+                self.stats.responses_sent += 1;
+                (FLAG_RESPONSE, call.get(), None)
+            }
         }
     }
 
@@ -130,6 +137,8 @@ impl<B: Payload> Connection<B> {
         let msg = MsgId(self.next_msg);
         self.next_msg += 1;
         let (flags, tag, call) = self.classify(class);
+        self.stats.sent(total_len);
+        self.stats.rendezvous_sent += 1;
         self.large_out
             .push_back(LargeOut::new(msg, total_len, flags, tag, self.max_chunks));
         self.outq.push_back(Out::Large(msg));
@@ -222,6 +231,7 @@ impl<B: Payload> Connection<B> {
         if !self.accepting() {
             return Err(SendErrorKind::Closed);
         }
+        self.stats.responses_sent += 1;
         self.outq.push_back(Out::Reject(call));
         Ok(())
     }

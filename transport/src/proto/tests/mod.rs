@@ -1,5 +1,5 @@
 //! Host tests of the protocol core: two connections against a simulated RC wire (`sim` and
-//! the modules that use it: `close`, `flood`, `keepalive`, `merge`, `order`, `rpc`) and one
+//! the modules that use it: `close`, `flood`, `keepalive`, `merge`, `order`, `rpc`, `stats`) and one
 //! connection fed malformed frames (`malformed`). The proptest seeds that once failed are in
 //! `transport/proptest-regressions/proto/tests/`.
 
@@ -11,6 +11,7 @@ mod merge;
 mod order;
 mod rpc;
 mod sim;
+mod stats;
 
 use std::time::Duration;
 
