@@ -65,6 +65,20 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A port's counters directory in sysfs (`/sys/class/infiniband/DEV/ports/N/counters` or
+    /// `hw_counters`) exists but could not be listed.
+    #[error("cannot read the counters of {device} port {port} ({}): check that sysfs is mounted and readable", dir.display())]
+    ReadCounters {
+        /// Device name.
+        device: String,
+        /// Port number.
+        port: u8,
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// `ibv_query_gid_ex` / `ibv_query_gid_table` failed (EINVAL for an index past the table,
     /// ENODATA for an empty entry).
     #[error("cannot query GID index {index} of port {port}")]

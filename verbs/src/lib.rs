@@ -91,7 +91,8 @@
 //!   to, and each bind or invalidation request keeps what it replaces until its completion.
 //! - Ports and device values: [`PortAttr::active_speed`] / [`PortAttr::active_width`] /
 //!   [`PortAttr::phys_state`] (printed like `ibv_devinfo`), [`Context::query_rt_values_ex`],
-//!   [`Context::num_comp_vectors`].
+//!   [`Context::num_comp_vectors`]; a port's counters as sysfs names them
+//!   ([`Context::port_counters`], [`PortCounters`], differences with [`PortCounters::since`]).
 //! - Completions: [`Context::create_cq`] (or [`Context::create_cq_on_vector`]), [`Cq::poll`]
 //!   into a [`CompletionBuf`], [`Cq::poll_timeout`], exactly as many as you handle with [`Cq::wait_one`] /
 //!   [`Cq::wait_n`], event mode with
@@ -191,8 +192,8 @@ pub use addr::{device_for_addr, rdma_addresses, RdmaAddr};
 pub use ah::{Ah, GRH_LEN};
 pub use context::{
     AsyncEvent, AsyncEventKind, AsyncEventReceiver, AtomicCap, Capabilities, Capability, Context,
-    DeviceAttr, DeviceAttrEx, EventElement, Gid, GidEntry, GidType, LinkLayer, Mtu, PhysState,
-    PortAttr, PortSpeed, PortState, PortWidth,
+    Counter, CounterGroup, CounterIter, DeviceAttr, DeviceAttrEx, EventElement, Gid, GidEntry,
+    GidType, LinkLayer, Mtu, PhysState, PortAttr, PortCounters, PortSpeed, PortState, PortWidth,
 };
 pub use cq::{
     AsCq, Completion, CompletionBuf, CompletionChannel, Cq, CqEx, CqExAttr, ExPoll, ExWc, Polled,

@@ -2,6 +2,7 @@
 mod attr;
 mod borrowed;
 mod caps;
+mod counters;
 mod event;
 mod gid;
 mod port;
@@ -17,6 +18,7 @@ use verbs_sys as sys;
 
 pub use attr::{AtomicCap, DeviceAttr, DeviceAttrEx, LinkLayer, Mtu, PortAttr, PortState};
 pub use caps::{Capabilities, Capability};
+pub use counters::{Counter, CounterGroup, CounterIter, PortCounters};
 pub use event::{AsyncEvent, AsyncEventKind, AsyncEventReceiver, AsyncEvents, EventElement};
 pub use gid::{select_roce_v2, Gid, GidEntry, GidType};
 pub use port::{PhysState, PortSpeed, PortWidth};

@@ -3,6 +3,7 @@
 mod support;
 
 mod compile_fail;
+mod counters;
 mod cq;
 mod device;
 mod errors;
