@@ -147,6 +147,15 @@
 //! acknowledged as soon as they are read. Errors from destroy calls cannot be reported from
 //! `drop` and are ignored.
 //!
+//! # Tracing
+//!
+//! With the `tracing` feature (on by default) the crate emits [`tracing`](https://docs.rs/tracing)
+//! events with target `verbs`: a device opened and each async event read (at debug; faults such
+//! as `QpFatal` or `PortErr` at warn), a QP moved to Err (debug) or found there by a query
+//! (warn), a failed `ibv_modify_qp` (warn), and every refused post with its QP number and errno
+//! (warn; a full queue, backpressure, at debug). They are emitted on error and setup paths only:
+//! a successful post or poll runs nothing for them. Without the feature nothing is compiled.
+//!
 //! # Limitations
 //!
 //! - A completion channel serves one CQ (the CQ takes it by value), so events never need
@@ -187,6 +196,7 @@ pub mod pd;
 pub mod qp;
 pub mod recv_ring;
 pub mod srq;
+mod trace;
 
 pub use addr::{device_for_addr, rdma_addresses, RdmaAddr};
 pub use ah::{Ah, GRH_LEN};

@@ -169,13 +169,13 @@ impl<B: RegisteredBufMut> RecvRing<B> {
         };
         let mut slots = self.slots.lock();
         let Some(&slot) = slots.free.last() else {
-            return Err(fail(self.full(), buf));
+            return Err(fail(crate::trace::refusing(self.full()), buf));
         };
         // A slot posts each block's number once: posted from this block already, it moves on.
         if slots.block == 0 || slots.ids[slot as usize] & NUMBER_MASK >= slots.block {
             match take_block(&NEXT_NUMBER, self.slot_bits) {
                 Some(block) => slots.block = block,
-                None => return Err(fail(numbers_used_up(), buf)),
+                None => return Err(fail(crate::trace::refusing(numbers_used_up()), buf)),
             }
         }
         slots.free.pop();

@@ -110,7 +110,9 @@ impl Context {
             let element = element_of(kind, &ev);
             // SAFETY: `ev` came from ibv_get_async_event and is acked exactly once.
             unsafe { sys::ibv_ack_async_event_raw(&mut ev) };
-            return Ok(Some(AsyncEvent { kind, element }));
+            let ev = AsyncEvent { kind, element };
+            crate::trace::async_event(self.name(), &ev);
+            return Ok(Some(ev));
         }
     }
 

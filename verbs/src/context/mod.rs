@@ -169,6 +169,10 @@ impl Context {
             device: inner.name.clone(),
             source,
         })?;
+        crate::trace::device_opened(
+            &inner.name,
+            matches!(inner.release, Release::Borrowed { .. }),
+        );
         Ok(Context { inner })
     }
 

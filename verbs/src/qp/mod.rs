@@ -316,6 +316,9 @@ impl Qp {
             source: std::io::Error::other(format!("unknown QP state {v}")),
         })?;
         let mut state = self.inner.state.lock();
+        if s == QpState::Err && *state != QpState::Err {
+            crate::trace::qp_found_in_error(self.qp_num(), *state);
+        }
         self.set_state(&mut state, s);
         self.set_in_reset(s == QpState::Reset);
         Ok(s)
@@ -381,11 +384,18 @@ impl Qp {
         // SAFETY: live QP; `raw` is a complete attribute struct and the mask names its set
         // fields.
         let r = unsafe { sys::ibv_modify_qp(self.as_raw(), &mut raw, attr.mask().bits() as i32) };
-        sys::errno::check_ret(r).map_err(|source| Error::ModifyQp {
-            qp_num: self.qp_num(),
-            to,
-            source,
-        })?;
+        if let Err(source) = sys::errno::check_ret(r) {
+            let e = Error::ModifyQp {
+                qp_num: self.qp_num(),
+                to,
+                source,
+            };
+            crate::trace::modify_failed(self.qp_num(), from, to, &e);
+            return Err(e);
+        }
+        if to == QpState::Err {
+            crate::trace::qp_to_error(self.qp_num(), from);
+        }
         if tables.is_some() {
             self.inner
                 .in_reset

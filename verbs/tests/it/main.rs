@@ -17,4 +17,5 @@ mod query;
 mod rc;
 mod reset;
 mod srq;
+mod tracing_events;
 mod ud;

@@ -197,14 +197,16 @@ impl Qp {
         // in-flight entry); the window's rkey is written by the provider under our lock.
         let r = unsafe { sys::ibv_bind_mw(self.as_raw(), mw.as_raw(), &mut bind) };
         sys::errno::check_ret(r).map_err(|source| {
-            if source.raw_os_error() == Some(libc::ENOMEM) {
+            let e = if source.raw_os_error() == Some(libc::ENOMEM) {
                 self.queue_full("send", self.cap().max_send_wr)
             } else {
                 Error::PostSend {
                     qp_num: self.qp_num(),
                     source,
                 }
-            }
+            };
+            crate::trace::refused(&e, true);
+            e
         })?;
         let rkey = mw.rkey_locked();
         let mut owners = Small::default();

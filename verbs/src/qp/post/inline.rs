@@ -80,11 +80,11 @@ fn gather_few(qp: &Qp, data: &[IoSlice<'_>], out: &mut [LocalSlice; FEW]) -> Res
 fn check_inline(qp: &Qp, len: usize, parts: usize) -> Result<()> {
     let cap = qp.cap();
     if len > cap.max_inline_data as usize {
-        return Err(Error::InlineTooLong {
+        return Err(crate::trace::refusing(Error::InlineTooLong {
             qp_num: qp.qp_num(),
             len,
             max: cap.max_inline_data,
-        });
+        }));
     }
     if parts > cap.max_send_sge as usize {
         // Devices gather inline data from the request's SGE list too, and refuse a longer one.

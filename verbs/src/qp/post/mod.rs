@@ -107,6 +107,7 @@ pub(crate) fn post_chain<W: ChainedWr>(
     } else {
         other(e)
     };
+    crate::trace::refused(&err, true);
     Err((taken, err))
 }
 
@@ -362,7 +363,7 @@ pub struct RecvWr<'a> {
 }
 
 pub(crate) fn invalid(qp_num: u32, reason: String) -> Error {
-    Error::InvalidWorkRequest { qp_num, reason }
+    crate::trace::refusing(Error::InvalidWorkRequest { qp_num, reason })
 }
 
 /// Refuses the id of a borrowed request that has the bit reserved for owned requests.

@@ -48,14 +48,12 @@ pub(crate) fn post_recv_one(
         return Err(fail(in_reset_error(qpn), req));
     }
     if q.len() >= depth as usize {
-        return Err(fail(
-            Error::QueueFull {
-                qp_num: qpn,
-                queue,
-                depth,
-            },
-            req,
-        ));
+        let e = crate::trace::refusing(Error::QueueFull {
+            qp_num: qpn,
+            queue,
+            depth,
+        });
+        return Err(fail(e, req));
     }
     let id = q.next_id(true);
     let mut wr = [sys::ibv_recv_wr {
@@ -112,14 +110,12 @@ pub(crate) fn post_recv_owned(
         return Err(fail(in_reset_error(qpn), reqs));
     }
     if q.len() + reqs.len() > depth as usize {
-        return Err(fail(
-            Error::QueueFull {
-                qp_num: qpn,
-                queue,
-                depth,
-            },
-            reqs,
-        ));
+        let e = crate::trace::refusing(Error::QueueFull {
+            qp_num: qpn,
+            queue,
+            depth,
+        });
+        return Err(fail(e, reqs));
     }
     let ids: Vec<u64> = reqs.iter().map(|_| q.next_id(true)).collect();
     let mut wrs: Vec<sys::ibv_recv_wr> = reqs

@@ -163,7 +163,7 @@ impl Qp {
         }
         let depth = self.cap().max_send_wr;
         if sq.len() + n > depth as usize {
-            return Err(self.queue_full("send", depth));
+            return Err(crate::trace::refusing(self.queue_full("send", depth)));
         }
         Ok(sq)
     }
@@ -319,7 +319,8 @@ impl Qp {
         }
         let depth = self.cap().max_send_wr;
         if sq.len() + reqs.len() > depth as usize {
-            return Err(fail(self.queue_full("send", depth), reqs));
+            let e = crate::trace::refusing(self.queue_full("send", depth));
+            return Err(fail(e, reqs));
         }
         let ids: Vec<u64> = reqs.iter().map(|_| sq.next_id(false)).collect();
         let mut inline_sges = vec![

@@ -275,14 +275,16 @@ impl QpEx {
         // SAFETY: ends the session started above.
         let rc = unsafe { sys::ibv_wr_complete(qp) };
         sys::errno::check_ret(rc).map_err(|source| {
-            if source.raw_os_error() == Some(libc::ENOMEM) {
+            let e = if source.raw_os_error() == Some(libc::ENOMEM) {
                 self.queue_full("send", self.cap().max_send_wr)
             } else {
                 Error::PostSend {
                     qp_num: self.qp_num(),
                     source,
                 }
-            }
+            };
+            crate::trace::refused(&e, true);
+            e
         })
     }
 
