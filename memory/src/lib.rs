@@ -190,6 +190,15 @@
 //! counts slots held in other threads' caches as in use, so with several threads it is an
 //! upper bound.
 //!
+//! # Tracing
+//! With the `tracing` feature (on by default) the pool emits [`tracing`](https://docs.rs/tracing)
+//! events with target `memory`, all from its slow path: a chunk registered (debug: class,
+//! bytes, total registered, cap), a chunk that could not be created (warn), an allocation the
+//! caps refuse (warn: class and cap, at most once a second per class with the count of
+//! refusals in between), a thread starved by the pool's cap (debug), and an idle chunk
+//! reclaimed for another class (debug) or leaked (warn). Allocating from a class with a free
+//! buffer runs nothing for them; without the feature nothing is compiled.
+//!
 //! # Cleanup
 //! A buffer keeps its chunk registered and mapped, and its pool alive, until it is dropped.
 //! A chunk is deregistered, then unmapped, when the pool and all its buffers are gone, or
@@ -212,6 +221,7 @@ mod pool;
 mod registered;
 mod starved;
 mod stats;
+mod trace;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

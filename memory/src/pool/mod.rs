@@ -90,6 +90,8 @@ struct ClassState {
     chunks: Vec<Arc<Chunk>>,
     /// The per-thread caches of the class ([`local`]); their slots count as taken in `book`.
     shards: Vec<Arc<Shard>>,
+    /// When the class's exhaustion was last reported.
+    exhausted: crate::trace::Throttle,
 }
 
 /// Refuses classes whose chunks exceed what the registrar can register.
@@ -136,6 +138,7 @@ impl Pool {
                         book: ClassBook::new(class),
                         chunks: Vec::new(),
                         shards: Vec::new(),
+                        exhausted: crate::trace::Throttle::default(),
                     }),
                     returned: Condvar::new(),
                     growing: AtomicBool::new(false),
@@ -219,6 +222,7 @@ impl Pool {
                 // their class, whose chunk then tells when it is idle; look once more (taking
                 // back what threads cached before), then wait for that news.
                 starving = Some(Starving::new(&self.inner.starved));
+                crate::trace::starved(self.inner.classes.size(class), self.inner.budget.cap());
                 continue;
             }
             let seen = starving.is_some().then_some(seen);
@@ -320,17 +324,21 @@ impl PoolInner {
                         if state.book.has_free() {
                             continue;
                         }
+                        let (class_size, cap_bytes) = (self.classes.size(class), self.budget.cap());
+                        crate::trace::exhausted(&mut state.exhausted, class_size, cap_bytes, false);
                         return Err(Error::Exhausted {
-                            class_size: self.classes.size(class),
-                            cap_bytes: self.budget.cap(),
+                            class_size,
+                            cap_bytes,
                         });
                     }
                 }
                 Take::Exhausted { cap_bytes } => {
+                    let class_size = self.classes.size(class);
+                    crate::trace::exhausted(&mut state.exhausted, class_size, cap_bytes, true);
                     return Err(Error::Exhausted {
-                        class_size: self.classes.size(class),
+                        class_size,
                         cap_bytes,
-                    })
+                    });
                 }
             }
         }
@@ -372,15 +380,27 @@ impl PoolInner {
         match created {
             None => Ok(false),
             Some(Ok((chunk, tokens))) => {
-                if chunk.is_huge_pages() {
+                let huge_pages = chunk.is_huge_pages();
+                if huge_pages {
                     self.huge_page_chunks.fetch_add(1, Ordering::Relaxed);
                 }
                 let id = chunk.id();
                 state.chunks.push(chunk);
                 state.book.add_chunk(id, tokens);
+                crate::trace::grew(crate::trace::Growth {
+                    class: valid.size,
+                    bytes: chunk_bytes,
+                    class_chunks: state.chunks.len(),
+                    registered: self.budget.registered(),
+                    cap: self.budget.cap(),
+                    huge_pages,
+                });
                 Ok(true)
             }
-            Some(Err(err)) => Err(err),
+            Some(Err(err)) => {
+                crate::trace::grow_failed(valid.size, chunk_bytes, &err);
+                Err(err)
+            }
         }
     }
 }

@@ -25,10 +25,9 @@ impl PoolInner {
                 .iter()
                 .enumerate()
                 .filter(move |&(other, _)| other != class)
-                .map(|(_, shared)| shared)
         };
         let idle: usize = others()
-            .map(|shared| shared.state.lock().idle_bytes())
+            .map(|(_, shared)| shared.state.lock().idle_bytes())
             .sum();
         if self.budget.slack() + idle < bytes {
             return false;
@@ -36,7 +35,7 @@ impl PoolInner {
         // Bytes of deregistered chunks, still counted in the budget, now ours.
         let mut held = 0;
         'search: for keep_last in [true, false] {
-            for shared in others() {
+            for (other, shared) in others() {
                 loop {
                     if held >= bytes || self.budget.try_reserve(bytes - held) {
                         held = held.max(bytes);
@@ -46,9 +45,12 @@ impl PoolInner {
                         break;
                     };
                     let len = chunk.len();
-                    if self.retire(chunk) {
+                    let retired = self.retire(chunk);
+                    if retired {
                         held += len;
                     }
+                    let (from, to) = (self.classes.size(other), self.classes.size(class));
+                    crate::trace::retired(from, to, len, retired);
                 }
             }
         }

@@ -9,6 +9,7 @@ mod reclaim;
 mod registrar;
 mod support;
 mod threads;
+mod tracing_events;
 
 use memory::testing::HostRegistrar;
 use memory::{ClassConfig, Pool, PoolConfig};
