@@ -222,10 +222,12 @@ impl Connection {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(Error::DrainTimeout {
+                let err = Error::DrainTimeout {
                     after: timeout,
                     outstanding: self.qp.outstanding(),
-                });
+                };
+                crate::trace::gave_up("drain", &err);
+                return Err(err);
             }
             let polled = if self.cq.channel_fd().is_some() {
                 self.cq

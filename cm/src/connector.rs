@@ -337,10 +337,12 @@ fn retry_if(timed_out: bool, err: Error) -> Attempt {
 
 /// A resolution's final error, diagnosed from the addresses.
 fn final_error(src: Option<SocketAddr>, dst: SocketAddr, err: Error) -> Error {
-    match src {
+    let err = match src {
         Some(src) => crate::addr::diagnose_local(src.ip(), err),
         None => crate::addr::diagnose_route(dst, err),
-    }
+    };
+    crate::trace::gave_up("address and route resolution", &err);
+    err
 }
 
 /// Starts one attempt: a fresh id on `channel` resolving the address within

@@ -119,7 +119,7 @@ impl EventChannel {
             let mut ev = std::ptr::null_mut();
             // librdmacm updates the fields of the ids the event names while reading it; the
             // snapshots of those ids are taken under the same lock, in `from_raw`.
-            let _fields = self.inner.fields.lock();
+            let fields = self.inner.fields.lock();
             // SAFETY: live channel, valid out-pointer; the descriptor is non-blocking.
             let r = unsafe { sys::rdma_get_cm_event(self.as_raw(), &mut ev) };
             match sys::errno::check_neg(r) {
@@ -131,7 +131,10 @@ impl EventChannel {
             let ev = NonNull::new(ev)
                 .ok_or_else(|| Error::GetEvent(io::Error::other("rdma_get_cm_event gave NULL")))?;
             // SAFETY: a fresh, unacknowledged event from this channel.
-            return Ok(Some(unsafe { CmEvent::from_raw(ev, self) }));
+            let ev = unsafe { CmEvent::from_raw(ev, self) };
+            drop(fields);
+            crate::trace::event(&ev);
+            return Ok(Some(ev));
         }
     }
 }

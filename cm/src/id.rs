@@ -357,16 +357,20 @@ impl CmId {
         let mut raw = param.to_raw(qp.qp_num());
         // SAFETY: live id; `raw` and the private data it points to live across the call.
         let r = unsafe { sys::rdma_connect(self.as_raw(), &mut raw) };
-        sys::errno::check_neg(r).map_err(|e| match e.raw_os_error() {
-            // iWARP connects over TCP in the call: a port nobody listens on is refused here,
-            // where InfiniBand and RoCE refuse it with a REJECTED event. Same error either way.
-            Some(libc::ECONNREFUSED) => Error::Rejected {
-                status: -libc::ECONNREFUSED,
-                private_data: crate::PrivateData::default(),
-            },
-            _ => Error::Connect(e),
-        })?;
-        Ok(())
+        let result = sys::errno::check_neg(r)
+            .map(drop)
+            .map_err(|e| match e.raw_os_error() {
+                // iWARP connects over TCP in the call: a port nobody listens on is refused
+                // here, where InfiniBand and RoCE refuse it with a REJECTED event. Same error
+                // either way.
+                Some(libc::ECONNREFUSED) => Error::Rejected {
+                    status: -libc::ECONNREFUSED,
+                    private_data: crate::PrivateData::default(),
+                },
+                _ => Error::Connect(e),
+            });
+        crate::trace::call("connect", self, Some(qp.qp_num()), &result);
+        result
     }
 
     /// Accepts a connect request on this (new) id with `qp`, which must already be ready to
@@ -381,8 +385,9 @@ impl CmId {
         let mut raw = param.to_raw(qp.qp_num());
         // SAFETY: live id; `raw` and the private data live across the call.
         let r = unsafe { sys::rdma_accept(self.as_raw(), &mut raw) };
-        sys::errno::check_neg(r).map_err(Error::Accept)?;
-        Ok(())
+        let result = sys::errno::check_neg(r).map(drop).map_err(Error::Accept);
+        crate::trace::call("accept", self, Some(qp.qp_num()), &result);
+        result
     }
 
     /// Rejects a connect request, with private data for the peer.
@@ -396,8 +401,9 @@ impl CmId {
         };
         // SAFETY: live id; the data lives across the call; length checked to fit (≤ 148).
         let r = unsafe { sys::rdma_reject(self.as_raw(), ptr, private_data.len() as u8) };
-        sys::errno::check_neg(r).map_err(Error::Reject)?;
-        Ok(())
+        let result = sys::errno::check_neg(r).map(drop).map_err(Error::Reject);
+        crate::trace::call("reject", self, None, &result);
+        result
     }
 
     /// Completes an active connection after the `ConnectResponse` event, once the QP is
@@ -406,8 +412,9 @@ impl CmId {
     pub fn establish(&self) -> Result<()> {
         // SAFETY: live id.
         let r = unsafe { sys::rdma_establish(self.as_raw()) };
-        sys::errno::check_neg(r).map_err(Error::Establish)?;
-        Ok(())
+        let result = sys::errno::check_neg(r).map(drop).map_err(Error::Establish);
+        crate::trace::call("establish", self, None, &result);
+        result
     }
 
     /// Disconnects; both sides then get a `Disconnected` event. Move the QP to Err first
@@ -416,8 +423,11 @@ impl CmId {
     pub fn disconnect(&self) -> Result<()> {
         // SAFETY: live id.
         let r = unsafe { sys::rdma_disconnect(self.as_raw()) };
-        sys::errno::check_neg(r).map_err(Error::Disconnect)?;
-        Ok(())
+        let result = sys::errno::check_neg(r)
+            .map(drop)
+            .map_err(Error::Disconnect);
+        crate::trace::call("disconnect", self, None, &result);
+        result
     }
 
     /// Moves this id's future events to `channel`. Waits until the id's events on its old

@@ -128,6 +128,15 @@
 //! Event channels are non-blocking, so threads racing for one event never block past their
 //! timeouts.
 //!
+//! # Tracing
+//!
+//! With the `tracing` feature (on by default) the crate emits [`tracing`](https://docs.rs/tracing)
+//! events with target `cm`: each CM event read from a channel (its type, status and the id's
+//! local and peer addresses; at debug, and at warn for address, route and connect errors,
+//! unreachable peers, rejections and device removal), each connect, accept, reject, establish
+//! and disconnect call (debug; warn when it fails), a resolution or wait that gives up (warn)
+//! and a request the admission hook refuses (debug). Without the feature nothing is compiled.
+//!
 //! # Resource cleanup
 //!
 //! Every CM event is acknowledged exactly once, when the [`CmEvent`] is dropped, and holds
@@ -153,6 +162,7 @@ mod param;
 mod private_data;
 mod qp_attr;
 mod step;
+mod trace;
 mod ud;
 
 pub use ack_timeout::{

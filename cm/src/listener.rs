@@ -121,6 +121,7 @@ impl Listener {
                 private_data: ev.private_data(),
             };
             if let Admission::Reject(data) = hook.call(&req) {
+                crate::trace::refused_by_admission(&id);
                 let max =
                     crate::max_private_data(crate::PortSpace::Tcp, crate::PrivateDataOp::Reject);
                 // The peer is turned away whatever happens; the id and the event go with

@@ -44,7 +44,9 @@ pub(crate) fn expire<T, O>(
         return Ok(Step::Waiting);
     }
     *pending = None;
-    Err(Error::Timeout { op, after: total })
+    let err = Error::Timeout { op, after: total };
+    crate::trace::gave_up(op, &err);
+    Err(err)
 }
 
 /// Drives `op` to its end with the events of `channel` (the channel of its id alone): a

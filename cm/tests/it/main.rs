@@ -14,4 +14,5 @@ mod multicast;
 mod private_data;
 mod shared_pool;
 mod support;
+mod tracing_events;
 mod ud;
