@@ -137,6 +137,7 @@ impl Endpoint {
 
     fn start_connect(&self, dst: SocketAddr, timeout: Duration) -> Result<ConnectFuture> {
         self.shared().check_room()?;
+        crate::trace::connecting(dst);
         let info = self.config().proto.connect_info();
         let connector = Connector::new(dst)
             .src(self.local_ip())

@@ -185,6 +185,7 @@ mod listener;
 mod message;
 mod messages;
 mod one_sided;
+mod trace;
 // The protocol core, a documented module of its own (as quinn-proto is to quinn): the state
 // of a connection without I/O, for a driver of one's own; the endpoint is the driver most
 // users want. Its host tests are inside it (`proto/tests/`).

@@ -220,6 +220,8 @@ pub(crate) struct ConnShared {
     /// Sends go on their own at once: no batches of messages, no coalescing of stream
     /// writes (`Conn::set_nodelay`).
     pub nodelay: std::sync::atomic::AtomicBool,
+    /// Its `tracing` span and events.
+    pub trace: crate::trace::ConnSpan,
 }
 
 impl ConnShared {
@@ -232,7 +234,9 @@ impl ConnShared {
         proto: Option<proto::Connection<Buffer>>,
     ) -> ConnShared {
         let polling = shared.cfg.polling;
+        let trace = crate::trace::ConnSpan::new(qp.qp_num(), id.local_addr(), id.peer_addr());
         ConnShared {
+            trace,
             local_addr: id.local_addr(),
             peer_addr: id.peer_addr(),
             qp,
@@ -306,8 +310,10 @@ impl ConnShared {
     pub(crate) fn set_proto(&self, st: &mut ConnState, mut proto: proto::Connection<Buffer>) {
         if st.proto.is_none() {
             proto.set_coalescing(self.batches_messages());
+            proto.set_label(self.qp.qp_num());
             self.eager_limit
                 .store(proto.eager_limit(), Ordering::Release);
+            self.trace.established(proto.eager_limit());
             st.proto = Some(proto);
         }
     }
@@ -385,6 +391,7 @@ impl ConnShared {
                         "connection ended: {error:?}"
                     );
                 }
+                self.trace.ended(error.as_ref());
                 st.end = Some(error);
                 // Torn down at the next tick, which may be far off: bring it closer, so
                 // the connection's slot is free again within a tick.

@@ -44,6 +44,7 @@ impl Shared {
             }
             st.counted = true;
             if let Some(p) = &st.proto {
+                conn.trace.removed(&p.stats());
                 totals.ended += p.stats();
                 totals.ends.count(st.end.as_ref().and_then(|e| e.as_ref()));
             }

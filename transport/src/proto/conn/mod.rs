@@ -160,6 +160,8 @@ pub struct Connection<B: Payload> {
     stall: Stall,
     /// A PING went and no PONG answered it yet.
     ping_unanswered: bool,
+    /// What names the connection in its `tracing` events ([`set_label`](Self::set_label)).
+    label: u32,
 }
 
 mod merge;
@@ -234,6 +236,7 @@ impl<B: Payload> Connection<B> {
             stats: Stats::default(),
             stall: Stall::None,
             ping_unanswered: false,
+            label: 0,
         })
     }
 
@@ -336,6 +339,7 @@ impl<B: Payload> Connection<B> {
         if !self.ping_due && now >= self.next_ping() {
             if self.ping_unanswered {
                 self.stats.keepalive_misses += 1;
+                crate::trace::keepalive_miss(self.label, self.stats.keepalive_misses);
             }
             self.ping_due = true;
             self.last_ping = Some(now);

@@ -215,6 +215,7 @@ impl<B: Payload> Connection<B> {
                 }
                 self.large_in += 1;
                 self.stats.rendezvous_received += 1;
+                crate::trace::rendezvous(self.label, false, total);
                 self.inq.push_back(In::Large(LargeIn::new(
                     MsgId(h.tag),
                     total,

@@ -139,6 +139,7 @@ impl<B: Payload> Connection<B> {
         let (flags, tag, call) = self.classify(class);
         self.stats.sent(total_len);
         self.stats.rendezvous_sent += 1;
+        crate::trace::rendezvous(self.label, true, total_len);
         self.large_out
             .push_back(LargeOut::new(msg, total_len, flags, tag, self.max_chunks));
         self.outq.push_back(Out::Large(msg));

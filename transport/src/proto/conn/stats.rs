@@ -158,6 +158,11 @@ impl<B: Payload> Connection<B> {
         self.stats
     }
 
+    /// Names the connection in its `tracing` events (field `qp`): the driver's QP number.
+    pub fn set_label(&mut self, label: u32) {
+        self.label = label;
+    }
+
     /// Whether data waits for credit and the stall has no start time yet: the driver reads
     /// the clock and calls [`stamp_stall`](Self::stamp_stall), after handing out actions.
     #[inline]
@@ -211,7 +216,9 @@ impl<B: Payload> Connection<B> {
     /// one that brought credit back).
     pub(super) fn end_stall(&mut self) {
         if let Stall::Credit(Some(since)) = self.stall {
-            self.stats.credit_stall_time += self.last_recv.saturating_duration_since(since);
+            let stalled = self.last_recv.saturating_duration_since(since);
+            self.stats.credit_stall_time += stalled;
+            crate::trace::credit_stall(self.label, stalled);
         }
         self.stall = Stall::None;
     }
