@@ -4,6 +4,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    apps::init_tracing();
     let args = apps::devinfo::Args::parse();
     match apps::devinfo::render(&args) {
         Ok(text) => {

@@ -77,6 +77,7 @@ async fn run(
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    apps::init_tracing();
     let args = Box::leak(Box::new(Args::parse()));
     let src = match args.src {
         Some(s) => s,

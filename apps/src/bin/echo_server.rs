@@ -23,6 +23,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    apps::init_tracing();
     let args = Args::parse();
     let listener = match endpoint(args.addr.ip(), &args.endpoint)
         .map_err(std::io::Error::other)

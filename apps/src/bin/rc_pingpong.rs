@@ -62,6 +62,7 @@ struct Args {
 type BoxError = Box<dyn std::error::Error>;
 
 fn main() -> ExitCode {
+    apps::init_tracing();
     let args = Args::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -68,6 +68,7 @@ fn resolve(host: &str) -> Result<IpAddr, String> {
 }
 
 fn main() -> ExitCode {
+    apps::init_tracing();
     let args = Args::parse();
     if !args.server && !args.client {
         eprintln!("rping: give -s (server) or -c (client)");

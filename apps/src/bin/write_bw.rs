@@ -2,5 +2,6 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
+    apps::init_tracing();
     apps::perftest::main(apps::perftest::Test::WriteBw)
 }
