@@ -55,7 +55,8 @@
 //! - Failure: a dead peer (disconnect, or silence past the keepalive timeout) fails every
 //!   pending operation of that connection with [`Error::Closed`] naming the cause; the
 //!   endpoint keeps serving its other connections. With the `tracing` feature, a connection
-//!   that fails emits a debug event with its protocol state (target `transport`).
+//!   that fails emits a warning with the cause, and a debug event with its protocol state
+//!   (target `transport`).
 //!
 //! - Closing: a reader gets every message (every byte of a [`stream`]) the writer sent and
 //!   then the end ([`Error::Closed`] without a cause, or a stream's `Ok(0)`), or an error,
@@ -79,6 +80,23 @@
 //!   [`Polling::Adaptive`]).
 //! - [`stream`]: a byte stream (`TcpStream`-like) with std, `futures-io` and (feature `tokio`)
 //!   tokio I/O traits.
+//!
+//! # Seeing inside
+//!
+//! - [`Conn::stats`] ([`Stats`]): messages and bytes each way, calls, their answers and
+//!   timeouts, rendezvous transfers and the bytes READ, stalls for credit (with their time)
+//!   and for send-queue slots, keepalive PINGs, probes and misses, a smoothed round-trip time.
+//!   [`Endpoint::stats`] ([`EndpointStats`]) sums every connection the endpoint established,
+//!   open or ended, and counts how they ended ([`Ends`]); `stream::Stream::stats` is its
+//!   connection's. Counting is additions on paths that run anyway.
+//! - The device's own counters (retransmissions, sequence errors, RNR NAKs, congestion
+//!   marks) are `verbs::Context::port_counters`.
+//! - Feature `tracing` (on by default): a span per connection (`conn`, with its QP number and
+//!   addresses) and events for its life (connecting, established, closed, failed with the
+//!   cause at warn, removed with its counters), keepalive misses, credit stalls past 10 ms and
+//!   rendezvous transfers, target `transport`; a call site's interest check when no
+//!   subscriber listens, and none on a message's data path. A program shows them with
+//!   `tracing-subscriber` and `RUST_LOG=transport=debug`.
 //!
 //! # Cancel safety
 //!
