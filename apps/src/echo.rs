@@ -104,6 +104,18 @@ pub struct EndpointArgs {
     /// (rounded up to 4.096 us x 2^n; default: the transport's, 67 ms).
     #[arg(long, value_parser = parse_millis)]
     pub ack_timeout: Option<Duration>,
+    /// Prints the endpoint's statistics and its port's device counters every SECS seconds
+    /// (fractions allowed), and once more at the end.
+    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    pub stats: Option<Duration>,
+}
+
+/// Parses a positive number of seconds (fractions allowed).
+fn parse_secs(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!("'{s}' is not a positive number of seconds")),
+    }
 }
 
 /// Parses a positive number of milliseconds (fractions allowed).
@@ -129,6 +141,9 @@ pub fn endpoint(
     let ep = transport::Endpoint::with_config(ip, config)?;
     if matches!(args.polling, transport::Polling::Reactor { .. }) {
         ep.spawn_tokio_driver()?;
+    }
+    if let Some(every) = args.stats {
+        crate::live_stats::spawn_reporter(&ep, every);
     }
     Ok(ep)
 }

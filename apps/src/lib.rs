@@ -3,6 +3,7 @@
 
 pub mod devinfo;
 pub mod echo;
+pub mod live_stats;
 pub mod perftest;
 pub mod pingpong;
 pub mod report;

@@ -1,5 +1,5 @@
 //! `echo-client ADDR:PORT [--src IP] [--size BYTES] [--count N] [--concurrency N]
-//! [--polling MODE] [--busy-read US] [--ack-timeout MS]`: N
+//! [--polling MODE] [--busy-read US] [--ack-timeout MS] [--stats SECS]`: N
 //! connections at once, each writing COUNT messages of SIZE bytes and reading each echo back;
 //! verifies every byte, prints round-trip percentiles and throughput, exits non-zero on any
 //! mismatch or error.
@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use apps::echo::{endpoint, first_mismatch, payload, EndpointArgs, Summary};
+use apps::live_stats::endpoint_summary;
 use apps::report::error_chain;
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -118,6 +119,9 @@ async fn main() -> ExitCode {
         }
     }
     let elapsed = started.elapsed();
+    if args.endpoint.stats.is_some() {
+        println!("stats at the end: {}", endpoint_summary(&ep.stats()));
+    }
     if let Some(s) = Summary::of(times) {
         let bytes = s.count as f64 * args.size as f64 * 2.0;
         println!(

@@ -1,5 +1,6 @@
-//! `echo-server ADDR:PORT [--polling MODE] [--busy-read US] [--ack-timeout MS]`: echoes every byte stream over RDMA, a task per connection, until
-//! killed.
+//! `echo-server ADDR:PORT [--polling MODE] [--busy-read US] [--ack-timeout MS] [--stats SECS]`:
+//! echoes every byte stream over RDMA, a task per connection, until killed; with `--stats`,
+//! prints the endpoint's statistics and device counters every SECS seconds.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;

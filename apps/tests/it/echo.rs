@@ -115,3 +115,55 @@ fn an_unknown_polling_mode_is_refused_with_the_choices() {
         "{err}"
     );
 }
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn echo_client_reports_its_statistics_and_device_counters_and_traces_its_connection() {
+    let port = 7_731;
+    let _server = server(port, "adaptive", "0");
+    let mut cmd = client(
+        port,
+        &["--size", "4096", "--count", "200", "--stats", "0.05"],
+    );
+    cmd.env("RUST_LOG", "transport=debug");
+    let out = run_with_timeout(cmd, TIMEOUT);
+    assert_success("echo-client --stats 0.05", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("stats ")).collect();
+    // The last line is the endpoint's after every echo came back: each byte counted once
+    // each way; the reports before it count the device's packets beside.
+    let last = lines
+        .last()
+        .unwrap_or_else(|| panic!("no statistics: {text}"));
+    assert!(last.starts_with("stats at the end: "), "{last}");
+    let bytes = 200 * 4096;
+    assert!(
+        last.contains(&format!("msgs {bytes} B, in "))
+            && last.contains(&format!("msgs {bytes} B, calls")),
+        "{bytes} bytes each way: {last}"
+    );
+    assert!(last.contains("(1 opened"), "{last}");
+    let device = &testkit::device().name;
+    assert!(
+        lines.iter().any(|l| l.contains(&format!("| {device}/1:"))),
+        "a report with the device's counters: {text}"
+    );
+    let ctx = verbs::Context::open(device).expect("the test device");
+    let has_packet_counter = ctx
+        .port_counters(1)
+        .expect("port 1's counters")
+        .get("sent_pkts")
+        .is_some();
+    if has_packet_counter {
+        assert!(
+            lines.iter().any(|l| l.contains(" sent_pkts +")),
+            "the device's packets moved in some report: {text}"
+        );
+    }
+    // RUST_LOG turned on the transport's events: the connection's span and its life.
+    let err = String::from_utf8_lossy(&out.stderr);
+    for what in ["connecting", "established", "conn{qp="] {
+        assert!(err.contains(what), "no {what:?} in the trace: {err}");
+    }
+    println!("{text}\n{err}");
+}
