@@ -6,7 +6,9 @@
 //! `goodput_vs_clean` is the scenario's goodput over the same traffic's on a clean link;
 //! `call_p50_ms` / `call_p99_ms` are the round trips of the netem traffic's RPC calls. The
 //! table marks the netem scenarios' goals ([`GOODPUT_GOALS`]): reported, never a failure,
-//! since they are timings.
+//! since they are timings. `device_counters` is how much each counter of both devices' port
+//! (sysfs `hw_counters`, read with `verbs::Context::port_counters`) grew during the scenario,
+//! `{"rxe0/1": {"rcvd_seq_err": 12, ...}, ...}`; a second table lists those that grew.
 //!
 //! Exits non-zero on any loss, corruption, failed scenario, or a scenario that wrote no figures
 //! (it crashed or hung).
@@ -155,6 +157,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             },
         );
     }
+    counters_table(&scenarios);
     let report = json!({"device": device, "scenarios": scenarios});
     let path = out.join("report.json");
     fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON"))
@@ -174,6 +177,51 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     })
 }
 
+/// The device counters that grew during each scenario, a line per port (`-` for a scenario
+/// that recorded none, e.g. on siw, whose ports show no counters).
+fn counters_table(scenarios: &[Value]) {
+    println!();
+    println!("{:<26} {:<8} device counters that grew", "scenario", "port");
+    for s in scenarios {
+        let name = s["name"].as_str().unwrap_or("?");
+        let lines = counter_lines(&s["device_counters"]);
+        if lines.is_empty() {
+            println!("{name:<26} {:<8} -", "-");
+        }
+        for (i, (port, grew)) in lines.iter().enumerate() {
+            println!("{:<26} {port:<8} {grew}", if i == 0 { name } else { "" });
+        }
+    }
+}
+
+/// `(port, "name +n name +n ...")` for each port of a scenario's `device_counters`, the
+/// counters that did not grow left out (`none` when none did).
+fn counter_lines(ports: &Value) -> Vec<(String, String)> {
+    let Some(ports) = ports.as_object() else {
+        return Vec::new();
+    };
+    ports
+        .iter()
+        .filter(|(_, counters)| counters.as_object().is_some_and(|c| !c.is_empty()))
+        .map(|(port, counters)| {
+            let grew: Vec<String> = counters
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter_map(|(name, n)| Some((name, n.as_u64()?)))
+                .filter(|(_, n)| *n > 0)
+                .map(|(name, n)| format!("{name} +{n}"))
+                .collect();
+            let grew = if grew.is_empty() {
+                "none".to_owned()
+            } else {
+                grew.join(" ")
+            };
+            (port.clone(), grew)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +237,25 @@ mod tests {
         for (goal, _) in GOODPUT_GOALS {
             assert!(names.contains(goal), "goodput goal for unlisted {goal:?}");
         }
+    }
+
+    #[test]
+    fn counter_lines_list_what_grew_per_port() {
+        let ports = json!({
+            "rxe0/1": {"rcvd_seq_err": 3, "sent_pkts": 120, "send_err": 0},
+            "rxe1/1": {"sent_pkts": 0},
+            "siw0/1": {},
+        });
+        assert_eq!(
+            counter_lines(&ports),
+            [
+                (
+                    "rxe0/1".to_owned(),
+                    "rcvd_seq_err +3 sent_pkts +120".to_owned()
+                ),
+                ("rxe1/1".to_owned(), "none".to_owned()),
+            ]
+        );
+        assert!(counter_lines(&Value::Null).is_empty());
     }
 }

@@ -66,17 +66,16 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 pub fn rnr_counters() -> Vec<(String, u64)> {
     let mut out = Vec::new();
     for dev in [testkit::device().name, testkit::peer().device.name] {
-        let dir = format!("/sys/class/infiniband/{dev}/ports/1/hw_counters");
-        if !std::path::Path::new(&dir).exists() {
+        let counters = verbs::Context::open(&dev)
+            .and_then(|ctx| ctx.port_counters(1))
+            .unwrap_or_else(|e| panic!("{dev}: {e}"));
+        if counters.is_empty() {
             continue;
         }
         for counter in ["rcvd_rnr_err", "send_rnr_err"] {
-            let path = format!("{dir}/{counter}");
-            let v = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{path}: {e}"))
-                .trim()
-                .parse()
-                .unwrap();
+            let v = counters
+                .get(counter)
+                .unwrap_or_else(|| panic!("{dev} port 1 has no {counter}: {counters:?}"));
             out.push((format!("{dev}/{counter}"), v));
         }
     }

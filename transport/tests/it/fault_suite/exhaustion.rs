@@ -96,6 +96,7 @@ fn hog(pool: &memory::Pool) -> (Vec<memory::Buffer>, bool) {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn an_exhausted_pool_is_backpressure_and_loses_nothing() {
+    let counters = DeviceCounters::read();
     const SENDERS: u64 = 4;
     const PER_SENDER: u64 = 10;
     // One chunk of each class up to 256 KiB: 6 x 2 MiB and 4 MiB.
@@ -188,12 +189,14 @@ fn an_exhausted_pool_is_backpressure_and_loses_nothing() {
         "recovery_ms": recovery_ms,
         "under_exhaustion": [format!("{try_eager:?}"), format!("{timed_eager:?}"), format!("{timed_large:?}")],
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_full_send_queue_blocks_many_senders_and_loses_nothing() {
+    let counters = DeviceCounters::read();
     const SENDERS: u64 = 8;
     const PER_SENDER: u64 = 30;
     let tiny = chunked(config());
@@ -254,12 +257,14 @@ fn a_full_send_queue_blocks_many_senders_and_loses_nothing() {
         "send_timed_out": timed_out.load(Ordering::Relaxed),
         "stats": format!("{stats:?}"),
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_peer_that_stops_reading_gets_everything_in_order_later() {
+    let counters = DeviceCounters::read();
     const MESSAGES: u64 = 120;
     const PAUSE: Duration = Duration::from_secs(3);
     let (server, client) = pair_with(chunked(config()), chunked(config()));
@@ -319,5 +324,6 @@ fn a_peer_that_stops_reading_gets_everything_in_order_later() {
         "try_send_would_block": would_block,
         "first_blocked_after_ms": first_wall.map(|d| d.as_secs_f64() * 1e3),
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }

@@ -52,6 +52,7 @@ fn attack(
     op: Op,
     prepare: impl FnOnce(&Conn, Guarded) -> (Token, Option<Guarded>),
 ) {
+    let counters = DeviceCounters::read();
     let victim = Endpoint::with_config(peer_ip(), config()).expect("victim endpoint");
     let listener = victim.listen(0).expect("listen");
     let (victim_side, attacker) = connect(&listener);
@@ -147,6 +148,7 @@ fn attack(
         "guarded_bytes": guarded_bytes,
         "bystander_messages": by_messages,
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }
 

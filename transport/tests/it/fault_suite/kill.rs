@@ -87,6 +87,7 @@ fn typed(e: &Error) -> bool {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
+    let counters = DeviceCounters::read();
     let ep = Endpoint::with_config(local_ip(), config()).expect("client endpoint");
     let baseline = ep.pool().stats().buffers_in_use();
     let server = Endpoint::with_config(peer_ip(), config()).expect("healthy server endpoint");
@@ -149,6 +150,7 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
         "sender_error": sender_error.to_string(),
         "receiver_error": receiver_error.0.to_string(),
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }
 
@@ -157,6 +159,7 @@ fn a_killed_server_fails_the_client_in_the_keepalive_bound_and_leaks_nothing() {
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
+    let counters = DeviceCounters::read();
     let ep = Endpoint::with_config(local_ip(), config()).expect("server endpoint");
     let baseline = ep.pool().stats().buffers_in_use();
     let listener = ep.listen(0).expect("listen");
@@ -228,5 +231,6 @@ fn a_killed_client_fails_the_server_in_the_keepalive_bound_and_leaks_nothing() {
         "bystander_messages_at_kill": delivered_at_kill,
         "receiver_error": error.0.to_string(),
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }

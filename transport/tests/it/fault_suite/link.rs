@@ -135,6 +135,7 @@ fn traffic_through(length: Duration, server: Conn, client: Conn, until_failed: b
 
 /// A short outage: the connection lives through it, every message arrives, and it still works.
 fn short_outage(name: &'static str) {
+    let counters = DeviceCounters::read();
     let (server, client) = pair();
     let run = traffic_through(Duration::from_secs(1), server, client, false);
     let (server, client) = run.conns;
@@ -157,12 +158,14 @@ fn short_outage(name: &'static str) {
         "receiver_error": run.received.ended.as_ref().map(|(e, _)| e.to_string()),
         "sender_error": run.sender_error.as_ref().map(|(e, _)| e.to_string()),
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }
 
 /// A long outage: both sides get a typed error within the keepalive bound, what arrived is an
 /// intact prefix of what was sent, and a new connection works once the link is back.
 fn long_outage(name: &'static str) {
+    let counters = DeviceCounters::read();
     let cfg = || -> EndpointConfig {
         config().with_proto(
             ProtocolConfig::default()
@@ -218,6 +221,7 @@ fn long_outage(name: &'static str) {
         "receiver_error": run.received.ended.as_ref().map(|(e, _)| e.to_string()),
         "sender_error": run.sender_error.as_ref().map(|(e, _)| e.to_string()),
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }
 

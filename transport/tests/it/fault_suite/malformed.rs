@@ -437,6 +437,7 @@ fn round(listener: &Listener, seed: u64, fault: Fault, immediate: bool) -> Round
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn broken_frames_from_a_raw_peer_end_only_its_connection() {
+    let counters = DeviceCounters::read();
     let base = std::env::var("FAULTS_SEED")
         .ok()
         .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
@@ -512,5 +513,6 @@ fn broken_frames_from_a_raw_peer_end_only_its_connection() {
         "bystander_messages": by_messages,
         "connections_left": left_over,
     });
+    figures.counters_before = Some(counters);
     figures.record();
 }

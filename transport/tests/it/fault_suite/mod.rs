@@ -1,8 +1,8 @@
 //! The fault suite: traffic between the two hosts with every byte verified while something
 //! goes wrong, each scenario recording its figures (bytes sent, received, lost and corrupted,
-//! time to detect, whether the survivor kept serving). With `TRANSPORT_FAULTS_REPORT` naming a
-//! directory, each scenario writes them there as `<scenario>.json`; `cargo xtask faults`
-//! collects them into one report.
+//! time to detect, whether the survivor kept serving, how much the devices' port counters
+//! grew: [`DeviceCounters`]). With `TRANSPORT_FAULTS_REPORT` naming a directory, each scenario
+//! writes them there as `<scenario>.json`; `cargo xtask faults` collects them into one report.
 //!
 //! - [`netem`]: packet loss, delay with jitter, reordering, duplication and corruption on both
 //!   ends of the veth pair (`tc qdisc ... netem`).
@@ -114,6 +114,59 @@ impl Drop for Netem {
     }
 }
 
+/// The port counters of both hosts' devices (port 1), read at one moment: a scenario reads
+/// them when it starts, and its figures report how much each grew.
+pub struct DeviceCounters(Vec<verbs::PortCounters>);
+
+impl DeviceCounters {
+    pub fn read() -> DeviceCounters {
+        let devices = [testkit::device().name, testkit::peer().device.name];
+        DeviceCounters(
+            devices
+                .iter()
+                .map(|dev| {
+                    verbs::Context::open(dev)
+                        .and_then(|ctx| ctx.port_counters(1))
+                        .unwrap_or_else(|e| panic!("counters of {dev}: {e}"))
+                })
+                .collect(),
+        )
+    }
+
+    /// How much each counter grew since `before`, per port: `{"rxe0/1": {"sent_pkts": 812,
+    /// ...}, ...}` (`hw_counters` and `counters` alike: on rxe and siw no name is in both).
+    /// The kernel keeps what it read for sysfs for a moment (`lifespan`), so this waits that
+    /// out first.
+    pub fn grown_since(before: &DeviceCounters) -> serde_json::Value {
+        let wait = before.0.iter().filter_map(|c| c.lifespan()).max();
+        std::thread::sleep(wait.unwrap_or_default() * 2);
+        let now = DeviceCounters::read();
+        let ports = now.0.iter().zip(&before.0).map(|(now, before)| {
+            let grew = now.since(before);
+            let counters = grew.iter().map(|c| (c.name.to_owned(), c.value.into()));
+            (
+                format!("{}/{}", grew.device(), grew.port()),
+                serde_json::Value::Object(counters.collect()),
+            )
+        });
+        serde_json::Value::Object(ports.collect())
+    }
+
+    /// Whether the devices show any counters (siw shows none).
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|c| c.is_empty())
+    }
+}
+
+/// The sum over both ports of the named counters in what [`DeviceCounters::grown_since`]
+/// gives.
+pub fn grown_total(grown: &serde_json::Value, names: &[&str]) -> u64 {
+    let ports = grown.as_object().into_iter().flat_map(|m| m.values());
+    ports
+        .flat_map(|port| names.iter().filter_map(|n| port[*n].as_u64()))
+        .sum()
+}
+
 /// One scenario's figures, as the report has them.
 pub struct Figures {
     pub name: &'static str,
@@ -130,6 +183,9 @@ pub struct Figures {
     /// Why the scenario could not be judged on this device (it lacks what the scenario
     /// needs): recorded, counted as skipped, never as passed.
     pub skipped: Option<String>,
+    /// The devices' counters when the scenario started: the record has how much each grew
+    /// (`device_counters`).
+    pub counters_before: Option<DeviceCounters>,
 }
 
 impl Figures {
@@ -150,6 +206,7 @@ impl Figures {
             checks: Vec::new(),
             extra: serde_json::Value::Null,
             skipped: None,
+            counters_before: None,
         }
     }
 
@@ -177,6 +234,9 @@ impl Figures {
             "checks": self.checks.iter().map(|(what, ok)| serde_json::json!({"check": what, "ok": ok})).collect::<Vec<_>>(),
             "pass": self.pass(),
         });
+        if let Some(before) = &self.counters_before {
+            json["device_counters"] = DeviceCounters::grown_since(before);
+        }
         if let serde_json::Value::Object(extra) = &self.extra {
             for (k, v) in extra {
                 json[k] = v.clone();
