@@ -221,9 +221,9 @@ mod pool;
 mod registered;
 mod starved;
 mod stats;
-mod trace;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod trace;
 
 pub use buffer::{Buffer, RemoteDescriptor, Sge};
 pub use config::{
