@@ -1,12 +1,16 @@
 //! `devinfo`: what `ibv_devinfo` (and, with `-l`, `ibv_devices`) shows, from our verbs layer:
-//! every device, port and GID-table field it can query.
+//! every device, port and GID-table field it can query; with `--counters`, each port's
+//! counters as `rdma statistic show link` shows them.
 use std::fmt::Write as _;
 
-use verbs::{devices, Context, Mtu, PortState};
+use verbs::{devices, Context, CounterGroup, Mtu, PortCounters, PortState};
 
 /// The options (`ibv_devinfo`'s letters).
 #[derive(clap::Parser, Debug, Clone)]
-#[command(name = "devinfo", about = "Show RDMA devices, like ibv_devinfo")]
+#[command(
+    name = "devinfo",
+    about = "Show RDMA devices, like ibv_devinfo (--counters: port counters, like rdma statistic)"
+)]
 pub struct Args {
     /// Only this device.
     #[arg(short = 'd', long = "ib-dev")]
@@ -20,6 +24,12 @@ pub struct Args {
     /// Every field, and the GID table.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+    /// Each port's counters instead, a line per port as `rdma statistic show link DEV/PORT`
+    /// prints them (`link DEV/PORT NAME VALUE ...`, the port's sysfs `hw_counters`, sorted by
+    /// name); with -v also a `counters DEV/PORT ...` line of its sysfs `counters`, if it has
+    /// them (which rdma does not show).
+    #[arg(long = "counters", conflicts_with = "list")]
+    pub counters: bool,
 }
 
 fn mtu(m: Mtu) -> String {
@@ -69,9 +79,50 @@ pub fn render(a: &Args) -> Result<String, String> {
     };
     for d in chosen {
         let ctx = Context::open(&d.name).map_err(|e| format!("cannot open {}: {e}", d.name))?;
-        device(&mut out, &ctx, &d, a)?;
+        if a.counters {
+            counters(&mut out, &ctx, a)?;
+        } else {
+            device(&mut out, &ctx, &d, a)?;
+        }
     }
     Ok(out)
+}
+
+/// `--counters`: a line per port (only `-i`'s, if given).
+fn counters(out: &mut String, ctx: &Context, a: &Args) -> Result<(), String> {
+    let ports = match a.ib_port {
+        Some(port) => port..=port,
+        None => {
+            let attr = ctx
+                .query_device()
+                .map_err(|e| format!("cannot query {}: {e}", ctx.name()))?;
+            1..=attr.phys_port_cnt()
+        }
+    };
+    for port in ports {
+        let c = ctx.port_counters(port).map_err(|e| match e {
+            verbs::Error::NoSuchPort { .. } => format!("{e}; pick one with -i"),
+            e => format!(
+                "cannot read the counters of {} port {port}: {e}",
+                ctx.name()
+            ),
+        })?;
+        counter_line(out, "link", &c, CounterGroup::HwCounters);
+        if a.verbose && c.group(CounterGroup::Counters).next().is_some() {
+            counter_line(out, "counters", &c, CounterGroup::Counters);
+        }
+    }
+    Ok(())
+}
+
+/// `WHAT DEV/PORT NAME VALUE ...`: one group of a port's counters on one line, in the shape
+/// of `rdma statistic show link`.
+fn counter_line(out: &mut String, what: &str, c: &PortCounters, group: CounterGroup) {
+    let _ = write!(out, "{what} {}/{}", c.device(), c.port());
+    for (name, value) in c.group(group) {
+        let _ = write!(out, " {name} {value}");
+    }
+    let _ = writeln!(out);
 }
 
 /// A transport as `ibv_devinfo` prints it: its name and `enum ibv_transport_type` value.

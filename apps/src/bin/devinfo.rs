@@ -1,4 +1,5 @@
-//! `devinfo`: RDMA devices, ports and GIDs as our verbs layer sees them (like `ibv_devinfo`).
+//! `devinfo`: RDMA devices, ports and GIDs as our verbs layer sees them (like `ibv_devinfo`);
+//! `--counters`: each port's counters (like `rdma statistic show link`).
 #![forbid(unsafe_code)]
 
 use clap::Parser;
