@@ -16,6 +16,9 @@
 //! with a message saying how to get one.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "tracing")]
+pub mod tracing_capture;
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::net::Ipv4Addr;

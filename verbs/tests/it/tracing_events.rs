@@ -3,6 +3,7 @@
 //! and an async event as it is read.
 use std::time::Duration;
 
+use testkit::tracing_capture::capture;
 use tracing::Level;
 use verbs::{AccessFlags, AsyncEventKind, QpInitAttr, QpType, RecvRequest, SendRequest};
 
@@ -122,85 +123,4 @@ fn srq_limit_reached(ctx: &verbs::Context) -> usize {
             }
         }
     }
-}
-
-/// An event as the [`Capture`] subscriber saw it: level, target, message and every other field
-/// as text (strings unquoted, `Display` and `Debug` fields as they print).
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    pub level: tracing::Level,
-    pub target: String,
-    pub message: String,
-    pub fields: Vec<(String, String)>,
-}
-
-impl Recorded {
-    /// The value of the field `name`, if the event has it.
-    pub fn field(&self, name: &str) -> Option<&str> {
-        self.fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-impl tracing::field::Visit for Recorded {
-    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
-        self.record_text(field, value.to_owned());
-    }
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.record_text(field, format!("{value:?}"));
-    }
-}
-
-impl Recorded {
-    fn record_text(&mut self, field: &tracing::field::Field, text: String) {
-        if field.name() == "message" {
-            self.message = text;
-        } else {
-            self.fields.push((field.name().to_owned(), text));
-        }
-    }
-}
-
-/// A subscriber that records every event (no spans), for the thread it is the default of.
-#[derive(Clone, Default)]
-pub struct Capture {
-    events: std::sync::Arc<std::sync::Mutex<Vec<Recorded>>>,
-}
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let meta = event.metadata();
-        let mut recorded = Recorded {
-            level: *meta.level(),
-            target: meta.target().to_owned(),
-            message: String::new(),
-            fields: Vec::new(),
-        };
-        event.record(&mut recorded);
-        self.events.lock().unwrap().push(recorded);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-/// Runs `f` with a [`Capture`] as this thread's subscriber; returns its result and the events
-/// of `target` it emitted.
-pub fn capture<T>(target: &str, f: impl FnOnce() -> T) -> (T, Vec<Recorded>) {
-    let sub = Capture::default();
-    let out = tracing::subscriber::with_default(sub.clone(), f);
-    let events = sub.events.lock().unwrap().clone();
-    (
-        out,
-        events.into_iter().filter(|e| e.target == target).collect(),
-    )
 }

@@ -162,6 +162,10 @@ pub struct Connection<B: Payload> {
     ping_unanswered: bool,
     /// What names the connection in its `tracing` events ([`set_label`](Self::set_label)).
     label: u32,
+    /// The smoothed round-trip time, in nanoseconds ([`Stats::rtt`]).
+    srtt_ns: u64,
+    /// Calls with a known start to be answered before the next one gives a sample.
+    answers_unsampled: u8,
 }
 
 mod merge;
@@ -172,7 +176,7 @@ mod stats;
 
 use merge::Merging;
 use stats::Stall;
-pub use stats::{Ends, Stats};
+pub use stats::{Ends, Stats, CALL_SAMPLE_EVERY};
 
 /// Points of the keepalive grid per keepalive interval (see `Connection::on_grid`): an idle
 /// endpoint's keepalive timers fall due at most this many times per interval, whatever its
@@ -237,6 +241,8 @@ impl<B: Payload> Connection<B> {
             stall: Stall::None,
             ping_unanswered: false,
             label: 0,
+            srtt_ns: 0,
+            answers_unsampled: 0,
         })
     }
 

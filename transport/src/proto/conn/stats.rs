@@ -60,9 +60,9 @@ pub struct Stats {
     pub probes_sent: u64,
     /// Keepalive intervals that passed with a PING unanswered.
     pub keepalive_misses: u64,
-    /// The smoothed round-trip time (RFC 6298's SRTT, gain 1/8) from calls answered and
-    /// PINGs answered; `None` before the first sample. A call's time includes the peer's
-    /// handling of the request.
+    /// The smoothed round-trip time (RFC 6298's SRTT, gain 1/8) from PINGs answered and
+    /// one call answered in [`CALL_SAMPLE_EVERY`]; `None` before the first sample. A call's
+    /// time includes the peer's handling of the request.
     pub rtt: Option<Duration>,
     /// Round-trip samples taken.
     pub rtt_samples: u64,
@@ -81,16 +81,11 @@ pub struct Stats {
     pub messages_batched: u64,
 }
 
-impl Stats {
-    /// Adds one round-trip sample to the smoothed estimate.
-    pub(super) fn rtt_sample(&mut self, sample: Duration) {
-        self.rtt_samples += 1;
-        self.rtt = Some(match self.rtt {
-            None => sample,
-            Some(srtt) => srtt - srtt / 8 + sample / 8,
-        });
-    }
+/// Of the calls answered, one in this many gives a round-trip sample (the first among
+/// them): reading the clock's difference costs more than the rest of the counting of a call.
+pub const CALL_SAMPLE_EVERY: u8 = 8;
 
+impl Stats {
     /// A message of `len` bytes sent.
     #[inline]
     pub(super) fn sent(&mut self, len: u64) {
@@ -155,7 +150,21 @@ pub(super) enum Stall {
 impl<B: Payload> Connection<B> {
     /// Counters.
     pub fn stats(&self) -> Stats {
-        self.stats
+        let mut s = self.stats;
+        s.rtt = (s.rtt_samples > 0).then(|| Duration::from_nanos(self.srtt_ns));
+        s
+    }
+
+    /// Adds the round trip from `since` to the last frame received to the smoothed estimate
+    /// (in nanoseconds: shifts, no division of a `Duration`).
+    fn rtt_sample(&mut self, since: Instant) {
+        let sample = self.last_recv.saturating_duration_since(since).as_nanos();
+        let sample = u64::try_from(sample).unwrap_or(u64::MAX);
+        self.srtt_ns = match self.stats.rtt_samples {
+            0 => sample,
+            _ => self.srtt_ns - self.srtt_ns / 8 + sample / 8,
+        };
+        self.stats.rtt_samples += 1;
     }
 
     /// Names the connection in its `tracing` events (field `qp`): the driver's QP number.
@@ -197,18 +206,22 @@ impl<B: Payload> Connection<B> {
     pub(super) fn on_pong(&mut self) {
         if let (true, Some(ping)) = (self.ping_unanswered, self.last_ping) {
             self.ping_unanswered = false;
-            self.stats
-                .rtt_sample(self.last_recv.saturating_duration_since(ping));
+            self.rtt_sample(ping);
         }
     }
 
-    /// Call `call` was answered (by the frame received last): its round-trip sample, when
-    /// its start is known.
+    /// Call `call` was answered (by the frame received last): a round-trip sample, when its
+    /// start is known and its turn came ([`CALL_SAMPLE_EVERY`]).
     pub(super) fn on_answer(&mut self, call: Pending) {
         self.stats.responses_received += 1;
         if let Some(sent) = call.sent {
-            self.stats
-                .rtt_sample(self.last_recv.saturating_duration_since(sent));
+            match self.answers_unsampled {
+                0 => {
+                    self.rtt_sample(sent);
+                    self.answers_unsampled = CALL_SAMPLE_EVERY - 1;
+                }
+                n => self.answers_unsampled = n - 1,
+            }
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::proto::{Class, Stats};
+use crate::proto::{Class, Stats, CALL_SAMPLE_EVERY};
 
 use super::sim::{messages, Msg, Sim};
 use super::small_config;
@@ -83,26 +83,43 @@ fn calls_count_both_ends_and_their_answers_give_the_round_trip_time() {
         sim.now += rtt;
         while sim.deliver(1) {}
         sim.pump();
+        // The devices acknowledge every frame, the users drop what they got, and the
+        // credit goes back.
+        for h in &mut sim.hosts {
+            h.complete_sends();
+            while h.release_one() {}
+        }
+        sim.pump();
+        while sim.deliver(0) || sim.deliver(1) {}
+        sim.pump();
     };
+    // The first answer is a sample; the next one in CALL_SAMPLE_EVERY is the next.
     call(&mut sim, 10, Duration::from_millis(7));
     let a = sim.hosts[0].conn.stats();
     assert_eq!(a.rtt, Some(Duration::from_millis(7)), "the first sample");
     assert_eq!(a.rtt_samples, 1);
+    for _ in 1..CALL_SAMPLE_EVERY {
+        call(&mut sim, 64, Duration::from_millis(100));
+    }
+    assert_eq!(sim.hosts[0].conn.stats().rtt_samples, 1, "not their turn");
     // Gain 1/8: 7 ms - 7/8 ms + 15/8 ms.
     call(&mut sim, 64, Duration::from_millis(15));
     let a = sim.hosts[0].conn.stats();
-    assert_eq!(a.rtt, Some(Duration::from_millis(8)), "smoothed");
+    assert_eq!(a.rtt, Some(Duration::from_millis(8)), "smoothed: {a:?}");
+    assert_eq!(a.rtt_samples, 2);
     // A rendezvous request and response count as any call.
     call(&mut sim, 300, Duration::from_millis(8));
     sim.run_until_quiet(100_000);
     let (a, b) = (sim.hosts[0].conn.stats(), sim.hosts[1].conn.stats());
-    assert_eq!(sim.hosts[0].calls_done.len(), 3);
-    assert_eq!((a.calls, a.responses_received, a.call_timeouts), (3, 3, 0));
+    let n = u64::from(CALL_SAMPLE_EVERY) + 2;
+    let bytes = 10 + 64 * u64::from(CALL_SAMPLE_EVERY) + 300;
+    assert_eq!(sim.hosts[0].calls_done.len() as u64, n);
+    assert_eq!((a.calls, a.responses_received, a.call_timeouts), (n, n, 0));
     assert_eq!(a.rtt, Some(Duration::from_millis(8)));
-    assert_eq!((a.messages_sent, a.bytes_sent), (3, 374));
-    assert_eq!((a.messages_received, a.bytes_received), (3, 374));
-    assert_eq!((b.requests_received, b.responses_sent), (3, 3));
-    assert_eq!((b.messages_received, b.messages_sent), (3, 3));
+    assert_eq!((a.messages_sent, a.bytes_sent), (n, bytes));
+    assert_eq!((a.messages_received, a.bytes_received), (n, bytes));
+    assert_eq!((b.requests_received, b.responses_sent), (n, n));
+    assert_eq!((b.messages_received, b.messages_sent), (n, n));
     assert_eq!((a.rendezvous_sent, b.rendezvous_sent), (1, 1));
 }
 
@@ -228,4 +245,63 @@ fn sums_add_every_counter_and_weigh_the_round_trip_estimates() {
     assert_eq!((a.rtt, a.rtt_samples), (Some(Duration::from_millis(5)), 4));
     a += Stats::default();
     assert_eq!(a.rtt, Some(Duration::from_millis(5)), "nothing to weigh");
+}
+
+/// The events of what the counters count (feature `tracing`): a keepalive miss, and a credit
+/// stall past `STALL_REPORTED` (a shorter one raises none), named by the connection's label.
+#[cfg(feature = "tracing")]
+#[test]
+fn misses_and_long_stalls_are_events_of_the_labelled_connection() {
+    use testkit::tracing_capture::capture;
+
+    let cfg = small_config(4, 1, 8, 2, 2)
+        .with_keepalive_interval(Duration::from_millis(100))
+        .with_keepalive_timeout(Duration::from_secs(10));
+    let mut sim = Sim::new(&cfg, &cfg);
+    sim.hosts[0].conn.set_label(42);
+    let ((), events) = capture("transport", || {
+        // Two credit stalls: 5 ms (not reported), then 12 ms.
+        for wait_ms in [5, 12] {
+            sim.hosts[0].to_send.extend(messages(&[8; 6]));
+            while sim.hosts[0].send_next(0) {}
+            sim.pump();
+            sim.hosts[0].conn.stamp_stall(sim.now);
+            while sim.deliver(0) {}
+            sim.pump();
+            sim.now += Duration::from_millis(wait_ms);
+            while sim.hosts[1].release_one() {}
+            sim.pump();
+            while sim.deliver(1) || sim.deliver(0) {}
+            sim.pump();
+            sim.hosts[0].complete_sends();
+            sim.hosts[1].complete_sends();
+            while sim.hosts[1].release_one() {}
+            sim.pump();
+            while sim.deliver(1) || sim.deliver(0) {}
+            sim.pump();
+        }
+        // Silence past two keepalive intervals: the second PING finds the first unanswered.
+        for _ in 0..250 {
+            sim.now += Duration::from_millis(1);
+            let now = sim.now;
+            sim.hosts[0].conn.on_timeout(now);
+            sim.pump();
+            sim.wires[0].clear();
+            sim.hosts[0].complete_sends();
+        }
+    });
+    let stalls: Vec<_> = events
+        .iter()
+        .filter(|e| e.message.starts_with("stalled for credit"))
+        .collect();
+    assert_eq!(stalls.len(), 1, "only the 12 ms stall: {events:#?}");
+    assert_eq!(stalls[0].field("stalled"), Some("12ms"));
+    assert_eq!(stalls[0].field("qp"), Some("42"));
+    let misses: Vec<_> = events
+        .iter()
+        .filter(|e| e.message == "keepalive PING unanswered")
+        .collect();
+    assert_eq!(misses.len(), 1, "{events:#?}");
+    assert_eq!(misses[0].field("qp"), Some("42"));
+    assert_eq!(sim.hosts[0].conn.stats().credit_stalls, 2);
 }
