@@ -5,7 +5,7 @@ use std::time::Duration;
 pub use cm::{Admission, AdmitHook, IncomingRequest};
 
 use crate::proto;
-use crate::ProtocolConfig;
+use crate::{ConfigError, ProtocolConfig};
 
 /// Receives posted on the SRQ beyond the credits of every connection (less if the device
 /// allows fewer): replacing consumed receives can then wait for an idle poll, off the path
@@ -350,44 +350,38 @@ impl EndpointConfig {
 
     /// Checks the configuration; the error names what to change.
     pub fn validate(&self) -> crate::Result<()> {
-        self.proto
-            .validate()
-            .map_err(|e| crate::Error::Config(e.to_string()))?;
+        self.proto.validate().map_err(ConfigError::Protocol)?;
+        let out_of_range = |field, value: String, requirement: String| {
+            Err(ConfigError::OutOfRange {
+                field,
+                value,
+                requirement,
+            }
+            .into())
+        };
         if self.max_connections == 0 {
-            return Err(crate::Error::Config(
-                "max_connections must be at least 1".into(),
-            ));
+            return out_of_range("max_connections", "0".into(), "at least 1".into());
         }
         if self.max_one_sided == 0 {
-            return Err(crate::Error::Config(
-                "max_one_sided must be at least 1".into(),
-            ));
+            return out_of_range("max_one_sided", "0".into(), "at least 1".into());
         }
         if self.retry_count > 7 {
-            return Err(crate::Error::Config(format!(
-                "retry_count {} is out of range: give 0 to 7",
-                self.retry_count
-            )));
+            let value = self.retry_count.to_string();
+            return out_of_range("retry_count", value, "0 to 7".into());
         }
         if self.ack_timeout.is_zero() || self.ack_timeout > cm::MAX_ACK_TIMEOUT {
-            return Err(crate::Error::Config(format!(
-                "ack_timeout {:?} is out of range: give more than zero and at most {:?}",
-                self.ack_timeout,
-                cm::MAX_ACK_TIMEOUT
-            )));
+            let value = format!("{:?}", self.ack_timeout);
+            let requirement = format!("more than zero and at most {:?}", cm::MAX_ACK_TIMEOUT);
+            return out_of_range("ack_timeout", value, requirement);
         }
         let chunk = self.proto.rndv_chunk_size as usize;
         if chunk > 1 << 20 {
-            return Err(crate::Error::Config(format!(
-                "rndv_chunk_size {chunk} exceeds the pool's largest buffer (1 MiB)"
-            )));
+            let requirement = "at most the pool's largest buffer (1 MiB)".into();
+            return out_of_range("rndv_chunk_size", chunk.to_string(), requirement);
         }
         if self.pool_bytes < 4 * chunk {
-            return Err(crate::Error::Config(format!(
-                "pool_bytes {} is too small for rendezvous: give it at least 4 chunks ({} bytes)",
-                self.pool_bytes,
-                4 * chunk
-            )));
+            let requirement = format!("at least 4 rendezvous chunks ({} bytes)", 4 * chunk);
+            return out_of_range("pool_bytes", self.pool_bytes.to_string(), requirement);
         }
         Ok(())
     }
@@ -423,7 +417,9 @@ mod tests {
     fn ack_timeout_and_retry_count_out_of_range_are_refused_by_name() {
         assert!(EndpointConfig::default().validate().is_ok());
         let refused = |c: EndpointConfig, field: &str| match c.validate() {
-            Err(crate::Error::Config(m)) => assert!(m.contains(field), "{m}"),
+            Err(crate::Error::Config(ConfigError::OutOfRange { field: f, .. })) => {
+                assert_eq!(f, field)
+            }
             r => panic!("{field}: {r:?}"),
         };
         refused(EndpointConfig::default().with_retry_count(8), "retry_count");

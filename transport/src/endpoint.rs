@@ -207,9 +207,7 @@ impl Future for ConnectFuture {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Conn>> {
         let Some(op) = &self.op else {
-            return Poll::Ready(Err(Error::Config(
-                "the connect was polled after its end".into(),
-            )));
+            return Poll::Ready(Err(Error::PolledAfterEnd { what: "a connect" }));
         };
         let Poll::Ready(r) = op.poll(cx) else {
             return Poll::Pending;

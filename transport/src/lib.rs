@@ -224,7 +224,7 @@ pub use config::{
 pub use conn::{Conn, DEFAULT_OP_TIMEOUT};
 pub use endpoint::{Endpoint, EndpointBuilder};
 pub use engine::EndpointStats;
-pub use error::{Error, Result};
+pub use error::{ConfigError, Error, Result};
 pub use listener::Listener;
 pub use message::{Message, MessageBuf, Request};
 pub use proto::{

@@ -59,10 +59,10 @@ impl Endpoint {
     fn expect_reactor(&self) -> crate::Result<()> {
         match self.config().polling {
             Polling::Reactor { .. } => Ok(()),
-            other => Err(crate::Error::Config(format!(
-                "the endpoint polls {other:?}: its progress thread waits on the completion \
-                 channel; create it with Polling::Reactor to drive it from a reactor"
-            ))),
+            other => Err(crate::ConfigError::NotReactor {
+                polling: format!("{other:?}"),
+            }
+            .into()),
         }
     }
 }
@@ -105,17 +105,14 @@ mod tokio_driver {
         /// completion it keeps polling for the configured `spin` (yielding between polls, so
         /// on a current-thread runtime a ping-pong never leaves the thread), then waits for
         /// the channel again. For endpoints made
-        /// with [`Polling::Reactor`](crate::Polling::Reactor) (else [`Error::Config`]), one
-        /// driver per endpoint. The task ends when the endpoint's last handle goes.
+        /// with [`Polling::Reactor`](crate::Polling::Reactor) (else [`Error::Config`] with
+        /// [`ConfigError::NotReactor`](crate::ConfigError::NotReactor)), one driver per
+        /// endpoint. The task ends when the endpoint's last handle goes.
         ///
-        /// Call it from within a runtime (else [`Error::Config`]).
+        /// Call it from within a runtime (else [`Error::NoRuntime`]).
         pub fn spawn_tokio_driver(&self) -> Result<tokio::task::JoinHandle<()>> {
             self.expect_reactor()?;
-            let rt = tokio::runtime::Handle::try_current().map_err(|e| {
-                Error::Config(format!(
-                    "no tokio runtime here ({e}): call spawn_tokio_driver from within one"
-                ))
-            })?;
+            let rt = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
             self.spawn_driver(&rt)
         }
 
@@ -153,11 +150,7 @@ mod tokio_driver {
             // holds), and its unsafe replacement is not for this crate (no unsafe here).
             #[allow(deprecated)]
             let fd = AsyncFd::with_interest(ChannelFd(shared.clone()), Interest::READABLE)
-                .map_err(|e| {
-                    Error::Config(format!(
-                        "cannot register the completion channel with tokio's reactor: {e}"
-                    ))
-                })?;
+                .map_err(Error::Reactor)?;
             // Counted from now: a task dropped before it ran (its runtime shutting down)
             // uncounts itself with it.
             let alive = Alive::new(shared.clone());

@@ -10,7 +10,7 @@ use std::fmt;
 
 use super::{send_error, ConnShared, ConnState};
 use crate::proto::{MsgId, RemoteChunk, SendError, SendErrorKind};
-use crate::{Error, Result};
+use crate::{ConfigError, Error, Result};
 
 /// The chunks of an announced rendezvous message, added one at a time: the caller takes a
 /// pool buffer for the next one ([`buffer_needed`](Self::buffer_needed)), waiting as it
@@ -118,9 +118,9 @@ impl<'d> Chunks<'d> {
 
 /// The descriptor a peer reads a rendezvous chunk by: the whole of `buf`.
 pub(crate) fn remote_chunk(buf: &memory::Buffer) -> Result<RemoteChunk> {
-    let remote = buf.remote().ok_or(Error::Config(
-        "the endpoint's pool has no remote read access".into(),
-    ))?;
+    let remote = buf.remote().ok_or(Error::Config(ConfigError::PoolAccess {
+        access: "without REMOTE_READ".into(),
+    }))?;
     Ok(RemoteChunk {
         addr: remote.addr,
         rkey: remote.rkey,

@@ -116,7 +116,7 @@ impl ConnectOp {
             }
         }
         if matches!(st.stage, Stage::Taken) {
-            return Poll::Ready(Err(Error::Config("the connect's outcome was taken".into())));
+            return Poll::Ready(Err(Error::PolledAfterEnd { what: "a connect" }));
         }
         match &st.waker {
             Some(w) if w.will_wake(cx.waker()) => {}
@@ -519,7 +519,7 @@ impl Shared {
     /// is on the CM channel already (its disconnects come to the CM thread).
     fn establish(&self, conn: &ConnShared, peer: &ConnectInfo) -> Result<()> {
         let proto = proto::Connection::new(&self.cfg.proto, peer, Instant::now())
-            .map_err(|e| Error::Config(e.to_string()))?;
+            .map_err(|e| Error::Config(e.into()))?;
         let mut st = conn.state.lock();
         conn.set_proto(&mut st, proto);
         conn.replay_early(&mut st);

@@ -247,7 +247,7 @@ pub(crate) fn send_error(kind: crate::proto::SendErrorKind, st: &ConnState) -> E
         K::WouldBlock => Error::WouldBlock,
         K::Closed => st.ended().unwrap_or(Error::ClosedLocally),
         K::TooLarge { len, limit, .. } => Error::TooLarge { len, limit },
-        other => Error::Config(other.to_string()),
+        other => Error::Send(other),
     }
 }
 

@@ -11,7 +11,7 @@ use verbs::{Cq, Pd, RecvRing, Srq};
 
 use crate::config::{EndpointConfig, SRQ_SLACK};
 use crate::proto::{Delivery, Parts};
-use crate::{Error, Result};
+use crate::{ConfigError, Result};
 
 /// The device's resources an endpoint's connections share.
 #[derive(Debug)]
@@ -67,27 +67,26 @@ impl Resources {
         let srq_slack = SRQ_SLACK.min(dev.max_srq_wr().saturating_sub(1) - srq_depth);
         let cq_depth = cfg.cq_depth().min(dev.max_cqe());
         if cq_depth < cfg.cq_depth() || srq_depth < cfg.srq_depth() {
-            return Err(Error::Config(format!(
-                "the device allows {} CQ entries and {} SRQ receives, but max_connections {} \
-                 with window {} need {} and {}: lower max_connections or window",
-                dev.max_cqe(),
-                dev.max_srq_wr(),
-                cfg.max_connections,
-                cfg.proto.window,
-                cfg.cq_depth(),
-                cfg.srq_depth()
-            )));
+            return Err(ConfigError::DeviceLimits {
+                max_cqe: dev.max_cqe(),
+                max_srq_wr: dev.max_srq_wr(),
+                max_connections: cfg.max_connections,
+                window: cfg.proto.window,
+                cq_depth: cfg.cq_depth(),
+                srq_depth: cfg.srq_depth(),
+            }
+            .into());
         }
         let pd = match pd {
             Some(pd) => {
                 let theirs = pd.context().name().to_string();
                 if theirs != ctx.name() {
-                    return Err(Error::Config(format!(
-                        "the protection domain is on device {theirs}, but {local_ip} is served \
-                         by {}: allocate it on the device of that address \
-                         (verbs::Context::open_by_addr)",
-                        ctx.name()
-                    )));
+                    return Err(ConfigError::PdOnOtherDevice {
+                        pd_device: theirs,
+                        addr: local_ip,
+                        device: ctx.name().to_string(),
+                    }
+                    .into());
                 }
                 pd
             }
@@ -102,11 +101,10 @@ impl Resources {
         let needed = PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ;
         let pool = match pool {
             Some(pool) if !pool.access().contains(needed) => {
-                return Err(Error::Config(format!(
-                    "the pool's access is {:?}; the transport needs LOCAL_WRITE | REMOTE_READ \
-                     (peers read rendezvous chunks from it)",
-                    pool.access()
-                )))
+                return Err(ConfigError::PoolAccess {
+                    access: format!("{:?}", pool.access()),
+                }
+                .into())
             }
             Some(pool) => pool,
             None => Pool::on_pd(

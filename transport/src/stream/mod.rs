@@ -57,7 +57,10 @@
 //! As `io::Error` kinds: nobody listening: `ConnectionRefused`; the peer died: `ConnectionReset`
 //! (a silent peer, after the keepalive timeout: `TimedOut`); a write after
 //! [`shutdown`](Stream::shutdown) or after the connection ended: `BrokenPipe`; a blocking call
-//! past its timeout: `TimedOut`. The transport's [`Error`](crate::Error) is the source.
+//! past its timeout: `TimedOut` — the crate's one mapping, [`Error::io_kind`](crate::Error::io_kind),
+//! which `From<transport::Error> for io::Error` gives users of [`Conn`](crate::Conn) too. The
+//! transport's [`Error`](crate::Error) is inside: `get_ref()` or `into_inner()` and a downcast
+//! give it, and `source()` goes on with its cause.
 //!
 //! # Cancel safety
 //! A read returns bytes only from the poll that consumes them, so a read future dropped before
