@@ -2,7 +2,9 @@
 //! device tests (a device that exists -> rxe on this host -> the qemu guest, one boot for all).
 //! Each benchmark measures ours and a C baseline in the same run, prints the comparison table
 //! and writes `target/bench/<name>.json` in the shared comparison shape (see `compare`);
-//! `target/bench/report.md` covers every benchmark of the run, with their charts.
+//! `target/bench/report.md` covers every benchmark of the run, with their charts. The run shows
+//! its progress in runs (`progress.rs`): each cargo bench is one, each perftest, pingpong or
+//! cost client run another.
 use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
@@ -10,6 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::compare::{Better, Comparison, Report};
+use crate::progress::{Event, Live};
 use crate::test::{acquire, stream, Target};
 use crate::util::{self, Error, Result};
 use crate::{apt, cost_bench, guest, perftest_bench, pingpong_bench};
@@ -133,7 +136,9 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
 
     // Build every chosen benchmark on the host first; the device runs only what was built.
     let mut script = String::from("fail=0\n");
+    let mut steps = 0;
     for b in &chosen {
+        let start = script.len();
         script.push_str(&format!("echo '@@bench {}'\n", b.name));
         match &b.kind {
             Kind::Cargo {
@@ -205,6 +210,10 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 cost_cases = Some((sets, rows));
             }
         }
+        steps += match b.kind {
+            Kind::Cargo { .. } => 1,
+            _ => script_runs(&script[start..]),
+        };
     }
     script.push_str("echo '@@bench end'\nexit $fail\n");
 
@@ -213,19 +222,34 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     let mut lines: Vec<String> = Vec::new();
     let mut pp_lines: Vec<String> = Vec::new();
     let mut section = String::new();
+    let live = Live::start("bench", steps, "runs");
     let mut on_line = |line: &str| {
         if let Some(name) = line.strip_prefix("@@bench ") {
+            if section.is_empty() {
+                live.event(Event::BinaryStarted);
+            } else {
+                if chosen
+                    .iter()
+                    .any(|b| b.name == section && matches!(b.kind, Kind::Cargo { .. }))
+                {
+                    live.event(Event::TestFinished);
+                }
+                live.event(Event::BinaryFinished);
+            }
             section = name.to_string();
             if name != "end" {
-                println!("xtask: bench {name}");
+                live.println(&format!("xtask: bench {name}"));
             }
             return;
         }
+        let ended = Some(Event::TestFinished).filter(|_| run_ended(&section, line));
         if section == "perftest" {
             if let Some(case) = line.strip_prefix("@@case ") {
-                println!("  {case}");
+                live.println(&format!("  {case}"));
             } else if line.starts_with("@@rc ") && line != "@@rc 0" {
-                println!("  ({line})");
+                live.println_then(&format!("  ({line})"), ended);
+            } else if ended.is_some() {
+                live.event(Event::TestFinished);
             }
             lines.push(line.to_string());
         } else if section == "cost" {
@@ -236,20 +260,23 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                         ("0", "0") => String::new(),
                         _ => format!("  (status {rc}, peer {peer}: see cost/raw/{key}.{step}.log)"),
                     };
-                    println!("  {key} step {step}, {n} ops{status}");
+                    let text = format!("  {key} step {step}, {n} ops{status}");
+                    live.println_then(&text, ended);
+                } else {
+                    live.event(Event::TestFinished);
                 }
             } else {
-                println!("{line}");
+                live.println(line);
             }
         } else if section == "pingpong" {
             if let Some(run) = line.strip_prefix("@@pp ") {
-                println!("  {run}");
+                live.println_then(&format!("  {run}"), ended);
             } else {
-                println!("{line}");
+                live.println(line);
             }
             pp_lines.push(line.to_string());
         } else {
-            println!("{line}");
+            live.println(line);
         }
     };
     let (ok, device) = if cost_from_raw && chosen.len() == 1 {
@@ -279,6 +306,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             }
         }
     };
+    live.finish();
     println!("device: {device}");
 
     let mut md = String::from("# Benchmark report\n\nMeasured in one run on the same device; under emulation compare the ratios, not the absolute values.\n\n");
@@ -388,6 +416,29 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         Err(Error::new("a benchmark failed (see above)"))
+    }
+}
+
+/// The client runs of a perftest, pingpong or cost script: each line that calls its run
+/// function (`pt_case`, `pp_run`, `run`) ends in one line that [`run_ended`] sees.
+fn script_runs(script: &str) -> u64 {
+    script
+        .lines()
+        .filter(|l| {
+            ["pt_case ", "pp_run ", "run "]
+                .iter()
+                .any(|f| l.starts_with(f))
+        })
+        .count() as u64
+}
+
+/// Whether `line` of bench `section`'s output ends one of its client runs.
+fn run_ended(section: &str, line: &str) -> bool {
+    match section {
+        "perftest" => line.starts_with("@@rc "),
+        "pingpong" => line.starts_with("@@pp "),
+        "cost" => line.starts_with("@@cost "),
+        _ => false,
     }
 }
 
@@ -514,6 +565,25 @@ fn memory_report(raw: &std::path::Path, device: &str) -> Result<Report> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn each_run_of_a_script_is_one_step_and_ends_in_its_marker() {
+        let cases = perftest_bench::cases();
+        let pt = perftest_bench::script(&cases, Path::new("/bin"), 2);
+        let with_control = cases.iter().filter(|c| c.has_control()).count();
+        assert_eq!(
+            script_runs(&pt),
+            (2 * (2 * cases.len() + with_control)) as u64
+        );
+        let pp = pingpong_bench::script(Path::new("/bin/rc-pingpong"), &[64, 4096], 3, 10);
+        assert_eq!(script_runs(&pp), 2 * 3 * 3);
+        assert!(run_ended("perftest", "@@rc 0"));
+        assert!(!run_ended("perftest", "@@case send_lat 64 ours"));
+        assert!(run_ended("pingpong", "@@pp ours 64 1 1.23 usec/iter"));
+        assert!(!run_ended("pingpong", "@@pp-failed ours 64 1 rc=1"));
+        assert!(run_ended("cost", "@@cost key 1 100 0 0"));
+        assert!(!run_ended("transport", "@@rc 0"));
+    }
 
     #[test]
     fn comparison_shaped_results_pass_through() {

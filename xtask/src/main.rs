@@ -12,6 +12,7 @@ mod faults;
 mod guest;
 mod perftest_bench;
 mod pingpong_bench;
+mod progress;
 mod rxe;
 mod test;
 mod util;

@@ -5,13 +5,15 @@
 //! on rxe (RoCE) and then on siw (iWARP), one boot each. `--device` picks one of the guest's.
 //! Ends with one line per tier (`tier rxe: N passed, M failed, K skipped[, P partly skipped]
 //! (T s)`) and the total
-//! `N passed, M failed, K skipped`.
+//! `N passed, M failed, K skipped`. Each tier shows its progress on the way (`progress.rs`): how
+//! many of its tests (listed before it starts) have finished, the time spent and the time left.
 use std::fs;
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::progress::{Event, Live};
 use crate::util::{self, Context, Error, Result};
 use crate::{apt, guest, rxe};
 
@@ -51,7 +53,7 @@ impl Tally {
 }
 
 /// `line` without terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(line: &str) -> String {
+pub(crate) fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
@@ -173,6 +175,8 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         selection.join(" "),
         features.join(" ")
     );
+    let host_total = host_tests(&selection, &features, filter);
+    let live = host_total.map(|n| Live::start("host tier", n, "tests"));
     let mut host = Tally::default();
     let mut cmd = util::cargo();
     // Every crate's tests run, and every failure is counted, even after one crate fails.
@@ -183,10 +187,12 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     if let Some(f) = filter {
         cmd.args(["--", f]);
     }
-    let host_ok = stream(cmd, &mut |line| {
-        println!("{line}");
+    let host_ok = stream_shown(cmd, live.as_ref(), &mut |line| {
         host.add_line(line);
     })?;
+    if let Some(live) = live {
+        live.finish();
+    }
     let host_elapsed = started.elapsed();
     let mut errors: Vec<String> = Vec::new();
     if !host_ok && host.failed == 0 {
@@ -383,9 +389,11 @@ fn host_tier(bins: &[TestBinary], args: &Args, dev: rxe::Device, origin: &str) -
         bins.len(),
         dev.name
     );
+    let live = Live::start(format!("tier {}", dev.name), total as u64, "tests");
     let mut tally = Tally::default();
     for b in bins {
-        eprintln!("     Running {}", b.exe.display());
+        live.eprintln(&format!("     Running {}", b.exe.display()));
+        live.event(Event::BinaryStarted);
         let a = binary_args(b, args.filter.as_deref());
         let mut cmd = Command::new(&a[0]);
         cmd.args(&a[1..])
@@ -396,12 +404,14 @@ fn host_tier(bins: &[TestBinary], args: &Args, dev: rxe::Device, origin: &str) -
             .env("RDMA_TEST_ADDR", dev.addr.to_string())
             .env("RDMA_TEST_SKIP_LOG", &skip_log);
         let before = tally;
-        let ok = stream(cmd, &mut |line| {
-            println!("{line}");
+        let ok = stream_shown(cmd, Some(&live), &mut |line| {
             tally.add_line(line);
         })?;
-        check_binary(b, ok, before, &mut tally);
+        if let Some(e) = check_binary(b, ok, before, &mut tally) {
+            live.println(&e);
+        }
     }
+    live.finish();
     Ok(Tier {
         label: dev.name.clone(),
         tally,
@@ -444,6 +454,7 @@ fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result
         ));
     }
     script.push_str("exit 0\n");
+    let live = Live::start(format!("tier {label}"), total as u64, "tests");
     let mut tally = Tally::default();
     let mut current: Option<(usize, Tally)> = None;
     let outcome = guest::run(&mut guest::Options {
@@ -454,7 +465,11 @@ fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result
         on_line: &mut |line: &str| {
             if let Some(i) = line.strip_prefix("XTASK-BIN ").and_then(|i| i.parse().ok()) {
                 let b: &TestBinary = &bins[i];
-                eprintln!("     Running {} (in the guest, {label})", b.exe.display());
+                live.eprintln(&format!(
+                    "     Running {} (in the guest, {label})",
+                    b.exe.display()
+                ));
+                live.event(Event::BinaryStarted);
                 current = Some((i, tally));
             } else if let Some(rest) = line.strip_prefix("XTASK-BIN-RC ") {
                 let rc: i32 = rest
@@ -463,16 +478,21 @@ fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result
                     .and_then(|r| r.parse().ok())
                     .unwrap_or(-1);
                 if let Some((i, before)) = current.take() {
-                    check_binary(&bins[i], rc == 0, before, &mut tally);
+                    if let Some(e) = check_binary(&bins[i], rc == 0, before, &mut tally) {
+                        live.println(&e);
+                    }
                 }
             } else {
-                println!("{line}");
+                live.output(line);
                 tally.add_line(line);
             }
         },
     });
+    live.finish();
     if let Some((i, before)) = current.take() {
-        check_binary(&bins[i], false, before, &mut tally);
+        if let Some(e) = check_binary(&bins[i], false, before, &mut tally) {
+            println!("{e}");
+        }
     }
     let (device_line, error) = match outcome {
         Ok(o) => (o.device(), None),
@@ -488,21 +508,23 @@ fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result
     })
 }
 
-/// A binary that failed without a failing test (crash, abort) still counts as one failure.
-fn check_binary(b: &TestBinary, ok: bool, before: Tally, after: &mut Tally) {
+/// A binary that failed without a failing test (crash, abort) still counts as one failure;
+/// returns the line that says so.
+fn check_binary(b: &TestBinary, ok: bool, before: Tally, after: &mut Tally) -> Option<String> {
     let ran = after.results > before.results;
-    if !ok && after.failed == before.failed {
-        println!(
-            "error: {} ended abnormally{}",
-            b.exe.display(),
-            if ran {
-                ""
-            } else {
-                " before reporting a result"
-            }
-        );
-        after.failed += 1;
+    if ok || after.failed != before.failed {
+        return None;
     }
+    after.failed += 1;
+    Some(format!(
+        "error: {} ended abnormally{}",
+        b.exe.display(),
+        if ran {
+            ""
+        } else {
+            " before reporting a result"
+        }
+    ))
 }
 
 /// The ladder: a device that exists (RDMA_TEST_DEVICE or the host's own) -> host rxe -> guest.
@@ -587,6 +609,122 @@ fn test_binaries(
         }
     }
     Ok(bins)
+}
+
+/// How many tests the host tier will run: `cargo test ... -- [FILTER] --list` (which builds
+/// them first, as the tier would), counting each binary's and the doc tests' list; `None`
+/// (no progress shown) if they cannot be listed. Cargo's lines but its `Running` ones are shown.
+fn host_tests(selection: &[String], features: &[String], filter: Option<&str>) -> Option<u64> {
+    let mut cmd = util::cargo();
+    cmd.arg("test")
+        .arg("--no-fail-fast")
+        .args(selection)
+        .args(features)
+        .arg("--")
+        .args(filter)
+        .args(["--list", "--format", "terse"]);
+    let mut n = 0;
+    let listed = stream_merged(
+        cmd,
+        &mut |line| {
+            if line.ends_with(": test") {
+                n += 1;
+            }
+        },
+        &mut |line| {
+            let l = line.trim_start();
+            if !l.starts_with("Running ") && !l.starts_with("Doc-tests ") {
+                eprintln!("{line}");
+            }
+        },
+    );
+    match listed {
+        Ok(true) => Some(n),
+        _ => {
+            eprintln!("xtask: host tier: its tests could not be listed; no progress shown");
+            None
+        }
+    }
+}
+
+/// Runs `cmd` with its stdout lines printed through `live` (or as they are, without it) and
+/// given to `each`; under a bar its stderr lines are printed through `live` too, so they do
+/// not land on the bar. Returns success.
+fn stream_shown(cmd: Command, live: Option<&Live>, each: &mut dyn FnMut(&str)) -> Result<bool> {
+    match live {
+        None => stream(cmd, &mut |line| {
+            println!("{line}");
+            each(line);
+        }),
+        Some(live) if live.is_bar() => stream_merged(
+            cmd,
+            &mut |line| {
+                live.output(line);
+                each(line);
+            },
+            &mut |line| live.eprintln(line),
+        ),
+        Some(live) => stream(cmd, &mut |line| {
+            live.output(line);
+            each(line);
+        }),
+    }
+}
+
+/// Runs `cmd` with stdout and stderr piped line by line, each to its own callback in the order
+/// they come; returns success. A process left behind holding stderr is not waited for.
+fn stream_merged(
+    mut cmd: Command,
+    out: &mut dyn FnMut(&str),
+    err: &mut dyn FnMut(&str),
+) -> Result<bool> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(format_args!("cannot run {:?}", cmd.get_program()))?;
+    let (tx, rx) = std::sync::mpsc::channel::<(bool, String)>();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let tx_err = tx.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(|l| l.ok()) {
+            if tx.send((false, line)).is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+            if tx_err.send((true, line)).is_err() {
+                break;
+            }
+        }
+    });
+    let mut status = None;
+    loop {
+        // Once the command has ended, what its streams still hold comes within a moment.
+        let wait = match status {
+            None => Duration::from_millis(200),
+            Some(_) => Duration::from_secs(1),
+        };
+        match rx.recv_timeout(wait) {
+            Ok((false, line)) => out(&line),
+            Ok((true, line)) => err(&line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if status.is_some() => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if status.is_none() {
+            status = child.try_wait()?;
+        }
+    }
+    let status = match status {
+        Some(s) => s,
+        None => child.wait()?,
+    };
+    Ok(status.success())
 }
 
 /// Runs `cmd` with stdout piped line by line to `each` (stderr inherited); returns success.
