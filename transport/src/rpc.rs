@@ -22,12 +22,8 @@ impl Conn {
     pub fn call(&self, request: &[u8], timeout: Duration) -> Result<Message> {
         let sent = Instant::now();
         let deadline = sent + timeout;
-        let class = Class::Request {
-            deadline,
-            sent: Some(sent),
-        };
         let id = self
-            .send_class(class, request, timeout)?
+            .send_class(Class::Request { deadline }, request, timeout)?
             .expect("a request has a call id");
         // A little past the call's deadline: the protocol fails the call at the deadline.
         let wait_deadline = deadline + Duration::from_millis(50);
@@ -37,7 +33,7 @@ impl Conn {
             taken: false,
         };
         let result = self.wait_until("call", timeout, Some(wait_deadline), |_, st| {
-            self.take_response(st, id)
+            self.take_response(st, id, sent)
         });
         call.taken = result.is_ok();
         result
@@ -166,12 +162,13 @@ impl Conn {
     /// forgets the call.
     pub async fn call_async(&self, request: &[u8], timeout: Duration) -> Result<Message> {
         let sent = Instant::now();
-        let class = Class::Request {
-            deadline: sent + timeout,
-            sent: Some(sent),
-        };
         let id = self
-            .send_class_async(class, request)
+            .send_class_async(
+                Class::Request {
+                    deadline: sent + timeout,
+                },
+                request,
+            )
             .await?
             .expect("a request has a call id");
         let mut call = PendingCall {
@@ -182,7 +179,7 @@ impl Conn {
         let result = poll_fn(|cx| {
             self.poll_busy(
                 cx,
-                |st| self.take_response(st, id),
+                |st| self.take_response(st, id, sent),
                 // Woken by this call's end only, not by every change of a busy connection.
                 |st, cx| {
                     match st.wakers.calls.get_mut(id.get()) {
@@ -230,10 +227,20 @@ impl Conn {
 
     /// Takes the outcome of call `id`: its response, or why it failed.
     #[inline]
-    pub(crate) fn take_response(&self, st: &mut ConnState, id: CallId) -> Option<Result<Message>> {
+    pub(crate) fn take_response(
+        &self,
+        st: &mut ConnState,
+        id: CallId,
+        sent: Instant,
+    ) -> Option<Result<Message>> {
         if let Some(r) = st.user.calls.remove(id.get()) {
             return Some(match r {
-                Ok(d) => Ok(Message::new(self.inner.clone(), d)),
+                Ok(d) => {
+                    if let Some(p) = st.proto.as_mut() {
+                        p.call_answered(sent);
+                    }
+                    Ok(Message::new(self.inner.clone(), d))
+                }
                 Err(e) => Err(Error::Call(e)),
             });
         }

@@ -160,9 +160,6 @@ pub enum Class {
     Request {
         /// When the call times out.
         deadline: Instant,
-        /// When the call was made, if known: its answer then gives a round-trip sample
-        /// ([`Stats::rtt`]).
-        sent: Option<Instant>,
     },
     /// The response to a request received.
     Response {

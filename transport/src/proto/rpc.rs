@@ -25,16 +25,7 @@ impl CallId {
 #[derive(Debug)]
 pub(crate) struct Calls {
     next: NonZeroU64,
-    pending: Vec<Pending>,
-}
-
-/// A call waiting for its response.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Pending {
-    id: CallId,
-    deadline: Instant,
-    /// When it was made, if the caller said (for the round-trip estimate).
-    pub(crate) sent: Option<Instant>,
+    pending: Vec<(CallId, Instant)>,
 }
 
 impl Calls {
@@ -45,43 +36,46 @@ impl Calls {
         }
     }
 
-    /// Allocates an id and records the call, made at `sent`, as pending until `deadline`.
-    pub(crate) fn start(&mut self, deadline: Instant, sent: Option<Instant>) -> CallId {
+    /// Allocates an id and records the call as pending until `deadline`.
+    pub(crate) fn start(&mut self, deadline: Instant) -> CallId {
         let id = CallId(self.next);
         self.next = self.next.saturating_add(1);
-        self.pending.push(Pending { id, deadline, sent });
+        self.pending.push((id, deadline));
         id
     }
 
-    /// Takes a call out of the table; `None` if it was not pending (answered, timed out,
+    /// Takes a call out of the table; `false` if it was not pending (answered, timed out,
     /// cancelled or never made).
-    pub(crate) fn finish(&mut self, id: CallId) -> Option<Pending> {
-        match self.pending.binary_search_by_key(&id, |p| p.id) {
-            Ok(i) => Some(self.pending.remove(i)),
-            Err(_) => None,
+    pub(crate) fn finish(&mut self, id: CallId) -> bool {
+        match self.pending.binary_search_by_key(&id, |p| p.0) {
+            Ok(i) => {
+                self.pending.remove(i);
+                true
+            }
+            Err(_) => false,
         }
     }
 
     /// Whether the call is pending.
     #[cfg(test)]
     pub(crate) fn is_pending(&self, id: CallId) -> bool {
-        self.pending.binary_search_by_key(&id, |p| p.id).is_ok()
+        self.pending.binary_search_by_key(&id, |p| p.0).is_ok()
     }
 
     /// The earliest deadline.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.pending.iter().map(|p| p.deadline).min()
+        self.pending.iter().map(|p| p.1).min()
     }
 
     /// Removes one call whose deadline is at or before `now`.
     pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<CallId> {
-        let i = self.pending.iter().position(|p| p.deadline <= now)?;
-        Some(self.pending.remove(i).id)
+        let i = self.pending.iter().position(|p| p.1 <= now)?;
+        Some(self.pending.remove(i).0)
     }
 
     /// Removes any one pending call (for failing them all).
     pub(crate) fn pop_any(&mut self) -> Option<CallId> {
-        self.pending.pop().map(|p| p.id)
+        self.pending.pop().map(|p| p.0)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -98,19 +92,16 @@ mod tests {
     fn ids_are_never_reused_and_expire_by_deadline() {
         let t = Instant::now();
         let mut c = Calls::new(4);
-        let a = c.start(t + Duration::from_secs(3), Some(t));
-        let b = c.start(t + Duration::from_secs(1), None);
+        let a = c.start(t + Duration::from_secs(3));
+        let b = c.start(t + Duration::from_secs(1));
         assert!(a < b);
         assert_eq!(c.next_deadline(), Some(t + Duration::from_secs(1)));
         assert_eq!(c.pop_expired(t), None);
         assert_eq!(c.pop_expired(t + Duration::from_secs(1)), Some(b));
         assert!(!c.is_pending(b));
-        assert!(
-            c.finish(b).is_none(),
-            "a timed-out call is not answered later"
-        );
-        assert_eq!(c.finish(a).and_then(|p| p.sent), Some(t));
-        let d = c.start(t, None);
+        assert!(!c.finish(b), "a timed-out call is not answered later");
+        assert!(c.finish(a));
+        let d = c.start(t);
         assert!(d > b);
         assert_eq!(c.len(), 1);
     }

@@ -334,8 +334,8 @@ impl<B: Payload> Connection<B> {
                     Parts::Part { frame, offset },
                 ),
                 Some(In::NoHandler(id)) => {
-                    if let Some(call) = self.calls.finish(id) {
-                        self.on_answer(call);
+                    if self.calls.finish(id) {
+                        self.stats.responses_received += 1;
                         self.actions.push_back(Action::CallDone {
                             id,
                             result: Err(CallError::NoHandler),
@@ -394,8 +394,8 @@ impl<B: Payload> Connection<B> {
                     .push_back(Action::Deliver(Delivery { class, len, parts }));
             }
             InClass::Response(id) => {
-                if let Some(call) = self.calls.finish(id) {
-                    self.on_answer(call);
+                if self.calls.finish(id) {
+                    self.stats.responses_received += 1;
                     self.stats.messages_received += 1;
                     self.stats.bytes_received += len;
                     self.held += u32::from(eager);

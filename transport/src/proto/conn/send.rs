@@ -106,9 +106,9 @@ impl<B: Payload> Connection<B> {
     pub(super) fn classify(&mut self, class: Class) -> (u8, u64, Option<CallId>) {
         match class {
             Class::Message => (0, 0, None),
-            Class::Request { deadline, sent } => {
+            Class::Request { deadline } => {
                 self.stats.calls += 1;
-                let id = self.calls.start(deadline, sent);
+                let id = self.calls.start(deadline);
                 (FLAG_REQUEST, id.get(), Some(id))
             }
             Class::Response { call } => {

@@ -9,7 +9,6 @@ use std::ops::AddAssign;
 use std::time::{Duration, Instant};
 
 use super::super::error::{ConnError, PeerGone};
-use super::super::rpc::Pending;
 use super::{Connection, Payload};
 
 /// Counters of one connection (and, summed, of an endpoint: `transport::EndpointStats`).
@@ -210,18 +209,17 @@ impl<B: Payload> Connection<B> {
         }
     }
 
-    /// Call `call` was answered (by the frame received last): a round-trip sample, when its
-    /// start is known and its turn came ([`CALL_SAMPLE_EVERY`]).
-    pub(super) fn on_answer(&mut self, call: Pending) {
-        self.stats.responses_received += 1;
-        if let Some(sent) = call.sent {
-            match self.answers_unsampled {
-                0 => {
-                    self.rtt_sample(sent);
-                    self.answers_unsampled = CALL_SAMPLE_EVERY - 1;
-                }
-                n => self.answers_unsampled = n - 1,
+    /// The caller of a call made at `sent` took its answer: a round-trip sample, up to the
+    /// last frame received (the answer, or one after it), if its turn came (one answer in
+    /// [`CALL_SAMPLE_EVERY`]). The driver calls it where it hands the answer over, so that
+    /// a call carries no start time through the protocol.
+    pub fn call_answered(&mut self, sent: Instant) {
+        match self.answers_unsampled {
+            0 => {
+                self.rtt_sample(sent);
+                self.answers_unsampled = CALL_SAMPLE_EVERY - 1;
             }
+            n => self.answers_unsampled = n - 1,
         }
     }
 

@@ -246,10 +246,7 @@ fn plain_messages_travel_without_their_header() {
     let deadline = sim.now + std::time::Duration::from_secs(60);
     sim.hosts[0].to_send.push(Msg {
         len: 10,
-        class: Class::Request {
-            deadline,
-            sent: None,
-        },
+        class: Class::Request { deadline },
     });
     sim.hosts[1].echo_requests = true;
     for (k, len) in lens.into_iter().enumerate() {

@@ -35,13 +35,7 @@ fn messages_go_at_once_until_one_waits_then_queue_behind_it_in_order() {
     let deadline = std::time::Instant::now() + Duration::from_secs(1);
     assert!(
         h.conn
-            .send_at_once(
-                Class::Request {
-                    deadline,
-                    sent: None
-                },
-                3
-            )
+            .send_at_once(Class::Request { deadline }, 3)
             .is_none(),
         "a request waits behind the queue too"
     );
@@ -55,13 +49,7 @@ fn messages_go_at_once_until_one_waits_then_queue_behind_it_in_order() {
     // With nothing ahead again, a request goes at once with its call id.
     let f = sim.hosts[0]
         .conn
-        .send_at_once(
-            Class::Request {
-                deadline,
-                sent: None,
-            },
-            3,
-        )
+        .send_at_once(Class::Request { deadline }, 3)
         .expect("nothing ahead");
     assert!(f.call.is_some());
 }

@@ -24,10 +24,7 @@ fn calls_get_their_own_responses_eager_and_rendezvous() {
         .iter()
         .map(|&len| Msg {
             len,
-            class: Class::Request {
-                deadline,
-                sent: None,
-            },
+            class: Class::Request { deadline },
         })
         .collect();
     sim.hosts[1].echo_requests = true;
@@ -65,17 +62,11 @@ fn late_responses_are_dropped_never_delivered_to_another_call() {
     sim.hosts[0].to_send = vec![
         Msg {
             len: 5,
-            class: Class::Request {
-                deadline,
-                sent: None,
-            },
+            class: Class::Request { deadline },
         },
         Msg {
             len: 200,
-            class: Class::Request {
-                deadline,
-                sent: None,
-            },
+            class: Class::Request { deadline },
         },
     ];
     assert!(sim.hosts[0].send_next(0) && sim.hosts[0].send_next(0));
@@ -93,10 +84,7 @@ fn late_responses_are_dropped_never_delivered_to_another_call() {
     let later = sim.now + Duration::from_secs(10);
     sim.hosts[0].to_send.push(Msg {
         len: 9,
-        class: Class::Request {
-            deadline: later,
-            sent: None,
-        },
+        class: Class::Request { deadline: later },
     });
     sim.run_until_quiet(100_000);
     let a = &sim.hosts[0];
@@ -128,10 +116,7 @@ fn cancelled_call_response_is_dropped() {
     let deadline = sim.now + Duration::from_secs(10);
     sim.hosts[0].to_send = vec![Msg {
         len: 5,
-        class: Class::Request {
-            deadline,
-            sent: None,
-        },
+        class: Class::Request { deadline },
     }];
     assert!(sim.hosts[0].send_next(0));
     let id = sim.hosts[0].calls[0].0;
@@ -149,17 +134,11 @@ fn server_without_handler_fails_the_call_with_no_handler() {
     sim.hosts[0].to_send = vec![
         Msg {
             len: 5,
-            class: Class::Request {
-                deadline,
-                sent: None,
-            },
+            class: Class::Request { deadline },
         },
         Msg {
             len: 500,
-            class: Class::Request {
-                deadline,
-                sent: None,
-            },
+            class: Class::Request { deadline },
         },
     ];
     sim.run_until_quiet(100_000);
@@ -192,10 +171,7 @@ fn a_rejection_is_taken_with_the_send_queue_full_and_reaches_the_caller_after_it
     let deadline = sim.now + Duration::from_secs(10);
     sim.hosts[0].to_send = vec![Msg {
         len: 5,
-        class: Class::Request {
-            deadline,
-            sent: None,
-        },
+        class: Class::Request { deadline },
     }];
     sim.run_until_quiet(100_000);
     let call = match sim.hosts[1].received.as_slice() {
@@ -232,17 +208,11 @@ fn peer_gone_fails_pending_calls_and_releases_buffers() {
     sim.hosts[0].to_send = vec![
         Msg {
             len: 5,
-            class: Class::Request {
-                deadline,
-                sent: None,
-            },
+            class: Class::Request { deadline },
         },
         Msg {
             len: 500,
-            class: Class::Request {
-                deadline,
-                sent: None,
-            },
+            class: Class::Request { deadline },
         },
     ];
     while sim.hosts[0].send_next(0) {}
@@ -292,7 +262,7 @@ proptest::proptest! {
         }
         sim.hosts[0].to_send = calls
             .iter()
-            .map(|&(len, ms)| Msg { len, class: Class::Request { deadline: start + Duration::from_millis(ms), sent: None } })
+            .map(|&(len, ms)| Msg { len, class: Class::Request { deadline: start + Duration::from_millis(ms) } })
             .collect();
         for op in ops {
             sim.step(op);
