@@ -1,7 +1,9 @@
 //! The network misbehaves: messages, RPC calls, large transfers and the byte stream between
 //! the two hosts while netem drops, delays, reorders, duplicates or corrupts packets on both
 //! ends of the veth pair. Each scenario asserts nothing was lost or corrupted and that a new
-//! connection works after it.
+//! connection works after it, and that the connections' statistics count each message once
+//! whatever the wire retransmitted; the report has their stalls and round-trip times beside
+//! the devices' retry counters.
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -197,10 +199,11 @@ fn under_netem(name: &'static str, spec: &str) {
     let clean = clean_goodput();
     let (server, client) = pair_with(suite_config(), suite_config());
     let counters = DeviceCounters::read();
-    let (tally, trips, ..) = {
+    let (tally, trips, server, client) = {
         let _netem = Netem::new(spec);
         traffic(server, client)
     };
+    let (ours, theirs) = (client.stats(), server.stats());
     let kept_serving = echo_once();
     let grown = DeviceCounters::grown_since(&counters);
     let mut figures = Figures::new(name, "messages, RPC, 1 MiB, stream 256 KiB", tally);
@@ -217,10 +220,38 @@ fn under_netem(name: &'static str, spec: &str) {
             figures.checks.push(("retry counters grew", retries > 0));
         }
     }
+    // Each message once, however often its packets crossed.
+    let messages = MESSAGES + CALLS + LARGE_MESSAGES;
+    let bytes = (0..MESSAGES)
+        .map(|seq| SIZES[seq as usize % SIZES.len()] as u64)
+        .sum::<u64>()
+        + CALLS * CALL_LEN as u64
+        + LARGE_MESSAGES * LARGE as u64;
+    let counted = (ours.messages_sent, ours.bytes_sent) == (messages, bytes)
+        && (theirs.messages_received, theirs.bytes_received) == (messages, bytes)
+        && (ours.calls, ours.responses_received) == (CALLS, CALLS)
+        && theirs.requests_received == CALLS;
+    if !counted {
+        eprintln!("{messages} messages of {bytes} bytes; client {ours:#?}; server {theirs:#?}");
+    }
+    figures
+        .checks
+        .push(("statistics count each message once", counted));
+    let stats = |s: &transport::Stats| {
+        serde_json::json!({
+            "credit_stalls": s.credit_stalls,
+            "credit_stall_ms": s.credit_stall_time.as_secs_f64() * 1e3,
+            "send_queue_stalls": s.send_queue_stalls,
+            "keepalive_misses": s.keepalive_misses,
+            "rtt_ms": s.rtt.map(|r| r.as_secs_f64() * 1e3),
+        })
+    };
     figures.extra = serde_json::json!({
         "call_p50_ms": trips.quantile_ms(0.5),
         "call_p99_ms": trips.quantile_ms(0.99),
         "device_counters": grown,
+        "client_stats": stats(&ours),
+        "server_stats": stats(&theirs),
     });
     figures.record();
 }
