@@ -1,10 +1,11 @@
 //! `cargo xtask bench [NAME...]`: benchmarks on a real RDMA device, from the same ladder as the
 //! device tests (a device that exists -> rxe on this host -> the qemu guest, one boot for all).
 //! Each benchmark measures ours and a C baseline in the same run, prints the comparison table
-//! and writes `target/bench/<name>.json` in the shared comparison shape (see `compare`);
-//! `target/bench/report.md` covers every benchmark of the run, with their charts. The run shows
-//! its progress in runs (`progress.rs`): each cargo bench is one, each perftest, pingpong or
-//! cost client run another.
+//! and writes `target/bench/<name>.json` in the shared comparison shape (see `compare`) and
+//! beside it `<name>.svg`, its rows as bars (`chart::comparison`; `cargo xtask chart` draws it
+//! again from the JSON); `target/bench/report.md` covers every benchmark of the run, with their
+//! charts. The run shows its progress in runs (`progress.rs`): each cargo bench is one, each
+//! perftest, pingpong or cost client run another.
 use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::compare::{Better, Comparison, Report};
 use crate::progress::{Event, Live};
 use crate::test::{acquire, stream, Target};
 use crate::util::{self, Error, Result};
-use crate::{apt, cost_bench, guest, perftest_bench, pingpong_bench};
+use crate::{apt, chart, cost_bench, guest, perftest_bench, pingpong_bench};
 
 /// How a benchmark runs.
 enum Kind {
@@ -399,15 +400,27 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         };
         println!("\nbench {}:\n{table}", b.name);
         println!("bench {}: JSON in {}", b.name, path.display());
-        let charts: &[(&str, &str)] = match b.kind {
-            Kind::Perftest => &[
+        let svg = format!("{}.svg", b.name);
+        match chart::comparison(&report.to_json(), &out_dir.join(&svg)) {
+            Ok(()) => println!(
+                "bench {}: chart in {}",
+                b.name,
+                out_dir.join(&svg).display()
+            ),
+            Err(e) => {
+                eprintln!("xtask: bench {}: {e}", b.name);
+                all_ok = false;
+            }
+        }
+        let mut charts = vec![("ours beside the baseline", svg.as_str())];
+        if let Kind::Perftest = b.kind {
+            charts.extend([
                 ("latency (typical)", "perftest-latency.svg"),
                 ("latency (99.9th percentile)", "perftest-latency-p99.svg"),
                 ("bandwidth", "perftest-bw.svg"),
-            ],
-            Kind::Cargo { .. } | Kind::Pingpong | Kind::Cost => &[],
-        };
-        md.push_str(&report.markdown(charts));
+            ]);
+        }
+        md.push_str(&report.markdown(&charts));
     }
     let md_path = out_dir.join("report.md");
     std::fs::write(&md_path, md)?;
@@ -417,6 +430,49 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
     } else {
         Err(Error::new("a benchmark failed (see above)"))
     }
+}
+
+/// `cargo xtask chart [NAME...]`: each named benchmark's chart, `target/bench/NAME.svg`, drawn
+/// again from the JSON of its last run (`NAME.json`) without running it; without a name, every
+/// benchmark that has a JSON there.
+pub fn chart_main(args: &[String]) -> Result<ExitCode> {
+    let usage =
+        "usage: cargo xtask chart [NAME...]   (every benchmark with a JSON when none is named)";
+    if let Some(a) = args.iter().find(|a| a.starts_with('-')) {
+        if a == "--help" || a == "-h" {
+            println!("{usage}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        return Err(Error::new(format!("unknown option {a:?}\n{usage}")));
+    }
+    let dir = util::target_dir().join("bench");
+    let json = |name: &str| dir.join(format!("{name}.json"));
+    let names: Vec<&str> = if args.is_empty() {
+        BENCHES
+            .iter()
+            .map(|b| b.name)
+            .filter(|n| json(n).is_file())
+            .collect()
+    } else {
+        args.iter().map(String::as_str).collect()
+    };
+    if names.is_empty() {
+        return Err(Error::new(format!(
+            "no benchmark JSON in {} (cargo xtask bench writes them)",
+            dir.display()
+        )));
+    }
+    for name in names {
+        let path = json(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
+        let doc: Value = serde_json::from_str(&text)
+            .map_err(|e| Error::new(format!("{}: {e}", path.display())))?;
+        let svg = dir.join(format!("{name}.svg"));
+        chart::comparison(&doc, &svg)?;
+        println!("chart: {}", svg.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The client runs of a perftest, pingpong or cost script: each line that calls its run

@@ -1,8 +1,13 @@
-//! Line charts for the benchmark report (plotters, SVG): a value against message size, one
-//! line per series, sizes on a log2 axis.
+//! Charts for the benchmark report (plotters, SVG): line charts of a value against message
+//! size, one line per series, sizes on a log2 axis ([`draw`], perftest's); and any bench's
+//! comparison JSON as grouped bars, ours beside the baseline per row ([`comparison`]).
 use std::path::Path;
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use serde_json::Value;
 
 use crate::util::{Error, Result};
 
@@ -121,6 +126,283 @@ pub fn draw(path: &Path, title: &str, y_label: &str, series: &[Series], log_y: b
     Ok(())
 }
 
+/// One row of a comparison chart, read from the JSON.
+struct Bar {
+    label: String,
+    ours: f64,
+    baseline: f64,
+    ratio: f64,
+    /// `≤ 1.25×` or `≥ 0.90×`, and whether the ratio met it; none without a goal.
+    goal: Option<(String, bool)>,
+}
+
+/// The rows of one unit: one panel of the chart, with its own axis.
+struct Panel {
+    caption: String,
+    bars: Vec<Bar>,
+}
+
+/// Pixels per row of a panel, and a panel's caption and axis around its rows.
+const ROW_PX: u32 = 52;
+const PANEL_PX: u32 = 96;
+const WIDTH_PX: u32 = 1000;
+const HEAD_PX: u32 = 64;
+const OURS: RGBColor = RGBColor(31, 119, 180);
+const BASELINE: RGBColor = RGBColor(150, 150, 150);
+
+/// A number in a few significant digits.
+fn short(x: f64) -> String {
+    match x.abs() {
+        a if !a.is_finite() => "-".into(),
+        a if a >= 100.0 => format!("{x:.0}"),
+        a if a >= 10.0 => format!("{x:.1}"),
+        a if a >= 0.1 => format!("{x:.2}"),
+        _ => format!("{x:.3}"),
+    }
+}
+
+/// An axis tick: a round number, thousands and millions shortened.
+fn tick(x: f64) -> String {
+    if x == 0.0 {
+        return "0".into();
+    }
+    match x.abs() {
+        a if a >= 1e6 => format!("{}M", round(x / 1e6)),
+        a if a >= 1e4 => format!("{}k", round(x / 1e3)),
+        a if a >= 1.0 && x.fract() == 0.0 => format!("{x:.0}"),
+        _ => short(x),
+    }
+}
+
+/// [`short`] without trailing zeros after the point.
+fn round(x: f64) -> String {
+    let s = short(x);
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// The baseline's program: its name up to the first `(` or `,` (the rest says how it ran).
+fn program(name: &str) -> &str {
+    let end = name.find(['(', ',']).unwrap_or(name.len());
+    name[..end].trim()
+}
+
+/// The rows of a comparison document grouped by unit, in the order they first appear.
+fn panels(doc: &Value) -> Vec<Panel> {
+    let rows = doc["comparisons"].as_array().map_or(&[][..], Vec::as_slice);
+    let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
+    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let mut units: Vec<String> = Vec::new();
+    for r in rows {
+        if !units.contains(&text(&r["unit"])) {
+            units.push(text(&r["unit"]));
+        }
+    }
+    units
+        .into_iter()
+        .map(|unit| {
+            let mine: Vec<&Value> = rows.iter().filter(|r| text(&r["unit"]) == unit).collect();
+            let same = |k: &str| mine.iter().all(|r| r[k] == mine[0][k]);
+            let one_metric = same("metric");
+            let mut caption = if one_metric {
+                format!("{} [{unit}]", text(&mine[0]["metric"]))
+            } else {
+                format!("[{unit}]")
+            };
+            if same("better") {
+                caption.push_str(&format!(", {} is better", text(&mine[0]["better"])));
+            }
+            let bars = mine
+                .iter()
+                .map(|r| {
+                    let (ours, baseline) = (num(&r["ours"]), num(&r["baseline"]));
+                    let ratio = r["ratio"].as_f64().unwrap_or(ours / baseline);
+                    let lower = r["better"] != "higher";
+                    let goal = r["goal"].as_f64().filter(|g| g.is_finite()).map(|g| {
+                        let met = if lower { ratio <= g } else { ratio >= g };
+                        (format!("{} {g:.2}×", if lower { "≤" } else { "≥" }), met)
+                    });
+                    let mut label = text(&r["case"]);
+                    if !one_metric {
+                        label.push_str(&format!(", {}", text(&r["metric"])));
+                    }
+                    let against = program(r["baseline_name"].as_str().unwrap_or(""));
+                    if !against.is_empty() {
+                        label.push_str(&format!("  (vs {against})"));
+                    }
+                    Bar {
+                        label,
+                        ours,
+                        baseline,
+                        ratio,
+                        goal,
+                    }
+                })
+                .collect();
+            Panel { caption, bars }
+        })
+        .collect()
+}
+
+/// Draws a bench's comparison report (`target/bench/NAME.json`, parsed) as grouped horizontal
+/// bars into an SVG at `path`: for each row its case (and the baseline's program), ours above
+/// the baseline, and the ratio ours / baseline with both values and the goal, if any (in red
+/// when missed). Rows are grouped by unit into panels of their own axis, each logarithmic when
+/// its values span more than two decades. A value that is missing or not finite has no bar.
+pub fn comparison(doc: &Value, path: &Path) -> Result<()> {
+    render(doc, path).map_err(|e| Error::new(format!("chart {}: {e}", path.display())))
+}
+
+/// [`comparison`], with plotters' errors as text.
+fn render(doc: &Value, path: &Path) -> std::result::Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let panels = panels(doc);
+    if panels.is_empty() {
+        return Err("no comparisons".into());
+    }
+    let height = HEAD_PX
+        + panels
+            .iter()
+            .map(|p| PANEL_PX + ROW_PX * p.bars.len() as u32)
+            .sum::<u32>();
+    let root = SVGBackend::new(path, (WIDTH_PX, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let head = |size| {
+        ("sans-serif", size)
+            .into_font()
+            .color(&BLACK)
+            .pos(Pos::new(HPos::Left, VPos::Top))
+    };
+    let bench = doc["bench"].as_str().unwrap_or("?");
+    let title = format!("{bench}: ours beside the baseline, ratio = ours / baseline");
+    root.draw_text(&title, &head(20), (12, 8)).map_err(e)?;
+    let device = format!("device: {}", doc["device"].as_str().unwrap_or("?"));
+    root.draw_text(&device, &head(12), (12, 36)).map_err(e)?;
+    for (i, (name, color)) in [("ours", OURS), ("baseline", BASELINE)]
+        .into_iter()
+        .enumerate()
+    {
+        let x = WIDTH_PX as i32 - 220 + 100 * i as i32;
+        root.draw(&Rectangle::new([(x, 12), (x + 14, 26)], color.filled()))
+            .map_err(e)?;
+        root.draw_text(name, &head(14), (x + 20, 12)).map_err(e)?;
+    }
+    let mut rest = root.clone().margin(HEAD_PX, 0, 0, 0);
+    for p in &panels {
+        let (area, below) = rest.split_vertically(PANEL_PX + ROW_PX * p.bars.len() as u32);
+        rest = below;
+        let values = || {
+            p.bars
+                .iter()
+                .flat_map(|b| [b.ours, b.baseline])
+                .filter(|v| v.is_finite() && *v > 0.0)
+        };
+        let lo = values().fold(f64::INFINITY, f64::min);
+        let hi = values().fold(0.0, f64::max);
+        if hi <= 0.0 {
+            bars_panel(&area, 0.0..1.0, 0.0, p)?;
+        } else if hi / lo > 100.0 {
+            // Room right of the longest bar for its label: nearly half as many decades again.
+            let (a, b) = (lo.log10().floor(), hi.log10());
+            let (bottom, top) = (10f64.powf(a), 10f64.powf(b + (b - a) * 0.45));
+            bars_panel(&area, (bottom..top).log_scale(), bottom, p)?;
+        } else {
+            bars_panel(&area, 0.0..hi * 1.6, 0.0, p)?;
+        }
+    }
+    root.present().map_err(e)
+}
+
+/// One panel of [`comparison`]: its rows top down on an x axis `x` whose bars start at `start`.
+fn bars_panel<X>(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    x: X,
+    start: f64,
+    p: &Panel,
+) -> std::result::Result<(), String>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let n = p.bars.len();
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.caption, ("sans-serif", 16))
+        .margin(12)
+        .margin_left(16)
+        .x_label_area_size(30)
+        .y_label_area_size(4)
+        .build_cartesian_2d(x, 0f64..n as f64)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .disable_y_axis()
+        .x_labels(8)
+        .x_label_formatter(&|v| tick(*v))
+        .x_label_style(("sans-serif", 12))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(e)?;
+    let label = ("sans-serif", 13)
+        .into_font()
+        .color(&BLACK)
+        .pos(Pos::new(HPos::Left, VPos::Top));
+    for (i, b) in p.bars.iter().enumerate() {
+        // Row i from the top: its band is y .. y + 1.
+        let y = (n - 1 - i) as f64;
+        chart
+            .draw_series([EmptyElement::at((start, y + 0.97))
+                + Text::new(b.label.clone(), (4, 0), label.clone())])
+            .map_err(e)?;
+        for (v, color, y0) in [(b.ours, OURS, y + 0.36), (b.baseline, BASELINE, y + 0.08)] {
+            if v.is_finite() && v > start {
+                chart
+                    .draw_series([Rectangle::new(
+                        [(start, y0), (v, y0 + 0.26)],
+                        color.filled(),
+                    )])
+                    .map_err(e)?;
+            }
+        }
+        let end = [b.ours, b.baseline]
+            .into_iter()
+            .filter(|v| v.is_finite() && *v > start)
+            .fold(start, f64::max);
+        let mut note = if b.ratio.is_finite() {
+            format!(
+                "{:.2}×  ({} / {})",
+                b.ratio,
+                short(b.ours),
+                short(b.baseline)
+            )
+        } else {
+            format!("no ratio  ({} / {})", short(b.ours), short(b.baseline))
+        };
+        let mut color = BLACK;
+        if let Some((goal, met)) = &b.goal {
+            note.push_str(&format!(
+                ", goal {goal}{}",
+                if *met { "" } else { " missed" }
+            ));
+            if !met {
+                color = RED;
+            }
+        }
+        let style = ("sans-serif", 13)
+            .into_font()
+            .color(&color)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        chart
+            .draw_series([EmptyElement::at((end, y + 0.35)) + Text::new(note, (6, 0), style)])
+            .map_err(e)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +430,55 @@ mod tests {
         assert!(svg.starts_with("<svg") && svg.contains("ours") && svg.contains("base"));
         assert!(svg.contains("message size"), "x axis names sizes");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_comparison_json_becomes_grouped_bars_with_ratios() {
+        let dir = std::env::temp_dir().join(format!("xtask-bars-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("sample.svg");
+        let row = |case: &str, unit: &str, ours: Value, baseline: f64, goal: Value| {
+            serde_json::json!({"case": case, "metric": "m", "unit": unit, "ours": ours,
+                "baseline": baseline, "baseline_name": "ib_send_bw -s 64 (MsgRate), 3 rounds",
+                "ratio": ours.as_f64().map(|o| o / baseline), "better": "lower", "goal": goal})
+        };
+        let doc = serde_json::json!({"bench": "sample", "device": "rxe0", "comparisons": [
+            row("small", "instructions", 294.0.into(), 320.0, 1.0.into()),
+            row("large", "instructions", 3304.0.into(), 28.0, 1.25.into()),
+            row("rate", "messages/s", 9000.0.into(), 10000.0, Value::Null),
+            row("lost", "messages/s", Value::Null, 10000.0, Value::Null),
+        ]});
+        comparison(&doc, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.len() > 4000, "{}", svg.len());
+        assert_eq!(
+            svg.matches("<rect").count() - 1,
+            2 + 7,
+            "background, legend, bars"
+        );
+        for text in [
+            "small  (vs ib_send_bw -s 64)",
+            "0.92×",
+            "118.00×",
+            "goal ≤ 1.25× missed",
+        ] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        assert!(svg.contains("messages/s") && svg.contains("no ratio"));
+        assert!(comparison(&serde_json::json!({"bench": "x"}), &dir.join("none.svg")).is_err());
+        if std::env::var_os("XTASK_KEEP_CHART").is_none() {
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    /// `target/bench/cost.json` of the last `cargo xtask bench cost` as
+    /// `target/bench/cost.svg` (`cargo xtask chart cost` does the same for any bench).
+    #[test]
+    #[ignore = "needs target/bench/cost.json from cargo xtask bench cost"]
+    fn the_last_cost_run_charts() {
+        let dir = crate::util::target_dir().join("bench");
+        let text = std::fs::read_to_string(dir.join("cost.json")).unwrap();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        comparison(&doc, &dir.join("cost.svg")).unwrap();
     }
 }

@@ -31,6 +31,8 @@ usage: cargo xtask <task>
                                         rxe and then siw; --device: only that one);
                                         -p: only these crates' tests (repeatable)
   bench [NAME...]                       benchmarks on a real RDMA device, beside the C baseline
+  chart [NAME...]                       a benchmark's chart again from its last run's JSON
+                                        (target/bench/NAME.json -> NAME.svg), running nothing
   demo                                  bring up a device and run the reference programs
   faults [--device rxe|siw]             the transport's fault suite on a real device (in the
                                         guest: rxe unless named): one table and
@@ -60,6 +62,7 @@ fn run(args: &[String]) -> Result<ExitCode> {
     match task.as_str() {
         "test" => test::main(rest),
         "bench" => bench::main(rest),
+        "chart" => bench::chart_main(rest),
         "demo" => demo::main(rest),
         "faults" => faults::main(rest),
         "guest" => guest_main(rest),
