@@ -130,6 +130,34 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A dma-buf registration refused before calling `ibv_reg_dmabuf_mr` (which would fail
+    /// with a bare EINVAL), or refused by a device that registers dma-bufs because the
+    /// descriptor is not one.
+    #[error(
+        "cannot register {len} bytes at offset {offset} of dma-buf descriptor {fd}: {problem}"
+    )]
+    InvalidDmabuf {
+        /// The descriptor given.
+        fd: std::os::fd::RawFd,
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: usize,
+        /// What is wrong and what to do instead.
+        problem: String,
+    },
+    /// `ibv_reg_dmabuf_mr` failed (other than for a device without the verb, which is
+    /// [`Error::MissingCapability`]).
+    #[error("cannot register {len} bytes at offset {offset} of a dma-buf")]
+    RegDmabufMr {
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: usize,
+        /// The errno.
+        #[source]
+        source: io::Error,
+    },
     /// `ibv_dereg_mr` failed: the region is still registered.
     #[error("cannot deregister a memory region (is a memory window still bound to it?)")]
     DeregMr(#[source] io::Error),
@@ -369,7 +397,9 @@ pub enum Error {
         source: io::Error,
     },
     /// The device lacks what was asked of it (decided from its transport and attributes,
-    /// before the verb is called): see [`Context::capabilities`](crate::Context::capabilities).
+    /// before the verb is called: see [`Context::capabilities`](crate::Context::capabilities);
+    /// for what no attribute reports, [`Capability::DmabufMr`](crate::Capability::DmabufMr),
+    /// from the device's refusal of the verb).
     #[error("{device} ({transport}) has no {capability}: {instead}")]
     MissingCapability {
         /// The device's name.

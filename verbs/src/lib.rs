@@ -63,6 +63,9 @@
 //! - **Borrowed posting is `unsafe`**: [`Qp::post_send_unchecked`] and friends take plain
 //!   [`LocalSlice`]s; the caller promises the memory outlives the request and is not touched
 //!   meanwhile. Registering caller memory ([`Pd::reg_mr_raw`]) is `unsafe` for the same reason.
+//!   Registering a dma-buf ([`Pd::reg_dmabuf_mr`]) is safe: no memory of the process is
+//!   named, the kernel holds the dma-buf while it is registered and the region owns its
+//!   descriptor; its descriptors post through the `unsafe` calls.
 //! - **Completions are unforgeable**: a [`WorkCompletion`] only exists inside a
 //!   [`CompletionBuf`] after a poll, and the [`Polled`] view borrows the buffer, so it cannot be
 //!   polled into again while completions are in use. Owned requests get process-unique ids
@@ -83,7 +86,9 @@
 //! - Async events: [`Context::get_async_event`] (with timeout), [`Context::async_events`]
 //!   (iterator), [`Context::async_event_channel`] (channel fed by a thread).
 //! - Memory: [`Pd::reg_mr`] (owned [`MemoryRegion`]), `unsafe` [`Pd::reg_mr_raw`] ([`RawMr`]),
-//!   descriptors [`LocalSlice`] / [`RemoteSlice`] via `local(range)` / `remote(range)`.
+//!   [`Pd::reg_dmabuf_mr`] ([`DmabufMr`]: bytes of a dma-buf, whose descriptor the region
+//!   owns; [`Error::MissingCapability`] where the device cannot), descriptors [`LocalSlice`] /
+//!   [`RemoteSlice`] via `local(range)` / `remote(range)`.
 //! - Memory windows: [`Pd::alloc_mw`] ([`Mw`], [`MwType`]); type 1 bound with
 //!   [`Qp::bind_mw`] / [`Qp::unbind_mw`], type 2 with [`SendRequest::bind_mw`] and revoked
 //!   with [`SendRequest::local_inv`] or a peer's [`SendRequest::send_with_inv`] (the
@@ -212,7 +217,8 @@ pub use cq::{
 pub use device::{devices, DeviceInfo, NodeType, Transport};
 pub use error::{Error, Result};
 pub use mr::{
-    AccessFlags, LocalSlice, MemoryRegion, RawMr, RegisteredBuf, RegisteredBufMut, RemoteSlice,
+    AccessFlags, DmabufMr, LocalSlice, MemoryRegion, RawMr, RegisteredBuf, RegisteredBufMut,
+    RemoteSlice,
 };
 pub use mw::{Mw, MwType};
 pub use pd::Pd;

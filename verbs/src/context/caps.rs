@@ -24,17 +24,24 @@ pub enum Capability {
     /// address, as `ibv_rc_pingpong` does): InfiniBand and RoCE. An iWARP queue pair is
     /// connected only through the RDMA CM (`cm`), which runs the MPA handshake over TCP.
     ManualConnect,
+    /// Memory regions over a dma-buf ([`Pd::reg_dmabuf_mr`](crate::Pd::reg_dmabuf_mr),
+    /// `ibv_reg_dmabuf_mr`): the provider, the kernel (5.12 or later) and the device's driver
+    /// must all import dma-bufs. No attribute reports it, so [`Capabilities::has`] cannot tell
+    /// and answers true; the device tells by refusing the registration, which then gives
+    /// [`Error::MissingCapability`] with this capability.
+    DmabufMr,
 }
 
 impl Capability {
     /// Every capability, for listings.
-    pub const ALL: [Capability; 6] = [
+    pub const ALL: [Capability; 7] = [
         Capability::UnreliableDatagram,
         Capability::UnreliableConnected,
         Capability::Atomics,
         Capability::MemoryWindows,
         Capability::ImmediateData,
         Capability::ManualConnect,
+        Capability::DmabufMr,
     ];
 
     /// What to do instead, for an error message.
@@ -53,6 +60,7 @@ impl Capability {
                 "carry the value in the message itself (a SEND's payload, or a SEND after the WRITE)"
             }
             Capability::ManualConnect => "connect the queue pair through the RDMA CM (the cm crate)",
+            Capability::DmabufMr => crate::mr::DMABUF_INSTEAD,
         }
     }
 }
@@ -66,6 +74,7 @@ impl std::fmt::Display for Capability {
             Capability::MemoryWindows => "memory windows",
             Capability::ImmediateData => "immediate data",
             Capability::ManualConnect => "manually connected queue pairs",
+            Capability::DmabufMr => "dma-buf memory regions (ibv_reg_dmabuf_mr)",
         })
     }
 }
@@ -130,6 +139,8 @@ impl Capabilities {
             | Capability::ManualConnect => ib,
             Capability::Atomics => self.atomic_cap != AtomicCap::None,
             Capability::MemoryWindows => self.memory_windows,
+            // Known only by trying: see the variant.
+            Capability::DmabufMr => true,
         }
     }
 
@@ -194,7 +205,11 @@ mod tests {
     #[test]
     fn iwarp_lacks_what_its_transport_has_not() {
         let siw = caps(Transport::Iwarp, AtomicCap::None, false);
-        assert_eq!(siw.missing().collect::<Vec<_>>(), Capability::ALL);
+        assert_eq!(
+            siw.missing().collect::<Vec<_>>(),
+            Capability::ALL[..Capability::ALL.len() - 1],
+            "all but dma-buf regions, which only the device can tell"
+        );
         let rxe = caps(Transport::Ib, AtomicCap::Hca, true);
         assert_eq!(rxe.missing().count(), 0);
         // Atomics and windows follow the attributes, not the transport.

@@ -1,6 +1,8 @@
 //! Memory regions (`ibv_reg_mr`): owned regions whose buffer cannot move, raw registrations of
-//! caller memory, and bounds-checked local/remote descriptors.
+//! caller memory, regions over a dma-buf (`dmabuf.rs`), and bounds-checked local/remote
+//! descriptors.
 mod buf;
+mod dmabuf;
 mod owned;
 pub(crate) mod slice;
 
@@ -11,6 +13,8 @@ use bitflags::bitflags;
 use verbs_sys as sys;
 
 pub(crate) use buf::AlignedBuf;
+pub use dmabuf::DmabufMr;
+pub(crate) use dmabuf::INSTEAD as DMABUF_INSTEAD;
 pub use owned::{RegisteredBuf, RegisteredBufMut};
 pub use slice::{LocalSlice, RemoteSlice};
 
@@ -50,13 +54,17 @@ impl AccessFlags {
 }
 
 /// A registration (`struct ibv_mr`), deregistered on drop; for an owned region, with the
-/// buffer it covers, freed after the registration is gone.
+/// buffer it covers, freed after the registration is gone; for a dma-buf region, with the
+/// dma-buf's descriptor, closed after the registration is gone.
 pub(crate) struct MrInner {
     raw: NonNull<sys::ibv_mr>,
     access: AccessFlags,
     /// The owned region's memory (`None` for caller memory).
     mem: Option<AlignedBuf>,
-    /// Set once `ibv_dereg_mr` succeeded through [`RawMr::deregister`]; Drop then does nothing.
+    /// The dma-buf a dma-buf region covers (`None` for the others).
+    dmabuf: Option<std::os::fd::OwnedFd>,
+    /// Set once `ibv_dereg_mr` succeeded through [`RawMr::deregister`] or
+    /// [`DmabufMr::deregister`]; Drop then does nothing.
     deregistered: bool,
     _pd: Arc<PdInner>,
 }
@@ -73,8 +81,9 @@ impl Drop for MrInner {
         }
         if self.dereg().is_err() {
             // Still registered (e.g. a memory window is bound to it): peers may still write
-            // the memory, so it must not be freed.
+            // the memory, so it must not be freed (nor the dma-buf released).
             std::mem::forget(self.mem.take());
+            std::mem::forget(self.dmabuf.take());
         }
     }
 }
@@ -105,6 +114,7 @@ impl MrInner {
             raw,
             access,
             mem: None,
+            dmabuf: None,
             deregistered: false,
             _pd: pd.inner.clone(),
         })

@@ -6,6 +6,7 @@ mod compile_fail;
 mod counters;
 mod cq;
 mod device;
+mod dmabuf;
 mod errors;
 mod events;
 mod ext;
