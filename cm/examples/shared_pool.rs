@@ -6,8 +6,8 @@
 //! echo of what it sends; clients share a PD and a pool the same way.
 //!
 //! ```text
-//! cargo run -p cm --example shared_pool -- server 10.77.0.2:7471 4
-//! cargo run -p cm --example shared_pool -- client 10.77.0.2:7471 10.77.0.1 4
+//! cargo run -p rdma-cm --example shared_pool -- server 10.77.0.2:7471 4
+//! cargo run -p rdma-cm --example shared_pool -- client 10.77.0.2:7471 10.77.0.1 4
 //! ```
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr};

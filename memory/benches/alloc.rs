@@ -1,7 +1,7 @@
 //! Host benchmark of pool alloc+free: 1 and 2 threads, 64 B, 4 KiB and 1 MiB buffers.
 //!
 //! Uses the host registrar (no device): it measures the pool's own cost, the part that
-//! replaces per-message registration. `cargo bench -p memory --bench alloc`.
+//! replaces per-message registration. `cargo bench -p rdma-memory --bench alloc`.
 //! The device comparison against `ibv_reg_mr` + `ibv_dereg_mr` belongs to `cargo xtask bench`.
 
 use std::hint::black_box;
@@ -60,7 +60,7 @@ fn measure(lens: &[usize]) -> f64 {
 fn main() {
     // `cargo test --benches` runs this with `--bench` absent: keep that quick.
     if !std::env::args().any(|a| a == "--bench") {
-        println!("alloc bench: run with `cargo bench -p memory --bench alloc`");
+        println!("alloc bench: run with `cargo bench -p rdma-memory --bench alloc`");
         return;
     }
     println!("pool alloc+free (host registrar), median of {SAMPLES} x {ITERATIONS} iterations");

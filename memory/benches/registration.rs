@@ -2,7 +2,7 @@
 //! `ibv_dereg_mr`), for 64 B, 4 KiB and 1 MiB buffers, on 1 and 2 threads.
 //!
 //! Run by `cargo xtask bench memory` on the rxe device, or by hand:
-//! `cargo bench -p memory --bench registration` (the executable wants `--bench`).
+//! `cargo bench -p rdma-memory --bench registration` (the executable wants `--bench`).
 //! The device is `RDMA_TEST_DEVICE`, else the first one. Prints a table and writes JSON to
 //! `MEMORY_BENCH_JSON`, else `<target dir>/bench/memory.json`.
 //!
@@ -200,7 +200,7 @@ fn run() -> Result<(), String> {
 fn main() -> ExitCode {
     // `cargo test --benches` runs this without `--bench`: it needs a device, so only say how.
     if !std::env::args().any(|a| a == "--bench") {
-        println!("registration bench: run with `cargo bench -p memory --bench registration` (needs an RDMA device)");
+        println!("registration bench: run with `cargo bench -p rdma-memory --bench registration` (needs an RDMA device)");
         return ExitCode::SUCCESS;
     }
     match run() {

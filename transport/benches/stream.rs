@@ -6,7 +6,7 @@
 //! `#[tokio::main]` program gets without tuning).
 //!
 //! Run on two devices (`cargo xtask bench stream`, or by hand in the two-hosts guest:
-//! `cargo bench -p transport --bench stream --no-run`, then `EXE --bench` with
+//! `cargo bench -p rdma-transport --bench stream --no-run`, then `EXE --bench` with
 //! `ulimit -l unlimited`). The server is on the peer's device and address
 //! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints of
 //! the default configuration in this process on one multi-threaded tokio runtime, run with

@@ -7,7 +7,7 @@
 //! the differences it would decide; decisions about speed go through `cargo xtask bench cost`.
 //!
 //! Run on two devices (`cargo xtask bench transport`, or by hand in the two-hosts guest:
-//! `cargo bench -p transport --bench transport --no-run`, then `EXE --bench` with
+//! `cargo bench -p rdma-transport --bench transport --no-run`, then `EXE --bench` with
 //! `ulimit -l unlimited`). The server is on the peer's device and address
 //! (`RDMA_TEST_PEER_*`), the client on this host's (`RDMA_TEST_*`): ours as two endpoints in
 //! this process, the baselines as bounded child processes. Prints a table and writes JSON to

@@ -3,8 +3,8 @@
 //! echo.
 //!
 //! ```text
-//! cargo run -p transport --features tokio --example echo -- server 10.77.0.2:7471
-//! cargo run -p transport --features tokio --example echo -- client 10.77.0.1 10.77.0.2:7471
+//! cargo run -p rdma-transport --features tokio --example echo -- server 10.77.0.2:7471
+//! cargo run -p rdma-transport --features tokio --example echo -- client 10.77.0.1 10.77.0.2:7471
 //! ```
 use std::io;
 use std::net::{IpAddr, SocketAddr};

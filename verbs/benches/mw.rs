@@ -6,7 +6,7 @@
 //! - baseline: `ibv_reg_mr` + `ibv_dereg_mr` of the same range of memory that is already
 //!   allocated (the registration only, no allocation).
 //!
-//! Run in the guest: `cargo bench -p verbs --bench mw --no-run`, then
+//! Run in the guest: `cargo bench -p rdma-verbs --bench mw --no-run`, then
 //! `cargo xtask guest -- <that executable> --bench`. The device is `RDMA_TEST_DEVICE`, else the
 //! first one. Each case runs a few fixed-length samples and prints the median of the mean
 //! time per operation, and the ratio to the registration.

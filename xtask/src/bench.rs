@@ -501,6 +501,7 @@ fn run_ended(section: &str, line: &str) -> bool {
 /// Builds bench target `target` of `package` (`cargo bench --no-run`) and returns its
 /// executable.
 fn built_bench(package: &str, target: &str) -> Result<util::Executable> {
+    let package = util::package_name(package);
     let mut cmd = util::cargo();
     cmd.args(["bench", "-p", package, "--bench", target, "--no-run"]);
     let what = format!("cargo bench -p {package} --bench {target} --no-run");

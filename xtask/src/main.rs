@@ -29,7 +29,8 @@ usage: cargo xtask <task>
                                         host-tier tests, then device-tier tests on a real RDMA
                                         device (existing device -> host rxe -> qemu guest, on
                                         rxe and then siw; --device: only that one);
-                                        -p: only these crates' tests (repeatable)
+                                        -p: only these crates' tests (repeatable; by folder
+                                        or package name: transport or rdma-transport)
   bench [NAME...]                       benchmarks on a real RDMA device, beside the C baseline
   chart [NAME...]                       a benchmark's chart again from its last run's JSON
                                         (target/bench/NAME.json -> NAME.svg), running nothing

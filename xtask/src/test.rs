@@ -85,7 +85,8 @@ const USAGE: &str =
 struct Args {
     /// Test-name filter, passed to every test binary.
     filter: Option<String>,
-    /// Crates whose tests run (`-p`/`--package`, repeatable); empty: the whole workspace.
+    /// Packages whose tests run (`-p`/`--package`, repeatable; a crate named by its folder or
+    /// import name is its package: `transport` is `rdma-transport`); empty: the whole workspace.
     packages: Vec<String>,
     /// Bound on each run of the device tier.
     timeout: Duration,
@@ -136,6 +137,9 @@ impl Args {
         if let Some(p) = out.packages.iter().find(|p| p.is_empty()) {
             return Err(Error::new(format!("empty crate name {p:?}; {USAGE}")));
         }
+        for p in &mut out.packages {
+            *p = util::package_name(p).to_owned();
+        }
         Ok(out)
     }
 
@@ -153,8 +157,9 @@ impl Args {
     /// Features the tests are built with: the transport's `grpc` (tonic, heavy, off in the
     /// default build) whenever the transport's tests run, so its gRPC device test runs too.
     fn cargo_features(&self) -> Vec<String> {
-        if self.packages.is_empty() || self.packages.iter().any(|p| p == "transport") {
-            vec!["--features".to_owned(), "transport/grpc".to_owned()]
+        let transport = util::package_name("transport");
+        if self.packages.is_empty() || self.packages.iter().any(|p| p == transport) {
+            vec!["--features".to_owned(), format!("{transport}/grpc")]
         } else {
             Vec::new()
         }
@@ -798,16 +803,28 @@ mod tests {
             "pool",
         ])
         .unwrap();
-        assert_eq!(a.packages, ["memory", "cm", "verbs", "xtask"]);
+        assert_eq!(
+            a.packages,
+            ["rdma-memory", "rdma-cm", "rdma-verbs", "xtask"]
+        );
         assert_eq!(a.filter.as_deref(), Some("pool"));
         assert_eq!(
             a.cargo_selection(),
-            ["-p", "memory", "-p", "cm", "-p", "verbs", "-p", "xtask"]
+            [
+                "-p",
+                "rdma-memory",
+                "-p",
+                "rdma-cm",
+                "-p",
+                "rdma-verbs",
+                "-p",
+                "xtask"
+            ]
         );
         // The filter may come first, and options after it.
         let a = parse(&["pool", "-p", "memory", "--timeout", "60"]).unwrap();
         assert_eq!(a.filter.as_deref(), Some("pool"));
-        assert_eq!(a.packages, ["memory"]);
+        assert_eq!(a.packages, ["rdma-memory"]);
         assert_eq!(a.timeout, Duration::from_secs(60));
     }
 
@@ -816,7 +833,7 @@ mod tests {
         let a = parse(&[]).unwrap();
         assert_eq!(a.filter, None);
         assert_eq!(a.cargo_selection(), ["--workspace"]);
-        assert_eq!(a.cargo_features(), ["--features", "transport/grpc"]);
+        assert_eq!(a.cargo_features(), ["--features", "rdma-transport/grpc"]);
         assert_eq!(a.timeout, Duration::from_secs(3600));
         assert!(parse(&["-p", "memory"])
             .unwrap()
@@ -826,8 +843,38 @@ mod tests {
             parse(&["-p", "memory", "-p", "transport"])
                 .unwrap()
                 .cargo_features(),
-            ["--features", "transport/grpc"]
+            ["--features", "rdma-transport/grpc"]
         );
+    }
+
+    #[test]
+    fn crates_are_named_by_folder_import_or_package_name() {
+        // `-p transport` as the docs say, the import name, or the package name itself.
+        let a = parse(&[
+            "-p",
+            "transport",
+            "-pverbs_sys",
+            "--package=rdma-cm",
+            "-p",
+            "apps",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.cargo_selection(),
+            [
+                "-p",
+                "rdma-transport",
+                "-p",
+                "rdma-verbs-sys",
+                "-p",
+                "rdma-cm",
+                "-p",
+                "apps"
+            ]
+        );
+        assert_eq!(a.cargo_features(), ["--features", "rdma-transport/grpc"]);
+        let a = parse(&["-p", "rdma-transport"]).unwrap();
+        assert_eq!(a.cargo_features(), ["--features", "rdma-transport/grpc"]);
     }
 
     #[test]
@@ -835,7 +882,7 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().device, None);
         let a = parse(&["--device", "siw", "-p", "cm"]).unwrap();
         assert_eq!(a.device, Some(guest::Device::Siw));
-        assert_eq!(a.packages, ["cm"]);
+        assert_eq!(a.packages, ["rdma-cm"]);
         let e = parse(&["--device", "ib0"]).unwrap_err().to_string();
         assert!(e.contains("rxe (Soft-RoCE) or siw (Soft-iWARP)"), "{e}");
         let e = parse(&["--device"]).unwrap_err().to_string();

@@ -44,6 +44,26 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
+/// The published crates of the workspace: folder (and import) name, package name. The names
+/// alone are taken on crates.io, so the packages are `rdma-*`; each library keeps the folder's
+/// name (`[lib] name`). The other members' packages are named as their folders.
+pub const PACKAGES: [(&str, &str); 5] = [
+    ("verbs-sys", "rdma-verbs-sys"),
+    ("verbs", "rdma-verbs"),
+    ("cm", "rdma-cm"),
+    ("memory", "rdma-memory"),
+    ("transport", "rdma-transport"),
+];
+
+/// The package of a crate named by its folder or import name (`transport`, `verbs_sys`), as
+/// cargo's `-p` wants it (`rdma-transport`); a package name or any other name as it is.
+pub fn package_name(name: &str) -> &str {
+    PACKAGES
+        .iter()
+        .find(|(folder, _)| *folder == name || folder.replace('-', "_") == name)
+        .map_or(name, |(_, package)| package)
+}
+
 /// The cargo target directory (`CARGO_TARGET_DIR` or `<workspace>/target`).
 pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
@@ -254,6 +274,45 @@ pub fn code_of(st: ExitStatus) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crates_are_named_by_folder_import_or_package() {
+        assert_eq!(package_name("transport"), "rdma-transport");
+        assert_eq!(package_name("verbs-sys"), "rdma-verbs-sys");
+        assert_eq!(package_name("verbs_sys"), "rdma-verbs-sys");
+        assert_eq!(package_name("rdma-cm"), "rdma-cm");
+        assert_eq!(package_name("apps"), "apps");
+        assert_eq!(package_name("xtask"), "xtask");
+        // The table is the manifests': each member's package and library names.
+        let root = workspace_root();
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+        let members = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("members = "))
+            .expect("workspace members");
+        let members: Vec<&str> = members
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(|m| m.trim().trim_matches('"'))
+            .collect();
+        assert!(members.len() > PACKAGES.len(), "{members:?}");
+        let value = |text: &str, section: &str| -> Option<String> {
+            let body = text.split(section).nth(1)?;
+            let body = body.split("\n[").next()?;
+            let line = body.lines().find(|l| l.starts_with("name = "))?;
+            Some(line["name = ".len()..].trim_matches('"').to_owned())
+        };
+        for folder in members {
+            let text = std::fs::read_to_string(root.join(folder).join("Cargo.toml")).unwrap();
+            let package = value(&text, "[package]").expect("a package name");
+            assert_eq!(package_name(folder), package, "{folder}/Cargo.toml");
+            // A package renamed keeps the folder's name for its library: `use transport::...`.
+            if package != folder {
+                let lib = value(&text, "[lib]");
+                assert_eq!(lib, Some(folder.replace('-', "_")), "{folder}/Cargo.toml");
+            }
+        }
+    }
 
     #[test]
     fn a_bounded_command_gives_its_output_or_is_killed_at_its_limit() {

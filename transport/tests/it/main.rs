@@ -9,7 +9,7 @@
 //! `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
 //!
 //! The protocol core's host tests, against a simulated RC wire, live inside the crate beside
-//! the core (`transport/src/proto/tests/`): `cargo test -p transport --lib`.
+//! the core (`transport/src/proto/tests/`): `cargo test -p rdma-transport --lib`.
 
 mod admission;
 mod async_conn;
