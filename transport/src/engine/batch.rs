@@ -76,3 +76,39 @@ impl ConnShared {
         Some(Ok(()))
     }
 }
+
+impl ConnShared {
+    /// Queues a byte stream's end (an empty message, which the peer's reader takes for end of
+    /// stream) without waiting, for a write half dropped without a shutdown. False when it
+    /// cannot go now (the queue is full, the pool has no buffer): the caller sets
+    /// [`ConnState::end_of_stream_due`] and the tick tries again. An ended connection has
+    /// nothing to end.
+    pub(crate) fn queue_end_of_stream(&self, st: &mut ConnState) -> bool {
+        if st.end.is_some() {
+            return true;
+        }
+        match st.proto.as_ref() {
+            None => return false,
+            Some(p) if p.is_closed() => return true,
+            Some(p) if p.queue_full() => return false,
+            Some(_) => {}
+        }
+        let frame = match self.spare_frame(st, HEADER_LEN) {
+            Some(frame) => frame,
+            None => match self.shared.res.pool.try_alloc(HEADER_LEN) {
+                Ok(frame) => frame,
+                Err(_) => return false,
+            },
+        };
+        let Some(p) = st.proto.as_mut() else {
+            return false;
+        };
+        match p.send(crate::proto::Class::Message, frame) {
+            Ok(_) => {
+                self.drive(st);
+                true
+            }
+            Err(e) => e.kind != crate::proto::SendErrorKind::WouldBlock,
+        }
+    }
+}

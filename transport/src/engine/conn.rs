@@ -90,6 +90,9 @@ pub(crate) struct ConnState {
     pub async_wait: Option<Instant>,
     /// Its counters went into the endpoint's totals (it is being removed).
     pub counted: bool,
+    /// A byte stream's end waits to be queued (its write half went while the queue was
+    /// full): the tick queues it ([`ConnShared::queue_end_of_stream`]).
+    pub end_of_stream_due: bool,
 }
 
 impl ConnState {
@@ -110,6 +113,7 @@ impl ConnState {
             rests: VecDeque::new(),
             async_wait: None,
             counted: false,
+            end_of_stream_due: false,
         }
     }
 

@@ -37,6 +37,13 @@ impl Shared {
             if !st.rests.is_empty() && conn.finish_rests(&mut st) {
                 next = next.min(soon);
             }
+            // A dropped write half's end of stream that found no room.
+            if st.end_of_stream_due {
+                st.end_of_stream_due = !conn.queue_end_of_stream(&mut st);
+                if st.end_of_stream_due {
+                    next = next.min(soon);
+                }
+            }
             match st.proto.as_ref() {
                 Some(p) => {
                     if let Some(t) = p.poll_timeout() {

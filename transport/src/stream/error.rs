@@ -3,6 +3,7 @@
 //! timeout as `io::ErrorKind::TimedOut`.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,4 +28,35 @@ pub(crate) fn block_on_io<T>(
 /// crate's one mapping, `From<Error> for io::Error`).
 pub(crate) fn to_io(e: Error) -> io::Error {
     e.into()
+}
+
+/// A blocking call's timeout, set through `&self` as `TcpStream::set_read_timeout` is: `None`
+/// waits without bound; zero is refused (`InvalidInput`, as std refuses it).
+#[derive(Debug, Default)]
+pub(crate) struct BlockingTimeout(AtomicU64);
+
+impl BlockingTimeout {
+    /// The timeout (`None`: none).
+    pub(crate) fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Relaxed) {
+            0 => None,
+            nanos => Some(Duration::from_nanos(nanos)),
+        }
+    }
+
+    /// Sets it; a zero duration is `InvalidInput` and changes nothing.
+    pub(crate) fn set(&self, timeout: Option<Duration>) -> io::Result<()> {
+        let nanos = match timeout {
+            None => 0,
+            Some(t) if t.is_zero() => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "cannot set a 0 duration timeout",
+                ))
+            }
+            Some(t) => u64::try_from(t.as_nanos()).unwrap_or(u64::MAX),
+        };
+        self.0.store(nanos, Ordering::Relaxed);
+        Ok(())
+    }
 }

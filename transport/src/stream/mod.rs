@@ -58,9 +58,21 @@
 //! (a silent peer, after the keepalive timeout: `TimedOut`); a write after
 //! [`shutdown`](Stream::shutdown) or after the connection ended: `BrokenPipe`; a blocking call
 //! past its timeout: `TimedOut` — the crate's one mapping, [`Error::io_kind`](crate::Error::io_kind),
-//! which `From<transport::Error> for io::Error` gives users of [`Conn`](crate::Conn) too. The
+//! which `From<transport::Error> for io::Error` gives users of [`Conn`] too. The
 //! transport's [`Error`](crate::Error) is inside: `get_ref()` or `into_inner()` and a downcast
 //! give it, and `source()` goes on with its cause.
+//!
+//! # Differences from `tokio::net`
+//! - A process that exits without [`Stream::shutdown`] loses what its peer has not yet read
+//!   (the kernel does not finish sending for it, as it does for TCP): the peer reads
+//!   `ConnectionReset`, never a clean end. `shutdown` returns once the peer has every byte.
+//! - Dropping an [`OwnedWriteHalf`] shuts the writing side down as tokio's does, without
+//!   waiting: the same holds for what it wrote if the process exits right after.
+//! - Not here yet: `try_read` / `try_write`, `readable` / `writable` / `ready`, `peek`,
+//!   `set_linger`, and a listener or connector with a configuration of its own on the
+//!   unspecified address.
+//! - Addresses are RDMA devices' addresses: `bind` and `connect` take IP addresses (a
+//!   name resolves through the system resolver), and a loopback address serves nothing.
 //!
 //! # Cancel safety
 //! A read returns bytes only from the poll that consumes them, so a read future dropped before
@@ -195,16 +207,29 @@ impl Stream {
         Ok(())
     }
 
-    /// Timeout of blocking reads (`std::io::Read`); `None` (the default) waits until data
-    /// arrives or the connection ends (a dead peer within the keepalive timeout).
-    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) {
-        self.read.timeout = timeout;
+    /// Timeout of blocking reads (`std::io::Read`), as `TcpStream::set_read_timeout`:
+    /// `None` (the default) waits until data arrives or the connection ends (a dead peer
+    /// within the keepalive timeout); a zero duration is `InvalidInput`. Past it, a read is
+    /// `TimedOut`.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.read.timeout.set(timeout)
     }
 
-    /// Timeout of blocking writes (`std::io::Write`) waiting for credit; `None` (the default)
-    /// waits while the peer is alive.
-    pub fn set_write_timeout(&mut self, timeout: Option<Duration>) {
-        self.write.timeout = timeout;
+    /// The timeout of blocking reads ([`set_read_timeout`](Self::set_read_timeout)).
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.read.timeout.get())
+    }
+
+    /// Timeout of blocking writes (`std::io::Write`) waiting for credit, as
+    /// `TcpStream::set_write_timeout`: `None` (the default) waits while the peer is alive; a
+    /// zero duration is `InvalidInput`.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.write.timeout.set(timeout)
+    }
+
+    /// The timeout of blocking writes ([`set_write_timeout`](Self::set_write_timeout)).
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.write.timeout.get())
     }
 
     /// Shuts the writing side down (like `TcpStream::shutdown(Shutdown::Write)`): what was
@@ -223,9 +248,21 @@ impl Stream {
         self.write.shutdown_blocking()
     }
 
-    /// Splits into halves that can move to different tasks or threads.
+    /// Splits into halves that can move to different tasks or threads (dropping the write
+    /// half shuts the writing side down; [`OwnedReadHalf::reunite`] puts them back).
     pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
         (self.read, self.write)
+    }
+
+    /// The halves of one stream, put back together.
+    // Shaped as tokio's: the halves come back by value in the error.
+    #[allow(clippy::result_large_err)]
+    fn reunite(read: OwnedReadHalf, write: OwnedWriteHalf) -> Result<Stream, ReuniteError> {
+        if std::sync::Arc::ptr_eq(&read.conn.inner, &write.conn.inner) {
+            Ok(Stream { read, write })
+        } else {
+            Err(ReuniteError(read, write))
+        }
     }
 
     /// Splits into borrowed halves, to read and write at once within one task (as
@@ -244,6 +281,18 @@ impl Stream {
         self.write.poll_write(cx, src)
     }
 }
+
+/// Halves of two streams given to `reunite` (as tokio's `ReuniteError`): they come back.
+#[derive(Debug)]
+pub struct ReuniteError(pub OwnedReadHalf, pub OwnedWriteHalf);
+
+impl std::fmt::Display for ReuniteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("tried to reunite halves that are not from the same stream")
+    }
+}
+
+impl std::error::Error for ReuniteError {}
 
 /// The borrowed reading half of a [`Stream`] (from [`Stream::split`]).
 #[derive(Debug)]

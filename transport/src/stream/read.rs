@@ -2,11 +2,11 @@
 //! and keep the rest for the next read.
 
 use std::io;
+use std::net::SocketAddr;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
-use super::error::block_on_io;
-use super::error::to_io;
+use super::error::{block_on_io, to_io, BlockingTimeout};
+use super::{OwnedWriteHalf, ReuniteError, Stream};
 use crate::{Conn, Message};
 
 /// The reading half of a [`Stream`](super::Stream) (from
@@ -17,7 +17,7 @@ pub struct OwnedReadHalf {
     /// The message being read and how much of it was read.
     cur: Option<(Message, usize)>,
     eof: bool,
-    pub(crate) timeout: Option<Duration>,
+    pub(crate) timeout: BlockingTimeout,
 }
 
 impl OwnedReadHalf {
@@ -26,13 +26,31 @@ impl OwnedReadHalf {
             conn,
             cur: None,
             eof: false,
-            timeout: None,
+            timeout: BlockingTimeout::default(),
         }
     }
 
     /// The connection underneath.
     pub fn conn(&self) -> &Conn {
         &self.conn
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.conn.local_addr().map_err(to_io)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.conn.peer_addr().map_err(to_io)
+    }
+
+    /// Puts the halves of one stream back together (as tokio's `OwnedReadHalf::reunite`);
+    /// halves of two streams are handed back in the error.
+    // Shaped as tokio's: the halves come back by value in the error.
+    #[allow(clippy::result_large_err)]
+    pub fn reunite(self, other: OwnedWriteHalf) -> Result<Stream, ReuniteError> {
+        Stream::reunite(self, other)
     }
 
     /// Reads into `dst`: bytes of the current message first, else of the next one. `Ok(0)` at
@@ -81,7 +99,7 @@ impl OwnedReadHalf {
 
     /// Blocking read with the half's read timeout.
     pub(crate) fn read_blocking(&mut self, dst: &mut [u8]) -> io::Result<usize> {
-        let timeout = self.timeout;
+        let timeout = self.timeout.get();
         block_on_io("read", timeout, |cx| self.poll_read(cx, dst))
     }
 }

@@ -4,11 +4,12 @@
 //! [`OwnedWriteHalf::set_nodelay`]).
 
 use std::io;
+use std::net::SocketAddr;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::error::block_on_io;
-use super::error::to_io;
+use super::error::{block_on_io, to_io, BlockingTimeout};
+use super::{OwnedReadHalf, ReuniteError, Stream};
 use crate::{Conn, Error};
 
 /// Default largest message a write sends; longer writes are cut (write returns less).
@@ -19,9 +20,14 @@ pub const DEFAULT_MAX_WRITE: usize = 64 << 10;
 const RENDEZVOUS_FROM: usize = 32 << 10;
 
 /// The writing half of a [`Stream`](super::Stream) (from
-/// [`into_split`](super::Stream::into_split)). Dropping both halves closes the connection;
-/// dropping this one alone does not shut the stream down (call
-/// [`poll_shutdown`](Self::poll_shutdown) or [`shutdown_blocking`](Self::shutdown_blocking)).
+/// [`into_split`](super::Stream::into_split)). Dropping it shuts the writing side down, as
+/// tokio's `OwnedWriteHalf` does: what was written is delivered, then the peer reads end of
+/// stream, while this side may still read (the end is queued without waiting; without room
+/// now, the endpoint queues it as soon as there is). Unlike
+/// [`poll_shutdown`](Self::poll_shutdown), the drop does not wait for the peer to have
+/// everything: a process that exits right after it may lose what was not yet delivered (the
+/// peer then reads `ConnectionReset`, never a clean end). Dropping both halves closes the
+/// connection.
 #[derive(Debug)]
 pub struct OwnedWriteHalf {
     pub(crate) conn: Conn,
@@ -33,7 +39,7 @@ pub struct OwnedWriteHalf {
     shutdown_deadline: Option<Instant>,
     /// The shutdown is complete: the peer has everything.
     shut_down: bool,
-    pub(crate) timeout: Option<Duration>,
+    pub(crate) timeout: BlockingTimeout,
 }
 
 impl OwnedWriteHalf {
@@ -47,13 +53,31 @@ impl OwnedWriteHalf {
             shut: false,
             shutdown_deadline: None,
             shut_down: false,
-            timeout: None,
+            timeout: BlockingTimeout::default(),
         }
     }
 
     /// The connection underneath.
     pub fn conn(&self) -> &Conn {
         &self.conn
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.conn.local_addr().map_err(to_io)
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.conn.peer_addr().map_err(to_io)
+    }
+
+    /// Puts the halves of one stream back together (as tokio's `OwnedWriteHalf::reunite`);
+    /// halves of two streams are handed back in the error.
+    // Shaped as tokio's: the halves come back by value in the error.
+    #[allow(clippy::result_large_err)]
+    pub fn reunite(self, other: OwnedReadHalf) -> Result<Stream, ReuniteError> {
+        Stream::reunite(other, self)
     }
 
     /// Largest message one write sends.
@@ -181,13 +205,28 @@ impl OwnedWriteHalf {
 
     /// [`poll_shutdown`](Self::poll_shutdown), blocking up to the write timeout.
     pub fn shutdown_blocking(&mut self) -> io::Result<()> {
-        let timeout = self.timeout;
+        let timeout = self.timeout.get();
         block_on_io("shutdown", timeout, |cx| self.poll_shutdown(cx))
     }
 
     /// Blocking write with the half's write timeout.
     pub(crate) fn write_blocking(&mut self, src: &[u8]) -> io::Result<usize> {
-        let timeout = self.timeout;
+        let timeout = self.timeout.get();
         block_on_io("write", timeout, |cx| self.poll_write(cx, src))
+    }
+}
+
+impl Drop for OwnedWriteHalf {
+    /// Shuts the writing side down without waiting, unless it was (see the type's docs).
+    fn drop(&mut self) {
+        if self.shut {
+            return;
+        }
+        let conn = &self.conn.inner;
+        let mut st = conn.state.lock();
+        if !conn.queue_end_of_stream(&mut st) {
+            st.end_of_stream_due = true;
+            conn.shared.tick_soon();
+        }
     }
 }

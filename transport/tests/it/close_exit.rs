@@ -97,7 +97,7 @@ fn stream_run(
         shutdown.then_some("--shutdown"),
     );
     let mut stream = Stream::from_conn(conn);
-    stream.set_read_timeout(Some(TIMEOUT));
+    stream.set_read_timeout(Some(TIMEOUT)).unwrap();
     let mut buf = vec![0u8; 256 << 10];
     let mut got = 0usize;
     let error = loop {
@@ -284,7 +284,9 @@ fn a_stream_shutdown_the_peer_cannot_complete_fails_with_a_timeout_within_the_li
     let (server, client) = pair_with(lingering_a_second(), lingering_a_second());
     let (mut server, mut client) = (Stream::from_conn(server), Stream::from_conn(client));
     // The server reads nothing: fill what the connection holds.
-    client.set_write_timeout(Some(std::time::Duration::from_millis(200)));
+    client
+        .set_write_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
     let mut written = Vec::new();
     loop {
         let chunk = pattern(written.len() as u64, 4096);
@@ -300,7 +302,7 @@ fn a_stream_shutdown_the_peer_cannot_complete_fails_with_a_timeout_within_the_li
             "the writes never met backpressure"
         );
     }
-    client.set_write_timeout(None);
+    client.set_write_timeout(None).unwrap();
     let started = std::time::Instant::now();
     let e = client
         .shutdown_blocking()
@@ -312,7 +314,7 @@ fn a_stream_shutdown_the_peer_cannot_complete_fails_with_a_timeout_within_the_li
     );
     // Once the server reads, the shutdown completes and the server gets every byte.
     let reader = std::thread::spawn(move || {
-        server.set_read_timeout(Some(TIMEOUT));
+        server.set_read_timeout(Some(TIMEOUT)).unwrap();
         let mut all = Vec::new();
         server.read_to_end(&mut all).map(|_| all)
     });

@@ -6,7 +6,8 @@
 //! broken frames from a raw-verbs peer, exhaustion; reported by `cargo xtask faults`), the
 //! async core (`async_conn`), progress from a reactor (`reactor`), and the byte stream: `seed`
 //! (the tokio echo with only its two types swapped), `stream`, `stream_executor`,
-//! `stream_faults`, `stream_scale`, `grpc` (feature `grpc`).
+//! `stream_faults`, `stream_parity` (beside `tokio::net` past the echo), `stream_scale`, `grpc`
+//! (feature `grpc`).
 //!
 //! The protocol core's host tests, against a simulated RC wire, live inside the crate beside
 //! the core (`transport/src/proto/tests/`): `cargo test -p rdma-transport --lib`.
@@ -31,6 +32,7 @@ mod stats;
 mod stream;
 mod stream_executor;
 mod stream_faults;
+mod stream_parity;
 mod stream_scale;
 mod support;
 mod zero_copy;

@@ -64,7 +64,6 @@ impl Fnv {
 
 /// Writes `data` and reads its echo at the same time (halves of one stream), checking it.
 async fn echo_once(stream: Stream, data: Arc<Vec<u8>>) -> Stream {
-    let conn = stream.conn().clone();
     let (mut r, mut w) = stream.into_split();
     let d = data.clone();
     let writer = tokio::spawn(async move {
@@ -77,8 +76,8 @@ async fn echo_once(stream: Stream, data: Arc<Vec<u8>>) -> Stream {
         .expect("read_exact of the echo");
     assert!(back == *data, "echo of {} bytes differs", data.len());
     let w = writer.await.unwrap();
-    drop((r, w));
-    Stream::from_conn(conn)
+    // Put back together: dropping the write half would end the stream.
+    r.reunite(w).expect("the halves of one stream")
 }
 
 #[test]

@@ -1,0 +1,183 @@
+//! The byte stream beside `tokio::net`, past the echo: each program here is written once as
+//! with tokio's `TcpListener` / `TcpStream`, compiled twice (tokio's types, then the stream's
+//! in their place), and both must behave alike: a client that writes and drops its write half
+//! (the server reads to the end, then answers on the same connection), halves put back
+//! together with `reunite` (and halves of two streams refused, handed back), the halves'
+//! addresses, and std's timeout setters (a zero timeout refused as std refuses it).
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use crate::stream::runtime;
+use crate::support::{pattern, peer_ip};
+
+/// The programs over `$listener` / `$stream`, each named as tokio names its type.
+macro_rules! parity_programs {
+    ($module:ident, $listener:ty, $stream:ty) => {
+        mod $module {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+            type TcpListener = $listener;
+            type TcpStream = $stream;
+
+            /// Binds `addr`, says which port it got, and for each of `connections`
+            /// connections reads to the end of stream, then writes back the length it read
+            /// and the bytes reversed, and shuts down.
+            pub async fn server(
+                addr: String,
+                connections: usize,
+                port: tokio::sync::oneshot::Sender<u16>,
+            ) -> std::io::Result<()> {
+                let listener = TcpListener::bind(addr).await?;
+                let _ = port.send(listener.local_addr()?.port());
+                for _ in 0..connections {
+                    let (mut socket, peer) = listener.accept().await?;
+                    assert_eq!(socket.peer_addr()?, peer);
+                    let mut got = Vec::new();
+                    socket.read_to_end(&mut got).await?;
+                    socket.write_all(&(got.len() as u64).to_le_bytes()).await?;
+                    got.reverse();
+                    socket.write_all(&got).await?;
+                    socket.shutdown().await?;
+                }
+                Ok(())
+            }
+
+            /// Writes `data` through an owned write half and drops it (no shutdown); reads
+            /// the answer through the read half; puts the halves of another connection
+            /// together with this one's (refused), then each with its own.
+            pub async fn client(addr: String, data: &[u8]) -> std::io::Result<Vec<u8>> {
+                let stream = TcpStream::connect(addr.clone()).await?;
+                let local = stream.local_addr()?;
+                assert!(stream.set_read_timeout_like_std());
+                let (mut rd, mut wr) = stream.into_split();
+                assert_eq!(rd.local_addr()?, local);
+                assert_eq!(wr.local_addr()?, local);
+                assert_eq!(rd.peer_addr()?, wr.peer_addr()?);
+                wr.write_all(data).await?;
+                drop(wr);
+                let mut len = [0u8; 8];
+                rd.read_exact(&mut len).await?;
+                assert_eq!(u64::from_le_bytes(len), data.len() as u64);
+                let mut answer = Vec::new();
+                rd.read_to_end(&mut answer).await?;
+                // Another connection's halves and this one's: refused, handed back whole.
+                let other = TcpStream::connect(addr).await?;
+                let (ord, owr) = other.into_split();
+                let (mine, theirs) = match rd.reunite(owr) {
+                    Ok(_) => panic!("halves of two streams reunited"),
+                    Err(e) => {
+                        assert!(e.to_string().contains("not from the same"), "{e}");
+                        (e.0, e.1)
+                    }
+                };
+                let mut other = ord.reunite(theirs).expect("its own halves");
+                other.shutdown().await?;
+                let mut rest = Vec::new();
+                other.read_to_end(&mut rest).await?;
+                assert_eq!(
+                    &rest[..8],
+                    &0u64.to_le_bytes(),
+                    "nothing written, nothing read"
+                );
+                drop(mine);
+                Ok(answer)
+            }
+
+            /// std's timeout setters on a stream: a zero timeout is `InvalidInput`.
+            trait TimeoutsLikeStd {
+                fn set_read_timeout_like_std(&self) -> bool;
+            }
+            impl TimeoutsLikeStd for TcpStream {
+                fn set_read_timeout_like_std(&self) -> bool {
+                    super::timeouts_like_std(self)
+                }
+            }
+        }
+    };
+}
+
+/// std's timeouts on `tokio::net::TcpStream` (through its std socket) and on the stream:
+/// the same results for a zero, a bounded and no timeout.
+trait BlockingTimeouts {
+    fn set_read(&self, t: Option<Duration>) -> std::io::Result<()>;
+    fn read(&self) -> std::io::Result<Option<Duration>>;
+}
+
+impl BlockingTimeouts for tokio::net::TcpStream {
+    fn set_read(&self, t: Option<Duration>) -> std::io::Result<()> {
+        socket2_like(self).set_read_timeout(t)
+    }
+    fn read(&self) -> std::io::Result<Option<Duration>> {
+        socket2_like(self).read_timeout()
+    }
+}
+
+impl BlockingTimeouts for transport::stream::Stream {
+    fn set_read(&self, t: Option<Duration>) -> std::io::Result<()> {
+        self.set_read_timeout(t)
+    }
+    fn read(&self) -> std::io::Result<Option<Duration>> {
+        self.read_timeout()
+    }
+}
+
+/// A std `TcpStream` on the same socket as `s` (a duplicate descriptor).
+fn socket2_like(s: &tokio::net::TcpStream) -> std::net::TcpStream {
+    use std::os::fd::AsFd;
+    let fd = s.as_fd().try_clone_to_owned().expect("dup");
+    std::net::TcpStream::from(fd)
+}
+
+fn timeouts_like_std(s: &impl BlockingTimeouts) -> bool {
+    let zero = s.set_read(Some(Duration::ZERO)).unwrap_err();
+    assert_eq!(zero.kind(), std::io::ErrorKind::InvalidInput, "{zero}");
+    s.set_read(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(s.read().unwrap(), Some(Duration::from_secs(5)));
+    s.set_read(None).unwrap();
+    s.read().unwrap().is_none()
+}
+
+parity_programs!(over_tcp, tokio::net::TcpListener, tokio::net::TcpStream);
+parity_programs!(
+    over_rdma,
+    transport::stream::StreamListener,
+    transport::stream::Stream
+);
+
+macro_rules! run_half_close {
+    ($module:ident, $bind:expr, $host:expr, $len:expr) => {{
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let server = tokio::spawn($module::server($bind.to_string(), 2, tx));
+        let port = tokio::time::timeout(Duration::from_secs(20), rx)
+            .await
+            .expect("the server binds within 20 s")
+            .expect("the server binds");
+        let data = pattern($len as u64, $len);
+        let answer = tokio::time::timeout(
+            Duration::from_secs(120),
+            $module::client(format!("{}:{port}", $host), &data),
+        )
+        .await
+        .expect("the exchange ends within 120 s")
+        .expect("the client's exchange");
+        let mut reversed = data.clone();
+        reversed.reverse();
+        assert!(answer == reversed, "{} bytes: the answer differs", $len);
+        tokio::time::timeout(Duration::from_secs(60), server)
+            .await
+            .expect("the server ends")
+            .expect("the server task")
+            .expect("the server");
+    }};
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_dropped_write_half_ends_the_stream_and_halves_reunite_as_with_tokio_net() {
+    runtime().block_on(async {
+        for len in [0usize, 1, 4096, 100_000, 4 << 20] {
+            run_half_close!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST, len);
+            run_half_close!(over_rdma, "0.0.0.0:0", peer_ip(), len);
+        }
+    });
+}
