@@ -470,15 +470,5 @@ mod tests {
             std::fs::remove_dir_all(&dir).unwrap();
         }
     }
-
-    /// `target/bench/cost.json` of the last `cargo xtask bench cost` as
-    /// `target/bench/cost.svg` (`cargo xtask chart cost` does the same for any bench).
-    #[test]
-    #[ignore = "needs target/bench/cost.json from cargo xtask bench cost"]
-    fn the_last_cost_run_charts() {
-        let dir = crate::util::target_dir().join("bench");
-        let text = std::fs::read_to_string(dir.join("cost.json")).unwrap();
-        let doc: Value = serde_json::from_str(&text).unwrap();
-        comparison(&doc, &dir.join("cost.svg")).unwrap();
-    }
 }
+
