@@ -20,8 +20,7 @@ impl Conn {
     /// may be outstanding at once (from several threads); each gets its own response. A call
     /// that times out is forgotten: a late response is dropped.
     pub fn call(&self, request: &[u8], timeout: Duration) -> Result<Message> {
-        let sent = Instant::now();
-        let deadline = sent + timeout;
+        let deadline = Instant::now() + timeout;
         let id = self
             .send_class(Class::Request { deadline }, request, timeout)?
             .expect("a request has a call id");
@@ -33,7 +32,7 @@ impl Conn {
             taken: false,
         };
         let result = self.wait_until("call", timeout, Some(wait_deadline), |_, st| {
-            self.take_response(st, id, sent)
+            self.take_response(st, id)
         });
         call.taken = result.is_ok();
         result
@@ -161,11 +160,10 @@ impl Conn {
     /// protocol's call timer bounds the wait, no executor timer is needed). Dropping the future
     /// forgets the call.
     pub async fn call_async(&self, request: &[u8], timeout: Duration) -> Result<Message> {
-        let sent = Instant::now();
         let id = self
             .send_class_async(
                 Class::Request {
-                    deadline: sent + timeout,
+                    deadline: Instant::now() + timeout,
                 },
                 request,
             )
@@ -179,7 +177,7 @@ impl Conn {
         let result = poll_fn(|cx| {
             self.poll_busy(
                 cx,
-                |st| self.take_response(st, id, sent),
+                |st| self.take_response(st, id),
                 // Woken by this call's end only, not by every change of a busy connection.
                 |st, cx| {
                     match st.wakers.calls.get_mut(id.get()) {
@@ -227,20 +225,10 @@ impl Conn {
 
     /// Takes the outcome of call `id`: its response, or why it failed.
     #[inline]
-    pub(crate) fn take_response(
-        &self,
-        st: &mut ConnState,
-        id: CallId,
-        sent: Instant,
-    ) -> Option<Result<Message>> {
+    pub(crate) fn take_response(&self, st: &mut ConnState, id: CallId) -> Option<Result<Message>> {
         if let Some(r) = st.user.calls.remove(id.get()) {
             return Some(match r {
-                Ok(d) => {
-                    if let Some(p) = st.proto.as_mut() {
-                        p.call_answered(sent);
-                    }
-                    Ok(Message::new(self.inner.clone(), d))
-                }
+                Ok(d) => Ok(Message::new(self.inner.clone(), d)),
                 Err(e) => Err(Error::Call(e)),
             });
         }

@@ -76,7 +76,7 @@ use std::time::Instant;
 pub use config::{
     Config, ConnectInfo, MAX_LARGE_MESSAGES, MAX_OUTSTANDING_CHUNKS, SQ_CONTROL_RESERVE,
 };
-pub use conn::{Connection, Ends, FrameAtOnce, LargeSend, Stats, CALL_SAMPLE_EVERY};
+pub use conn::{Connection, Ends, FrameAtOnce, LargeSend, Stats};
 pub use error::{
     CallError, ConfigError, ConnError, HandshakeError, PeerGone, ProtocolError, SendError,
     SendErrorKind,

@@ -77,8 +77,6 @@ fn counts_are_exact_for_messages_bytes_calls_and_rendezvous() {
     assert_eq!(c.rendezvous_sent, large + 1, "the 20,000-byte request too");
     assert_eq!(c.rendezvous_received, 1, "the 40,000-byte response");
     assert_eq!(c.read_bytes, 40_000);
-    assert_eq!(c.rtt_samples, 1, "the first answer of CALL_SAMPLE_EVERY");
-    assert!(c.rtt.is_some_and(|r| r > Duration::ZERO));
     let s = server.stats();
     assert_eq!(
         (s.messages_received, s.bytes_received),

@@ -164,8 +164,6 @@ pub struct Connection<B: Payload> {
     label: u32,
     /// The smoothed round-trip time, in nanoseconds ([`Stats::rtt`]).
     srtt_ns: u64,
-    /// Calls with a known start to be answered before the next one gives a sample.
-    answers_unsampled: u8,
 }
 
 mod merge;
@@ -176,7 +174,7 @@ mod stats;
 
 use merge::Merging;
 use stats::Stall;
-pub use stats::{Ends, Stats, CALL_SAMPLE_EVERY};
+pub use stats::{Ends, Stats};
 
 /// Points of the keepalive grid per keepalive interval (see `Connection::on_grid`): an idle
 /// endpoint's keepalive timers fall due at most this many times per interval, whatever its
@@ -242,7 +240,6 @@ impl<B: Payload> Connection<B> {
             ping_unanswered: false,
             label: 0,
             srtt_ns: 0,
-            answers_unsampled: 0,
         })
     }
 
