@@ -1,6 +1,8 @@
 //! RDMA connection management over librdmacm: event channels with typed, self-acknowledging
 //! events, CM ids, and blocking listeners and connectors in which every wait has a timeout.
 //!
+//! Add it with `cargo add rdma-cm`; the library it gives is `cm` (`use cm::...`).
+//!
 //! # Quick start
 //!
 //! A server that accepts one connection and receives one message:

@@ -1,5 +1,7 @@
 //! Registered-memory pool for RDMA: the data path never registers per message.
 //!
+//! Add it with `cargo add rdma-memory`; the library it gives is `memory` (`use memory::...`).
+//!
 //! Registering memory (`ibv_reg_mr`) costs a system call and page pinning. A [`Pool`]
 //! registers a few large chunks per size class and hands out [`Buffer`]s carved from them:
 //! allocation pops a free list, and dropping a buffer pushes it back. Each thread keeps a few

@@ -1,6 +1,9 @@
 //! Reliable messaging over RDMA: messages, RPC, large transfers and one-sided access between
 //! two hosts, without queue pairs, work requests or keys in sight.
 //!
+//! Add it with `cargo add rdma-transport`; the library it gives is
+//! `transport` (`use transport::...`).
+//!
 //! # Quick start
 //!
 //! ```no_run

@@ -1,5 +1,8 @@
 //! Raw FFI to libibverbs: `rdma-sys` re-exported, plus what it lacks.
 //!
+//! Add it with `cargo add rdma-verbs-sys`; the library it gives is
+//! `verbs_sys` (`use verbs_sys::...`).
+//!
 //! - [`_ibv_query_gid_ex`] / [`_ibv_query_gid_table`] and their inline front-ends
 //!   [`ibv_query_gid_ex`] / [`ibv_query_gid_table`] (GID-type-aware selection, libibverbs ≥ 1.11).
 //! - [`ibv_async_event_raw`] with [`ibv_get_async_event_raw`]: the same call as

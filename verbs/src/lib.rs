@@ -2,6 +2,8 @@
 //! queues (with completion channels), queue pairs (RC, UC, UD), shared receive queues and
 //! address handles.
 //!
+//! Add it with `cargo add rdma-verbs`; the library it gives is `verbs` (`use verbs::...`).
+//!
 //! # Quick start
 //!
 //! An RC queue pair connected to itself (loopback), an RDMA WRITE, and its completion:
