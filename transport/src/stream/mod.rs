@@ -68,9 +68,9 @@
 //!   `ConnectionReset`, never a clean end. `shutdown` returns once the peer has every byte.
 //! - Dropping an [`OwnedWriteHalf`] shuts the writing side down as tokio's does, without
 //!   waiting: the same holds for what it wrote if the process exits right after.
-//! - Not here yet: `try_read` / `try_write`, `readable` / `writable` / `ready`, `peek`,
-//!   `set_linger`, and a listener or connector with a configuration of its own on the
-//!   unspecified address.
+//! - Not here yet: `try_write`, `writable`, `ready`, `set_linger`, and a listener or
+//!   connector with a configuration of its own on the unspecified address. `peek` returns
+//!   bytes of one message at most (TCP's, of what has arrived).
 //! - Addresses are RDMA devices' addresses: `bind` and `connect` take IP addresses (a
 //!   name resolves through the system resolver), and a loopback address serves nothing.
 //!
@@ -269,6 +269,27 @@ impl Stream {
     /// `TcpStream::split`: e.g. `tokio::io::copy(&mut rd, &mut wr)`).
     pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
         (ReadHalf(&mut self.read), WriteHalf(&mut self.write))
+    }
+
+    /// Reads what is there without waiting: `WouldBlock` when nothing arrived (see
+    /// [`OwnedReadHalf::try_read`]).
+    pub fn try_read(&self, dst: &mut [u8]) -> io::Result<usize> {
+        self.read.try_read(dst)
+    }
+
+    /// Waits until a read would not wait (see [`OwnedReadHalf::readable`]).
+    pub async fn readable(&self) -> io::Result<()> {
+        self.read.readable().await
+    }
+
+    /// See [`OwnedReadHalf::poll_read_ready`].
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.read.poll_read_ready(cx)
+    }
+
+    /// The next bytes without consuming them (see [`OwnedReadHalf::peek`]).
+    pub async fn peek(&self, dst: &mut [u8]) -> io::Result<usize> {
+        self.read.peek(dst).await
     }
 
     /// See [`OwnedReadHalf::poll_read`].

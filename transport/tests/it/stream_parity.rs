@@ -3,7 +3,8 @@
 //! in their place), and both must behave alike: a client that writes and drops its write half
 //! (the server reads to the end, then answers on the same connection), halves put back
 //! together with `reunite` (and halves of two streams refused, handed back), the halves'
-//! addresses, and std's timeout setters (a zero timeout refused as std refuses it).
+//! addresses, std's timeout setters (a zero timeout refused as std refuses it), and
+//! `readable` / `try_read` / `peek` through a shared reference.
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -81,6 +82,72 @@ macro_rules! parity_programs {
                 );
                 drop(mine);
                 Ok(answer)
+            }
+
+            /// Binds `addr`, says which port it got, accepts one connection and writes `first`,
+            /// then (once the client says so with a byte) `second`, then shuts down.
+            pub async fn writer(
+                addr: String,
+                first: Vec<u8>,
+                second: Vec<u8>,
+                port: tokio::sync::oneshot::Sender<u16>,
+            ) -> std::io::Result<()> {
+                let listener = TcpListener::bind(addr).await?;
+                let _ = port.send(listener.local_addr()?.port());
+                let (mut socket, _) = listener.accept().await?;
+                socket.write_all(&first).await?;
+                let mut go = [0u8; 1];
+                socket.read_exact(&mut go).await?;
+                socket.write_all(&second).await?;
+                socket.shutdown().await?;
+                let mut rest = Vec::new();
+                socket.read_to_end(&mut rest).await?;
+                Ok(())
+            }
+
+            /// Reads `first_len` bytes with `readable` and `try_read` through a shared
+            /// reference (WouldBlock between arrivals), asks for the rest, peeks at it, reads
+            /// it, and sees the end with `try_read`'s `Ok(0)`.
+            pub async fn nonblocking_reader(
+                addr: String,
+                first_len: usize,
+                second_len: usize,
+            ) -> std::io::Result<(Vec<u8>, Vec<u8>, Vec<u8>)> {
+                let mut stream = TcpStream::connect(addr).await?;
+                let shared = &stream;
+                let mut first = vec![0u8; first_len];
+                let mut got = 0;
+                while got < first_len {
+                    shared.readable().await?;
+                    match shared.try_read(&mut first[got..]) {
+                        Ok(0) => panic!("end of stream after {got} bytes"),
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                // Nothing more until asked.
+                let mut none = [0u8; 16];
+                let e = shared.try_read(&mut none).unwrap_err();
+                assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+                stream.write_all(b"g").await?;
+                let mut peeked = vec![0u8; second_len];
+                let n = stream.peek(&mut peeked).await?;
+                assert!(n > 0, "peek waits for bytes");
+                peeked.truncate(n);
+                let mut second = vec![0u8; second_len];
+                stream.read_exact(&mut second).await?;
+                loop {
+                    stream.readable().await?;
+                    match stream.try_read(&mut none) {
+                        Ok(0) => break,
+                        Ok(n) => panic!("{n} bytes after the last"),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                stream.shutdown().await?;
+                Ok((first, peeked, second))
             }
 
             /// std's timeout setters on a stream: a zero timeout is `InvalidInput`.
@@ -179,5 +246,49 @@ fn a_dropped_write_half_ends_the_stream_and_halves_reunite_as_with_tokio_net() {
             run_half_close!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST, len);
             run_half_close!(over_rdma, "0.0.0.0:0", peer_ip(), len);
         }
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn try_read_readable_and_peek_behave_as_with_tokio_net() {
+    runtime().block_on(async {
+        macro_rules! run {
+            ($module:ident, $bind:expr, $host:expr) => {{
+                let (first, second) = (pattern(1, 3000), pattern(2, 200));
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let server = tokio::spawn($module::writer(
+                    $bind.to_string(),
+                    first.clone(),
+                    second.clone(),
+                    tx,
+                ));
+                let port = tokio::time::timeout(Duration::from_secs(20), rx)
+                    .await
+                    .expect("the server binds within 20 s")
+                    .expect("the server binds");
+                let (got_first, peeked, got_second) = tokio::time::timeout(
+                    Duration::from_secs(60),
+                    $module::nonblocking_reader(format!("{}:{port}", $host), 3000, 200),
+                )
+                .await
+                .expect("the reads end within 60 s")
+                .expect("the reader");
+                assert!(got_first == first, "the bytes read with try_read");
+                assert!(got_second == second, "the bytes read after the peek");
+                assert!(
+                    second.starts_with(&peeked),
+                    "peek saw the next bytes ({} of them)",
+                    peeked.len()
+                );
+                tokio::time::timeout(Duration::from_secs(60), server)
+                    .await
+                    .expect("the server ends")
+                    .expect("the server task")
+                    .expect("the server");
+            }};
+        }
+        run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);
+        run!(over_rdma, "0.0.0.0:0", peer_ip());
     });
 }
