@@ -43,9 +43,9 @@ impl Shared {
                 continue;
             }
             st.counted = true;
-            if let Some(p) = &st.proto {
-                conn.trace.removed(&p.stats());
-                totals.ended += p.stats();
+            if let Some(stats) = st.proto.as_ref().map(|p| p.stats()) {
+                conn.trace.removed(&stats);
+                totals.ended += stats;
                 totals.ends.count(st.end.as_ref().and_then(|e| e.as_ref()));
             }
         }
