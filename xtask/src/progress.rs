@@ -223,9 +223,60 @@ pub fn libtest_event(line: &str) -> Option<Event> {
         .then_some(Event::TestFinished)
 }
 
+/// How long each test took: the time from the previous test's end (or its binary's start)
+/// to its own end, which is the test's own time where tests run one at a time (the device
+/// tiers). What shows where a run's time goes.
+#[derive(Debug, Default)]
+pub struct Timings {
+    /// When the last test ended or the current binary started.
+    since: Option<Instant>,
+    /// Each test's name and time, in the order they ended.
+    times: Vec<(String, Duration)>,
+}
+
+impl Timings {
+    /// Takes `event`, at `now`, for the test named `test` (when a test ended).
+    pub fn on(&mut self, now: Instant, event: Event, test: Option<&str>) {
+        match event {
+            Event::BinaryStarted => self.since = Some(now),
+            Event::TestFinished => {
+                if let (Some(since), Some(name)) = (self.since, test) {
+                    self.times
+                        .push((name.to_owned(), now.saturating_duration_since(since)));
+                }
+                self.since = Some(now);
+            }
+            Event::BinaryFinished | Event::Tick | Event::End => {}
+        }
+    }
+
+    /// The `n` slowest tests, slowest first.
+    pub fn slowest(&self, n: usize) -> Vec<(String, Duration)> {
+        let mut v = self.times.clone();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        v.truncate(n);
+        v
+    }
+
+    /// Every test's time, one per line (`SECONDS NAME`), slowest first.
+    pub fn table(&self) -> String {
+        self.slowest(usize::MAX)
+            .iter()
+            .map(|(name, d)| format!("{:8.1} {name}\n", d.as_secs_f64()))
+            .collect()
+    }
+}
+
+/// The name of the test a libtest result line is about (`test NAME ... ok`).
+pub fn libtest_name(line: &str) -> Option<&str> {
+    let (name, _) = line.trim().strip_prefix("test ")?.rsplit_once(" ... ")?;
+    Some(name)
+}
+
 /// The printing side of a [`Progress`], shared by the threads that feed it.
 struct Shown {
     progress: Progress,
+    timings: Timings,
     /// The bar's text while it is on the screen.
     bar: Option<String>,
 }
@@ -297,6 +348,7 @@ impl Live {
         };
         let shown = Arc::new(Mutex::new(Shown {
             progress: Progress::new(label, total, unit, style, Instant::now()),
+            timings: Timings::default(),
             bar: None,
         }));
         let stop = Arc::new(AtomicBool::new(false));
@@ -333,13 +385,29 @@ impl Live {
     /// Takes an event that happened now.
     pub fn event(&self, e: Event) {
         let mut s = self.shown.lock().unwrap_or_else(|p| p.into_inner());
-        let d = s.progress.on(Instant::now(), e);
+        let now = Instant::now();
+        s.timings.on(now, e, None);
+        let d = s.progress.on(now, e);
         s.draw(d);
     }
 
-    /// Prints a line of libtest's output on stdout and takes the event it stands for.
+    /// Prints a line of libtest's output on stdout and takes the event it stands for (a
+    /// test's end is timed: [`Live::slowest`]).
     pub fn output(&self, line: &str) {
-        self.print(line, false, libtest_event(&crate::test::strip_ansi(line)));
+        let plain = crate::test::strip_ansi(line);
+        let event = libtest_event(&plain);
+        if event == Some(Event::TestFinished) {
+            let mut s = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+            s.timings
+                .on(Instant::now(), Event::TestFinished, libtest_name(&plain));
+        }
+        self.print(line, false, event);
+    }
+
+    /// What [`Timings`] recorded of the tests so far: the `n` slowest, and the table of all.
+    pub fn timings(&self, n: usize) -> (Vec<(String, Duration)>, String) {
+        let s = self.shown.lock().unwrap_or_else(|p| p.into_inner());
+        (s.timings.slowest(n), s.timings.table())
     }
 
     /// Prints a line on stdout (the bar stays below it).
@@ -401,6 +469,27 @@ mod tests {
             Some(Draw::Bar(b)) => panic!("a bar in line style: {b}"),
             None => None,
         }
+    }
+
+    #[test]
+    fn each_test_is_timed_from_the_previous_end_or_its_binary_start() {
+        let t0 = Instant::now();
+        let mut t = Timings::default();
+        // Before any binary started: nothing to time from.
+        t.on(t0, Event::TestFinished, Some("stray"));
+        t.on(t0 + secs(1), Event::BinaryStarted, None);
+        t.on(t0 + secs(4), Event::TestFinished, Some("a"));
+        t.on(t0 + secs(5), Event::TestFinished, Some("b"));
+        t.on(t0 + secs(6), Event::BinaryFinished, None);
+        t.on(t0 + secs(20), Event::BinaryStarted, None);
+        t.on(t0 + secs(30), Event::TestFinished, Some("c"));
+        assert_eq!(
+            t.slowest(2),
+            vec![("c".to_owned(), secs(10)), ("a".to_owned(), secs(3))]
+        );
+        assert_eq!(t.table(), "    10.0 c\n     3.0 a\n     1.0 b\n");
+        assert_eq!(libtest_name("test it::x::y ... ok"), Some("it::x::y"));
+        assert_eq!(libtest_name("running 3 tests"), None);
     }
 
     #[test]

@@ -348,6 +348,28 @@ fn fresh_skip_log(label: &str) -> Result<PathBuf> {
     Ok(skip_log)
 }
 
+/// Writes the tier's test times to `target/xtask/times-LABEL.txt` (slowest first) and prints
+/// the slowest few: where the tier's time went.
+fn report_timings(live: &Live, label: &str) {
+    let (slowest, table) = live.timings(5);
+    if slowest.is_empty() {
+        return;
+    }
+    let path = util::target_dir()
+        .join("xtask")
+        .join(format!("times-{label}.txt"));
+    let _ = fs::write(&path, table);
+    let list: Vec<String> = slowest
+        .iter()
+        .map(|(name, d)| format!("{name} {:.0} s", d.as_secs_f64()))
+        .collect();
+    live.println(&format!(
+        "xtask: tier {label}: slowest tests: {} (all in {})",
+        list.join(", "),
+        path.display()
+    ));
+}
+
 /// What the skip log of a tier holds: (tests skipped, tests that skipped a part of
 /// themselves). A part's line is `part of TEST: PART: reason` (`testkit::skip_part`), and a
 /// test that skips several parts counts once; every other line is a skipped test's.
@@ -416,6 +438,7 @@ fn host_tier(bins: &[TestBinary], args: &Args, dev: rxe::Device, origin: &str) -
             live.println(&e);
         }
     }
+    report_timings(&live, &dev.name);
     live.finish();
     Ok(Tier {
         label: dev.name.clone(),
@@ -493,6 +516,7 @@ fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result
             }
         },
     });
+    report_timings(&live, label);
     live.finish();
     if let Some((i, before)) = current.take() {
         if let Some(e) = check_binary(&bins[i], false, before, &mut tally) {
