@@ -277,6 +277,8 @@ pub fn libtest_name(line: &str) -> Option<&str> {
 struct Shown {
     progress: Progress,
     timings: Timings,
+    /// Put before each line printed (`[siw] `), when another run prints beside this one.
+    prefix: String,
     /// The bar's text while it is on the screen.
     bar: Option<String>,
 }
@@ -313,7 +315,7 @@ impl Shown {
             let _ = write!(err, "\r\x1b[K");
             let _ = err.flush();
         }
-        let line = format!("{text}\n");
+        let line = format!("{}{text}\n", self.prefix);
         if to_stderr {
             let _ = std::io::stderr().lock().write_all(line.as_bytes());
         } else {
@@ -349,6 +351,7 @@ impl Live {
         let shown = Arc::new(Mutex::new(Shown {
             progress: Progress::new(label, total, unit, style, Instant::now()),
             timings: Timings::default(),
+            prefix: String::new(),
             bar: None,
         }));
         let stop = Arc::new(AtomicBool::new(false));
@@ -375,6 +378,27 @@ impl Live {
             live.event(Event::Tick);
         }
         live
+    }
+
+    /// [`start`](Self::start) for a run beside another: plain progress lines (two bars would
+    /// overwrite each other), and every line of output marked `[tag] `.
+    pub fn start_beside(
+        label: impl Into<String>,
+        total: u64,
+        unit: &'static str,
+        tag: &str,
+    ) -> Live {
+        let shown = Shown {
+            progress: Progress::new(label, total, unit, Style::Lines, Instant::now()),
+            timings: Timings::default(),
+            prefix: format!("[{tag}] "),
+            bar: None,
+        };
+        Live {
+            shown: Arc::new(Mutex::new(shown)),
+            stop: Arc::new(AtomicBool::new(false)),
+            ticker: None,
+        }
     }
 
     /// Whether the bar is drawn (stderr is a terminal).

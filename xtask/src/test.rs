@@ -78,7 +78,7 @@ pub(crate) enum Target {
 }
 
 const USAGE: &str =
-    "usage: cargo xtask test [--device rxe|siw] [--timeout S] [-p CRATE]... [FILTER]";
+    "usage: cargo xtask test [--device rxe|siw] [--serial] [--timeout S] [-p CRATE]... [FILTER]";
 
 /// The command line of `cargo xtask test`.
 #[derive(Debug, PartialEq, Eq)]
@@ -93,6 +93,8 @@ struct Args {
     /// `--device`: in the qemu guest, the one device to run the device tier on (otherwise
     /// rxe, then siw). A device the ladder finds on the host is used as it is.
     device: Option<guest::Device>,
+    /// `--serial`: the guest's tiers one after the other (by default both guests run at once).
+    serial: bool,
 }
 
 impl Args {
@@ -102,6 +104,7 @@ impl Args {
             packages: Vec::new(),
             timeout: Duration::from_secs(3600),
             device: None,
+            serial: false,
         };
         let mut it = args.iter();
         while let Some(a) = it.next() {
@@ -118,6 +121,7 @@ impl Args {
                     })?);
                 }
                 "--device" => out.device = Some(guest::Device::parse(&value(a, "rxe or siw")?)?),
+                "--serial" => out.serial = true,
                 "-p" | "--package" => out.packages.push(value(a, "a crate name")?),
                 s if s.starts_with("--package=") => {
                     out.packages.push(s["--package=".len()..].to_owned())
@@ -329,8 +333,31 @@ fn device_tiers(args: &Args, selection: &[String], features: &[String]) -> Resul
                 Some(d) => vec![d],
                 None => devices,
             };
-            for d in devices {
-                tiers.push(guest_tier(&bins, args, d)?);
+            if devices.len() > 1 && !args.serial {
+                // Both guests at once (each a tier of its own, its lines marked): the tiers'
+                // tests wait on the wire and on timers much of the time, which the other
+                // guest's fill. Their images are made first, one at a time (a shared cache).
+                for &d in &devices {
+                    guest::prepare(d)?;
+                }
+                let bins = &bins;
+                let results: Vec<Result<Tier>> = std::thread::scope(|s| {
+                    let running: Vec<_> = devices
+                        .iter()
+                        .map(|&d| s.spawn(move || guest_tier(bins, args, d, true)))
+                        .collect();
+                    running
+                        .into_iter()
+                        .map(|t| t.join().expect("a tier's thread panicked"))
+                        .collect()
+                });
+                for r in results {
+                    tiers.push(r?);
+                }
+            } else {
+                for d in devices {
+                    tiers.push(guest_tier(&bins, args, d, false)?);
+                }
             }
         }
     }
@@ -450,8 +477,14 @@ fn host_tier(bins: &[TestBinary], args: &Args, dev: rxe::Device, origin: &str) -
     })
 }
 
-/// The device tier in the qemu guest on `device` (two hosts, one boot).
-fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result<Tier> {
+/// The device tier in the qemu guest on `device` (two hosts, one boot); `beside` another
+/// tier running at once (then progress comes as lines, and every line names its tier).
+fn guest_tier(
+    bins: &[TestBinary],
+    args: &Args,
+    device: guest::Device,
+    beside: bool,
+) -> Result<Tier> {
     let started = Instant::now();
     let label = device.name();
     let total: usize = bins.iter().map(|b| b.device_tests).sum();
@@ -482,7 +515,11 @@ fn guest_tier(bins: &[TestBinary], args: &Args, device: guest::Device) -> Result
         ));
     }
     script.push_str("exit 0\n");
-    let live = Live::start(format!("tier {label}"), total as u64, "tests");
+    let live = if beside {
+        Live::start_beside(format!("tier {label}"), total as u64, "tests", label)
+    } else {
+        Live::start(format!("tier {label}"), total as u64, "tests")
+    };
     let mut tally = Tally::default();
     let mut current: Option<(usize, Tally)> = None;
     let outcome = guest::run(&mut guest::Options {

@@ -18,7 +18,8 @@ mod cpio;
 mod image;
 mod siw;
 
-use image::{cache_dir, prepare};
+use image::cache_dir;
+pub use image::prepare;
 
 /// Guest memory: room for a 1 GiB message sent and received in one test process (both ends
 /// of it registered) beside the suite's other tests.
@@ -148,7 +149,8 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
             util::target_dir().display()
         )));
     }
-    let run_dir = runs.join(std::process::id().to_string());
+    // One per guest: a process may run two at once (the test tiers).
+    let run_dir = runs.join(format!("{}-{}", std::process::id(), opts.device.name()));
     fs::create_dir_all(&run_dir)?;
     let script = run_dir.join("cmd.sh");
     let rc_file = run_dir.join("rc");
