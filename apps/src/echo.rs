@@ -126,19 +126,24 @@ fn parse_millis(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// An endpoint on the device of `ip` configured by `args`; for the reactor modes, with its
-/// tokio driver spawned on the current runtime.
-pub fn endpoint(
-    ip: std::net::IpAddr,
-    args: &EndpointArgs,
-) -> transport::Result<transport::Endpoint> {
+/// The endpoint configuration `args` ask for.
+pub fn config(args: &EndpointArgs) -> transport::EndpointConfig {
     let mut config = transport::EndpointConfig::default()
         .with_polling(args.polling)
         .with_busy_read(Duration::from_micros(args.busy_read));
     if let Some(timeout) = args.ack_timeout {
         config = config.with_ack_timeout(timeout);
     }
-    let ep = transport::Endpoint::with_config(ip, config)?;
+    config
+}
+
+/// An endpoint on the device of `ip` configured by `args`; for the reactor modes, with its
+/// tokio driver spawned on the current runtime.
+pub fn endpoint(
+    ip: std::net::IpAddr,
+    args: &EndpointArgs,
+) -> transport::Result<transport::Endpoint> {
+    let ep = transport::Endpoint::with_config(ip, config(args))?;
     if matches!(args.polling, transport::Polling::Reactor { .. }) {
         ep.spawn_tokio_driver()?;
     }

@@ -53,6 +53,18 @@ impl AdmitHook {
     }
 }
 
+/// Two hooks are equal when they are clones of one (the same closure, shared).
+impl PartialEq for AdmitHook {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(
+            Arc::as_ptr(&self.0).cast::<()>(),
+            Arc::as_ptr(&other.0).cast::<()>(),
+        )
+    }
+}
+
+impl Eq for AdmitHook {}
+
 impl fmt::Debug for AdmitHook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("AdmitHook(..)")

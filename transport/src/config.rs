@@ -114,7 +114,7 @@ pub const DEFAULT_ADAPTIVE_SPIN: Duration = Duration::from_micros(50);
 /// assert_eq!(config.proto().window(), 128);
 /// assert!(config.validate().is_ok());
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct EndpointConfig {
     pub(crate) proto: proto::Config,

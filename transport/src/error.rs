@@ -103,6 +103,13 @@ pub enum Error {
         /// The configured maximum.
         max: u32,
     },
+    /// The listening peer refused the connection: its endpoint serves its maximum of
+    /// connections.
+    #[error("connection refused: the peer's endpoint already serves its maximum of {max} connections: retry once some close, or raise EndpointConfig::max_connections on the listening side (StreamListener::bind_with)")]
+    PeerFull {
+        /// The configured maximum.
+        max: u32,
+    },
     /// A connection or listener that has no address (its CM identifier was never bound).
     #[error("{what} has no address: the connection or listener is not bound or connected")]
     NoAddress {
@@ -216,6 +223,9 @@ impl Error {
             Error::Closed {
                 cause: Some(ConnError::PeerDead { .. }),
             } => K::TimedOut,
+            Error::Closed {
+                cause: Some(ConnError::Aborted),
+            } => K::ConnectionAborted,
             Error::Closed { .. } | Error::Handshake(_) => K::InvalidData,
             Error::TimedOut { .. } => K::TimedOut,
             Error::WouldBlock => K::WouldBlock,
@@ -229,6 +239,7 @@ impl Error {
             // Whatever binding said: no device has the address (or there is no RDMA at all).
             Error::NoDevice { .. } => K::AddrNotAvailable,
             Error::Cm(c) => cm_kind(c),
+            Error::PeerFull { .. } => K::ConnectionRefused,
             Error::Call(proto::CallError::TimedOut) => K::TimedOut,
             Error::Call(proto::CallError::Failed(_)) => K::ConnectionReset,
             _ => K::Other,

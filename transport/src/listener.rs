@@ -100,9 +100,12 @@ pub(crate) fn admission(endpoint: &Endpoint) -> cm::AdmitHook {
         let Some(shared) = shared.upgrade() else {
             return cm::Admission::Reject(Vec::new());
         };
-        let ours = shared.cfg.proto.connect_info().encode().to_vec();
-        if shared.check_room().is_err() || ConnectInfo::decode(req.private_data()).is_err() {
-            return cm::Admission::Reject(ours);
+        let info = shared.cfg.proto.connect_info();
+        if shared.check_room().is_err() {
+            return cm::Admission::Reject(shared.full_refusal(&info).to_vec());
+        }
+        if ConnectInfo::decode(req.private_data()).is_err() {
+            return cm::Admission::Reject(info.encode().to_vec());
         }
         user.as_ref().map_or(cm::Admission::Accept, |h| h.call(req))
     })

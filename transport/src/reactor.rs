@@ -142,6 +142,23 @@ mod tokio_driver {
             }
         }
 
+        /// Under [`Polling::Reactor`](crate::Polling::Reactor), for the stream's shared
+        /// endpoints (which no user spawns a driver for): when no driver task lives and the
+        /// caller runs in a tokio runtime, spawns one there.
+        pub(crate) fn drive_reactor_from_current_runtime(&self) {
+            let policy = &self.engine.shared.policy;
+            if self.expect_reactor().is_err() || !policy.driverless() {
+                return;
+            }
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            let _spawning = policy.spawning_driver();
+            if policy.driverless() {
+                let _ = self.spawn_driver(&rt);
+            }
+        }
+
         fn spawn_driver(&self, rt: &tokio::runtime::Handle) -> Result<tokio::task::JoinHandle<()>> {
             let shared = self.engine.shared.clone();
             let _enter = rt.enter();

@@ -411,6 +411,24 @@ impl Conn {
         }
     }
 
+    /// `Ready` when a send would not wait for credit: the peer gave some, the stream has a
+    /// message waiting to go that a write may join, or the connection ended (the send then
+    /// says how). Otherwise the task is registered for the connection's progress.
+    pub(crate) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let conn = &*self.inner;
+        let mut st = conn.state.lock();
+        let ready = st.end.is_some()
+            || st
+                .proto
+                .as_ref()
+                .is_some_and(|p| p.credits_available() > 0 || p.has_waiting_merge());
+        if ready {
+            return Poll::Ready(());
+        }
+        register(&conn.shared, &mut st, cx);
+        Poll::Pending
+    }
+
     /// A pool buffer of `len` bytes: `Pending` while the pool is exhausted (see
     /// [`pool_pending`](Self::pool_pending)).
     pub(crate) fn poll_pool_buffer(

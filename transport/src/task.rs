@@ -35,7 +35,7 @@ pub(crate) fn block_on<T>(
 }
 
 /// A waker that does nothing, made once.
-fn noop_waker() -> &'static Waker {
+pub(crate) fn noop_waker() -> &'static Waker {
     struct Noop;
     impl Wake for Noop {
         fn wake(self: Arc<Self>) {}

@@ -70,6 +70,7 @@ impl ConnSpan {
                     ConnError::Protocol(_) => "protocol error",
                     ConnError::PeerDead { .. } => "peer dead",
                     ConnError::PeerGone(_) => "peer gone",
+                    ConnError::Aborted => "aborted",
                 };
                 tracing::warn!(target: "transport", parent: &self.span, kind, error = %e, "connection failed")
             }

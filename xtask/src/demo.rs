@@ -118,7 +118,7 @@ const APPS: &[App] = &[
 /// the client verifies every byte and prints its latency summary and throughput. Both poll
 /// from tokio's reactor, spinning 1 ms after a completion (the low-latency setting).
 const ECHO: &str = r#"echo "== echo-server <-> echo-client (ours; tokio byte streams over the transport)"
-$RDMA_TEST_PEER_EXEC $T $ECHO_SERVER $RDMA_TEST_PEER_ADDR:7600 --polling reactor:1000 > /tmp/server.log 2>&1 &
+$RDMA_TEST_PEER_EXEC $T $ECHO_SERVER 0.0.0.0:7600 --polling reactor:1000 > /tmp/server.log 2>&1 &
 server=$!
 i=0
 while ! grep -q listening /tmp/server.log && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done

@@ -1,12 +1,14 @@
-//! `echo-server ADDR:PORT [--polling MODE] [--busy-read US] [--ack-timeout MS] [--stats SECS]`:
-//! echoes every byte stream over RDMA, a task per connection, until killed; with `--stats`,
-//! prints the endpoint's statistics and device counters every SECS seconds.
+//! `echo-server [ADDR:PORT] [--polling MODE] [--busy-read US] [--ack-timeout MS] [--stats SECS]`:
+//! echoes every byte stream over RDMA, a task per connection, until killed: the plain tokio
+//! echo server with `tokio::net`'s types swapped for the transport's byte stream. It listens
+//! on every RDMA address (`0.0.0.0:7471`) unless told an address; with `--stats`, it prints
+//! each endpoint's statistics and device counters every SECS seconds.
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use apps::echo::{endpoint, EndpointArgs};
+use apps::echo::{config, EndpointArgs};
 use apps::report::error_chain;
 use clap::Parser;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,7 +18,9 @@ use transport::stream::StreamListener;
 #[derive(Parser, Debug)]
 #[command(name = "echo-server")]
 struct Args {
-    /// Address of an RDMA netdev and port to listen on (port 0: any).
+    /// Address of an RDMA netdev and port to listen on (0.0.0.0: every RDMA address; port 0:
+    /// any free port).
+    #[arg(default_value = "0.0.0.0:7471")]
     addr: SocketAddr,
     #[command(flatten)]
     endpoint: EndpointArgs,
@@ -26,26 +30,25 @@ struct Args {
 async fn main() -> ExitCode {
     apps::init_tracing();
     let args = Args::parse();
-    let listener = match endpoint(args.addr.ip(), &args.endpoint)
-        .map_err(std::io::Error::other)
-        .and_then(|ep| StreamListener::bind_on(&ep, args.addr.port()))
-    {
+    let listener = match StreamListener::bind_with(args.addr, config(&args.endpoint)).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!(
-                "echo-server: cannot listen on {}: {}",
-                args.addr,
-                error_chain(&e)
-            );
+            let addr = args.addr;
+            eprintln!("echo-server: cannot listen on {addr}: {}", error_chain(&e));
             return ExitCode::FAILURE;
         }
     };
+    if let Some(every) = args.endpoint.stats {
+        for ep in listener.endpoints() {
+            apps::live_stats::spawn_reporter(ep, every);
+        }
+    }
     match listener.local_addr() {
         Ok(a) => println!("listening on {a}"),
         Err(e) => eprintln!("echo-server: {e}"),
     }
     loop {
-        let (mut stream, peer) = match listener.accept().await {
+        let (mut socket, peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("echo-server: accept: {}", error_chain(&e));
@@ -55,21 +58,20 @@ async fn main() -> ExitCode {
         tokio::spawn(async move {
             let mut buf = vec![0u8; 64 << 10];
             loop {
-                match stream.read(&mut buf).await {
+                let n = match socket.read(&mut buf).await {
                     Ok(0) => {
-                        let _ = stream.shutdown().await;
+                        let _ = socket.shutdown().await;
                         return;
                     }
-                    Ok(n) => {
-                        if let Err(e) = stream.write_all(&buf[..n]).await {
-                            eprintln!("echo-server: {peer}: write: {}", error_chain(&e));
-                            return;
-                        }
-                    }
+                    Ok(n) => n,
                     Err(e) => {
                         eprintln!("echo-server: {peer}: read: {}", error_chain(&e));
                         return;
                     }
+                };
+                if let Err(e) = socket.write_all(&buf[..n]).await {
+                    eprintln!("echo-server: {peer}: write: {}", error_chain(&e));
+                    return;
                 }
             }
         });

@@ -11,17 +11,14 @@ const SERVER: &str = env!("CARGO_BIN_EXE_echo-server");
 const CLIENT: &str = env!("CARGO_BIN_EXE_echo-client");
 const TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Starts `echo-server` on the peer's address and `port` polling as `polling`, reads
-/// busy-polling for `busy_read` microseconds, once it says it listens.
+/// Starts `echo-server` on the peer host, listening on every RDMA address (`0.0.0.0`) at
+/// `port`, polling as `polling`, reads busy-polling for `busy_read` microseconds, once it
+/// says it listens.
 fn server(port: u16, polling: &str, busy_read: &str) -> ChildGuard {
     let peer = testkit::peer();
     let mut cmd = peer.command(SERVER);
-    cmd.arg(format!("{}:{port}", peer.device.addr)).args([
-        "--polling",
-        polling,
-        "--busy-read",
-        busy_read,
-    ]);
+    cmd.arg(format!("0.0.0.0:{port}"))
+        .args(["--polling", polling, "--busy-read", busy_read]);
     let mut child = ChildGuard::spawn(cmd).expect("start echo-server");
     let out = child.take_stdout().expect("server stdout");
     // Read on a thread of its own so the wait is bounded (a server that never speaks is

@@ -432,9 +432,10 @@ impl Shared {
             Err(e @ cm::Error::Disconnected) => return backlog.push(Err(e.into())),
             Err(_) => return,
         };
-        let ours = self.cfg.proto.connect_info().encode();
+        let info = self.cfg.proto.connect_info();
+        let ours = info.encode();
         if self.check_room().is_err() {
-            let _ = req.reject(&ours);
+            let _ = req.reject(&self.full_refusal(&info));
             return;
         }
         let Ok(peer) = ConnectInfo::decode(req.private_data()) else {
@@ -515,6 +516,15 @@ impl Shared {
         Ok(())
     }
 
+    /// A rejection's private data for a request refused because the endpoint is full: our
+    /// connect info, then the reason with our maximum.
+    pub(crate) fn full_refusal(&self, info: &proto::ConnectInfo) -> [u8; proto::Refusal::LEN] {
+        proto::Refusal::Full {
+            max: self.cfg.max_connections,
+        }
+        .encode(info)
+    }
+
     /// The peer's connect data arrived: start the protocol and replay early frames. The id
     /// is on the CM channel already (its disconnects come to the CM thread).
     fn establish(&self, conn: &ConnShared, peer: &ConnectInfo) -> Result<()> {
@@ -528,11 +538,18 @@ impl Shared {
     }
 }
 
-/// A rejection carrying the peer's connect data: its version tells why.
+/// A rejection carrying the peer's connect data: its version, or the reason after it, tells
+/// why.
 fn handshake_rejection(e: cm::Error) -> Error {
     if let cm::Error::Rejected { private_data, .. } = &e {
-        if let Err(h @ HandshakeError::VersionMismatch { .. }) = ConnectInfo::decode(private_data) {
-            return Error::Handshake(h);
+        match ConnectInfo::decode(private_data) {
+            Err(h @ HandshakeError::VersionMismatch { .. }) => return Error::Handshake(h),
+            Ok(_) => {
+                if let Some(proto::Refusal::Full { max }) = proto::Refusal::decode(private_data) {
+                    return Error::PeerFull { max };
+                }
+            }
+            Err(_) => {}
         }
     }
     Error::Cm(e)

@@ -204,6 +204,9 @@ impl ConnState {
     }
 }
 
+/// [`ConnShared::linger`] when none is set.
+pub(crate) const NO_LINGER: u64 = u64::MAX;
+
 /// A connection as the engine knows it; user handles hold an `Arc` of it.
 #[derive(Debug)]
 pub(crate) struct ConnShared {
@@ -224,6 +227,9 @@ pub(crate) struct ConnShared {
     /// Sends go on their own at once: no batches of messages, no coalescing of stream
     /// writes (`Conn::set_nodelay`).
     pub nodelay: std::sync::atomic::AtomicBool,
+    /// The byte stream's linger in nanoseconds ([`NO_LINGER`]: none set, the endpoint's):
+    /// zero aborts the connection when its last handle goes; more bounds a shutdown's wait.
+    pub linger: std::sync::atomic::AtomicU64,
     /// Its `tracing` span and events.
     pub trace: crate::trace::ConnSpan,
 }
@@ -259,30 +265,9 @@ impl ConnShared {
             cond: Condvar::new(),
             handles: std::sync::atomic::AtomicUsize::new(1),
             nodelay: std::sync::atomic::AtomicBool::new(false),
+            linger: std::sync::atomic::AtomicU64::new(NO_LINGER),
             shared,
         }
-    }
-
-    /// A user handle goes: the last one closes the connection (gracefully: what was sent
-    /// is delivered first).
-    pub(crate) fn release_handle(&self) {
-        if self
-            .handles
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
-            != 1
-        {
-            return;
-        }
-        self.begin_close();
-    }
-
-    /// Starts a graceful close: the CLOSE frame queued behind everything sent so far.
-    pub(crate) fn begin_close(&self) {
-        let mut st = self.state.lock();
-        if let Some(p) = st.proto.as_mut() {
-            p.close();
-        }
-        self.drive(&mut st);
     }
 
     /// Bytes a frame may have to be posted inline (the device copies it during the post).

@@ -12,6 +12,7 @@ mod calls;
 mod chunks;
 mod cm_ops;
 mod conn;
+mod conn_close;
 mod conn_table;
 mod one_sided_ops;
 mod policy;
@@ -34,7 +35,7 @@ use verbs::{CompletionBuf, Pd, Reclaimed};
 
 pub(crate) use chunks::{remote_chunk, Chunks};
 pub(crate) use cm_ops::{Backlog, CmWatcher, ConnectOp};
-pub(crate) use conn::{ConnShared, ConnState, StateGuard};
+pub(crate) use conn::{ConnShared, ConnState, StateGuard, NO_LINGER};
 #[cfg(feature = "tokio")]
 pub(crate) use policy::SPIN_TURNS_PER_CLOCK;
 pub(crate) use policy::{Policy, SpinBudget, Spinning};

@@ -349,6 +349,45 @@ pub struct ConnectInfo {
     pub max_message: u64,
 }
 
+/// Why a listener refused a connect request, when it says (after its [`ConnectInfo`] in the
+/// rejection's private data; see PROTOCOL.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its endpoint serves its maximum of connections.
+    Full {
+        /// The listener's `max_connections`.
+        max: u32,
+    },
+}
+
+impl Refusal {
+    /// The reason's tag for [`Refusal::Full`].
+    const FULL: [u8; 4] = *b"FULL";
+    /// Encoded length, with the [`ConnectInfo`] before it.
+    pub const LEN: usize = ConnectInfo::LEN + 8;
+
+    /// `info` followed by this reason.
+    pub fn encode(&self, info: &ConnectInfo) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..ConnectInfo::LEN].copy_from_slice(&info.encode());
+        match self {
+            Refusal::Full { max } => {
+                b[24..28].copy_from_slice(&Self::FULL);
+                b[28..32].copy_from_slice(&max.to_le_bytes());
+            }
+        }
+        b
+    }
+
+    /// The reason in a rejection's private data, if it gives one.
+    pub fn decode(b: &[u8]) -> Option<Refusal> {
+        let reason = b.get(24..32)?;
+        (reason[..4] == Self::FULL).then(|| Refusal::Full {
+            max: u32::from_le_bytes([reason[4], reason[5], reason[6], reason[7]]),
+        })
+    }
+}
+
 impl ConnectInfo {
     /// `b"RDRS"` as a little-endian u32.
     pub const MAGIC: u32 = u32::from_le_bytes(*b"RDRS");
@@ -588,5 +627,17 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_refusal_rides_after_the_connect_info_and_padding_is_no_reason() {
+        let info = Config::default().connect_info();
+        let b = Refusal::Full { max: 256 }.encode(&info);
+        assert_eq!(ConnectInfo::decode(&b).unwrap(), info);
+        assert_eq!(Refusal::decode(&b), Some(Refusal::Full { max: 256 }));
+        let mut padded = info.encode().to_vec();
+        assert_eq!(Refusal::decode(&padded), None);
+        padded.resize(56, 0);
+        assert_eq!(Refusal::decode(&padded), None);
     }
 }

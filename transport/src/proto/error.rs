@@ -229,6 +229,10 @@ pub enum ConnError {
     /// The driver reported the peer gone (disconnect, queue pair error).
     #[error("peer gone: {0}; reconnect to continue")]
     PeerGone(PeerGone),
+    /// This side aborted the connection ([`Connection::abort`](super::Connection::abort)):
+    /// what was not yet delivered either way was dropped.
+    #[error("connection aborted by this side (a stream dropped with linger zero): what was not yet delivered was dropped")]
+    Aborted,
 }
 
 /// Why the driver says the peer is gone.

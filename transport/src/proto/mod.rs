@@ -74,7 +74,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use config::{
-    Config, ConnectInfo, MAX_LARGE_MESSAGES, MAX_OUTSTANDING_CHUNKS, SQ_CONTROL_RESERVE,
+    Config, ConnectInfo, Refusal, MAX_LARGE_MESSAGES, MAX_OUTSTANDING_CHUNKS, SQ_CONTROL_RESERVE,
 };
 pub use conn::{Connection, Ends, FrameAtOnce, LargeSend, Stats};
 pub use error::{

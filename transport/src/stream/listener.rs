@@ -2,14 +2,14 @@
 //! the unspecified address) on every address an RDMA device serves.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::error::to_io;
-use super::Stream;
-use crate::{Endpoint, Listener};
+use super::{Stream, ToSocketAddrs};
+use crate::{Endpoint, EndpointConfig, Listener};
 
 /// Accepts [`Stream`]s on an address of an RDMA device, or on all of them.
 #[derive(Debug)]
@@ -26,26 +26,49 @@ pub struct StreamListener {
 impl StreamListener {
     /// Listens on `addr` (port 0: any free port): a `SocketAddr`, a string such as
     /// `"10.77.0.2:7471"` or `"0.0.0.0:7471"`, or an `(ip, port)` pair, as
-    /// `TcpListener::bind` takes; a host name is resolved by the system resolver before
-    /// anything is awaited, and the first address that can be bound is used.
+    /// `TcpListener::bind` takes ([`ToSocketAddrs`]; a host name is resolved off the runtime's
+    /// threads), and the first address that can be bound is used.
     ///
     /// The unspecified address (`0.0.0.0`, or `[::]` for IPv6 too) listens on every address an
     /// RDMA device serves (from the devices' RoCE v2 GIDs), all on one port. Each address
-    /// uses its [shared endpoint](super::shared_endpoint), made on first use; the streams it
-    /// accepts share it. Nothing is awaited once those endpoints exist; `async` keeps the
-    /// shape of `TcpListener::bind`. For an endpoint of your own, use
-    /// [`bind_on`](Self::bind_on).
+    /// uses its [shared endpoint](super::shared_endpoint), opened on first use off the
+    /// runtime's threads; the streams it accepts share it. For another configuration, use
+    /// [`bind_with`](Self::bind_with); for an endpoint of your own, [`bind_on`](Self::bind_on).
     ///
     /// No RDMA device has the address: `AddrNotAvailable`; the port is taken: `AddrInUse`.
     pub async fn bind(addr: impl ToSocketAddrs) -> io::Result<StreamListener> {
-        Self::bind_blocking(addr)
+        Self::bind_with(addr, EndpointConfig::default()).await
     }
 
-    /// [`bind`](Self::bind), from blocking code.
-    pub fn bind_blocking(addr: impl ToSocketAddrs) -> io::Result<StreamListener> {
+    /// [`bind`](Self::bind) with a configuration of its own, the unspecified address
+    /// included: each address it listens on uses the
+    /// [shared endpoint](super::shared_endpoint_with) of that address and `config` (polling
+    /// mode, pool, `max_connections`: how many streams it serves at once).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> std::io::Result<()> {
+    /// use transport::stream::StreamListener;
+    /// use transport::{EndpointConfig, Polling};
+    ///
+    /// let config = EndpointConfig::default().with_polling(Polling::Busy);
+    /// let listener = StreamListener::bind_with("0.0.0.0:7471", config).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn bind_with(
+        addr: impl ToSocketAddrs,
+        config: EndpointConfig,
+    ) -> io::Result<StreamListener> {
         let mut last = None;
-        for addr in addr.to_socket_addrs()? {
-            match Self::bind_one(addr) {
+        for addr in super::resolve(&addr).await? {
+            let mut endpoints = Vec::new();
+            let opened = async {
+                for ip in listen_ips(addr.ip())? {
+                    endpoints.push(super::shared::open(ip, &config).await?);
+                }
+                Self::listen_all(&endpoints, addr)
+            };
+            match opened.await {
                 Ok(l) => return Ok(l),
                 Err(e) => last = Some(e),
             }
@@ -53,16 +76,35 @@ impl StreamListener {
         Err(last.unwrap_or_else(|| super::no_address("bind to")))
     }
 
-    fn bind_one(addr: SocketAddr) -> io::Result<StreamListener> {
-        if !addr.ip().is_unspecified() {
-            let endpoint = super::shared_endpoint(addr.ip())?;
-            return Self::bind_on(&endpoint, addr.port());
+    /// [`bind`](Self::bind), from blocking code.
+    pub fn bind_blocking(addr: impl std::net::ToSocketAddrs) -> io::Result<StreamListener> {
+        let mut last = None;
+        for addr in addr.to_socket_addrs()? {
+            let config = EndpointConfig::default();
+            let bound = listen_ips(addr.ip()).and_then(|ips| {
+                let endpoints = ips
+                    .into_iter()
+                    .map(|ip| super::shared_endpoint_with(ip, &config))
+                    .collect::<io::Result<Vec<_>>>()?;
+                Self::listen_all(&endpoints, addr)
+            });
+            match bound {
+                Ok(l) => return Ok(l),
+                Err(e) => last = Some(e),
+            }
         }
-        let ips = wildcard_ips(addr.ip())?;
-        let mut inner: Vec<Listener> = Vec::with_capacity(ips.len());
+        Err(last.unwrap_or_else(|| super::no_address("bind to")))
+    }
+
+    /// Listens on `addr`'s port of each endpoint: of one (a specific address), or of one
+    /// per address (the unspecified `addr`), all on one port.
+    fn listen_all(endpoints: &[Endpoint], addr: SocketAddr) -> io::Result<StreamListener> {
+        if !addr.ip().is_unspecified() {
+            return Self::bind_on(&endpoints[0], addr.port());
+        }
+        let mut inner: Vec<Listener> = Vec::with_capacity(endpoints.len());
         let mut port = addr.port();
-        for ip in ips {
-            let endpoint = super::shared_endpoint(ip)?;
+        for endpoint in endpoints {
             let listener = endpoint.listen(port).map_err(to_io)?;
             // Port 0 picks a free port for the first address; the others take the same.
             port = listener.local_addr().map_err(to_io)?.port();
@@ -135,6 +177,16 @@ impl StreamListener {
                 .and_then(accepted),
             _ => super::error::block_on_io("accept", Some(timeout), |cx| self.poll_accept(cx)),
         }
+    }
+}
+
+/// The addresses to listen on for `ip`: itself, or those the unspecified address stands for
+/// ([`wildcard_ips`]).
+fn listen_ips(ip: IpAddr) -> io::Result<Vec<IpAddr>> {
+    if ip.is_unspecified() {
+        wildcard_ips(ip)
+    } else {
+        Ok(vec![ip])
     }
 }
 

@@ -49,12 +49,21 @@
 //! receive queue, pool, progress thread). [`Stream::connect`], [`Stream::connect_from`] and
 //! [`StreamListener::bind`] use the process's [`shared_endpoint`] of the local address, made
 //! on first use, so a process can hold hundreds of streams on one device (up to the
-//! endpoint's `max_connections`, 256 by default). [`Stream::connect_on`] and
-//! [`StreamListener::bind_on`] take an endpoint of your own (another configuration, polling
-//! mode, pool).
+//! endpoint's `max_connections`, 256 by default). [`Stream::connect_with`] and
+//! [`StreamListener::bind_with`] take a configuration (polling mode, pool, limits; the
+//! unspecified address too): streams with equal configurations share the
+//! [endpoint of that configuration](shared_endpoint_with). [`Stream::connect_on`] and
+//! [`StreamListener::bind_on`] take an endpoint of your own.
+//!
+//! Nothing blocks a runtime thread: a host name is resolved, and a shared endpoint opened
+//! (the device, its queues, the pool's registration), on tokio's blocking pool inside a tokio
+//! runtime (the `tokio` feature), as `tokio::net` resolves names; under another executor,
+//! on the calling thread, once per endpoint.
 //!
 //! # Errors
-//! As `io::Error` kinds: nobody listening: `ConnectionRefused`; the peer died: `ConnectionReset`
+//! As `io::Error` kinds: nobody listening, or a listener whose endpoint serves its
+//! `max_connections` already: `ConnectionRefused` (the second says so, with the limit and the
+//! setting); the peer died or reset the stream ([`Stream::set_zero_linger`]): `ConnectionReset`
 //! (a silent peer, after the keepalive timeout: `TimedOut`); a write after
 //! [`shutdown`](Stream::shutdown) or after the connection ended: `BrokenPipe`; a blocking call
 //! past its timeout: `TimedOut` — the crate's one mapping, [`Error::io_kind`](crate::Error::io_kind),
@@ -68,9 +77,11 @@
 //!   `ConnectionReset`, never a clean end. `shutdown` returns once the peer has every byte.
 //! - Dropping an [`OwnedWriteHalf`] shuts the writing side down as tokio's does, without
 //!   waiting: the same holds for what it wrote if the process exits right after.
-//! - Not here yet: `try_write`, `writable`, `ready`, `set_linger`, and a listener or
-//!   connector with a configuration of its own on the unspecified address. `peek` returns
-//!   bytes of one message at most (TCP's, of what has arrived).
+//! - `peek` returns bytes of one message at most (TCP's, of what has arrived).
+//! - [`Stream::set_linger`] never makes a drop wait: `Some(t)` bounds
+//!   [`shutdown`](Stream::shutdown) instead; `Some(0)` aborts as TCP's reset does.
+//! - [`Stream::writable`] is ready when the peer has given credit; a write may still find the
+//!   pool or the send queue full (`try_write` then says `WouldBlock`, as tokio allows).
 //! - Addresses are RDMA devices' addresses: `bind` and `connect` take IP addresses (a
 //!   name resolves through the system resolver), and a loopback address serves nothing.
 //!
@@ -80,6 +91,7 @@
 //! returns `Ready(Ok(n))` and not at all before. Dropping any future never lets the device
 //! touch freed memory (every posted buffer belongs to the engine's pools).
 
+mod addrs;
 mod error;
 #[cfg(feature = "grpc")]
 pub mod grpc;
@@ -90,16 +102,18 @@ mod shared;
 mod write;
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+pub use addrs::ToSocketAddrs;
+pub(crate) use addrs::{off_runtime, resolve};
 pub use listener::StreamListener;
 pub use read::OwnedReadHalf;
-pub use shared::shared_endpoint;
+pub use shared::{shared_endpoint, shared_endpoint_with};
 pub use write::{OwnedWriteHalf, DEFAULT_MAX_WRITE};
 
-use crate::{Conn, Endpoint};
+use crate::{Conn, Endpoint, EndpointConfig};
 
 /// A byte stream over a transport connection. See the [module docs](self).
 #[derive(Debug)]
@@ -110,16 +124,27 @@ pub struct Stream {
 
 impl Stream {
     /// Connects to `addr` (a `SocketAddr`, a string such as `"10.77.0.2:7471"`, or an
-    /// `(ip, port)` pair, as `TcpStream::connect` takes; a host name is resolved by the system
-    /// resolver, and each of its addresses is tried in turn) from the local address the kernel
-    /// routes it through, on that address's [shared endpoint](shared_endpoint). Where that
-    /// route is not the RDMA device to use (several devices, or both ends on one host), use
-    /// [`connect_from`](Self::connect_from).
+    /// `(ip, port)` pair, as `TcpStream::connect` takes: [`ToSocketAddrs`]; a host name is
+    /// resolved off the runtime's threads, and each of its addresses is tried in turn) from
+    /// the local address the kernel routes it through, on that address's
+    /// [shared endpoint](shared_endpoint) (opened on first use, off the runtime's threads too).
+    /// Where that route is not the RDMA device to use (several devices, or both ends on one
+    /// host), use [`connect_from`](Self::connect_from).
     pub async fn connect(addr: impl ToSocketAddrs) -> io::Result<Stream> {
+        Self::connect_with(addr, EndpointConfig::default()).await
+    }
+
+    /// [`connect`](Self::connect) with a configuration of its own: the stream is a connection
+    /// of the [shared endpoint](shared_endpoint_with) of the local address and `config`
+    /// (streams connected with equal configurations share one).
+    pub async fn connect_with(
+        addr: impl ToSocketAddrs,
+        config: EndpointConfig,
+    ) -> io::Result<Stream> {
         let mut last = None;
-        for addr in addr.to_socket_addrs()? {
+        for addr in resolve(&addr).await? {
             let connected = match route_source(addr) {
-                Ok(src) => Self::connect_from(src, addr).await,
+                Ok(src) => Self::connect_from_with(src, addr, &config).await,
                 Err(e) => Err(e),
             };
             match connected {
@@ -131,10 +156,19 @@ impl Stream {
     }
 
     /// Connects to `addr` from the RDMA device that has the local address `src`, on that
-    /// address's [shared endpoint](shared_endpoint) (made on first use; every stream from
-    /// `src` shares it). For an endpoint of your own, use [`connect_on`](Self::connect_on).
+    /// address's [shared endpoint](shared_endpoint) (opened on first use, off the runtime's
+    /// threads; every stream from `src` shares it). For an endpoint of your own, use
+    /// [`connect_on`](Self::connect_on).
     pub async fn connect_from(src: IpAddr, addr: SocketAddr) -> io::Result<Stream> {
-        let endpoint = shared::shared(src).map_err(error::to_io)?;
+        Self::connect_from_with(src, addr, &EndpointConfig::default()).await
+    }
+
+    async fn connect_from_with(
+        src: IpAddr,
+        addr: SocketAddr,
+        config: &EndpointConfig,
+    ) -> io::Result<Stream> {
+        let endpoint = shared::open(src, config).await?;
         Self::connect_on(&endpoint, addr).await
     }
 
@@ -290,6 +324,94 @@ impl Stream {
     /// The next bytes without consuming them (see [`OwnedReadHalf::peek`]).
     pub async fn peek(&self, dst: &mut [u8]) -> io::Result<usize> {
         self.read.peek(dst).await
+    }
+
+    /// Writes what can go without waiting: `WouldBlock` where a write would wait (see
+    /// [`OwnedWriteHalf::try_write`]).
+    pub fn try_write(&self, src: &[u8]) -> io::Result<usize> {
+        self.write.try_write(src)
+    }
+
+    /// Waits until a write may go without waiting (see [`OwnedWriteHalf::writable`]).
+    pub async fn writable(&self) -> io::Result<()> {
+        self.write.writable().await
+    }
+
+    /// See [`OwnedWriteHalf::poll_write_ready`].
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.write.poll_write_ready(cx)
+    }
+
+    /// Waits until the stream is ready for any of `interest` (readable, writable) and says
+    /// which, as `TcpStream::ready`: for use with [`try_read`](Self::try_read) and
+    /// [`try_write`](Self::try_write), which may still say `WouldBlock` (then wait again).
+    /// A read side at its end or failed is readable (the read says how), a write side shut
+    /// or failed writable.
+    #[cfg(feature = "tokio")]
+    pub async fn ready(&self, interest: tokio::io::Interest) -> io::Result<tokio::io::Ready> {
+        use tokio::io::Ready;
+        std::future::poll_fn(|cx| {
+            let mut ready = Ready::EMPTY;
+            if interest.is_readable() && self.read.poll_read_ready(cx).is_ready() {
+                ready |= Ready::READABLE;
+            }
+            if interest.is_writable() && self.write.poll_write_ready(cx).is_ready() {
+                ready |= Ready::WRITABLE;
+            }
+            if ready.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(Ok(ready))
+            }
+        })
+        .await
+    }
+
+    /// What closing the stream does, as `TcpStream::set_linger` sets `SO_LINGER`:
+    /// - `None` (the default): dropping the stream closes it gracefully in the background
+    ///   (what was written is delivered while the process lives), and
+    ///   [`shutdown`](Self::shutdown) waits up to the endpoint's
+    ///   [`linger`](crate::EndpointConfig::with_linger).
+    /// - `Some(Duration::ZERO)`: dropping the stream (its last half) aborts the connection,
+    ///   as TCP's reset: what was not yet delivered either way is dropped, and the peer's next
+    ///   read or write is `ConnectionReset`.
+    /// - `Some(t)`: [`shutdown`](Self::shutdown) waits up to `t` for the peer to have
+    ///   everything. Unlike a blocking socket's close, a drop never waits.
+    ///
+    /// Never fails; `io::Result` as `TcpStream`'s.
+    pub fn set_linger(&self, linger: Option<Duration>) -> io::Result<()> {
+        let nanos = match linger {
+            None => crate::engine::NO_LINGER,
+            Some(t) => u64::try_from(t.as_nanos()).map_or(crate::engine::NO_LINGER - 1, |n| {
+                n.min(crate::engine::NO_LINGER - 1)
+            }),
+        };
+        self.conn()
+            .inner
+            .linger
+            .store(nanos, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Sets a linger of zero, as `TcpStream::set_zero_linger`: dropping the stream aborts
+    /// the connection (see [`set_linger`](Self::set_linger)). Never fails.
+    pub fn set_zero_linger(&self) -> io::Result<()> {
+        self.set_linger(Some(Duration::ZERO))
+    }
+
+    /// The linger [`set_linger`](Self::set_linger) set (`None`: none). Never fails.
+    pub fn linger(&self) -> io::Result<Option<Duration>> {
+        Ok(
+            match self
+                .conn()
+                .inner
+                .linger
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                crate::engine::NO_LINGER => None,
+                nanos => Some(Duration::from_nanos(nanos)),
+            },
+        )
     }
 
     /// See [`OwnedReadHalf::poll_read`].

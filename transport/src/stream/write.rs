@@ -122,6 +122,12 @@ impl OwnedWriteHalf {
     /// `Pending`. After [`poll_shutdown`](Self::poll_shutdown), or once the connection ended:
     /// `BrokenPipe`; peer failed: `ConnectionReset` (or `TimedOut` for a silent peer).
     pub fn poll_write(&mut self, cx: &mut Context<'_>, src: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_write_shared(cx, src)
+    }
+
+    /// [`poll_write`](Self::poll_write) through a shared reference (it changes nothing of the
+    /// half's own).
+    fn poll_write_shared(&self, cx: &mut Context<'_>, src: &[u8]) -> Poll<io::Result<usize>> {
         if self.shut {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
@@ -143,6 +149,44 @@ impl OwnedWriteHalf {
             .map(|r| r.map(|()| n).map_err(to_io))
     }
 
+    /// Writes what can go without waiting, as tokio's `try_write`: as
+    /// [`poll_write`](Self::poll_write) does, or `WouldBlock` where it would wait (no credit
+    /// from the peer, the pool exhausted). Meant with [`writable`](Self::writable).
+    pub fn try_write(&self, src: &[u8]) -> io::Result<usize> {
+        let mut cx = Context::from_waker(crate::task::noop_waker());
+        match self.poll_write_shared(&mut cx, src) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    /// `Ready` when a write may go without waiting: the connection has credit towards the
+    /// peer, or it ended (the write then says how). As tokio's, it may be `Ready` and the
+    /// write still find no room (the pool exhausted, the send queue full): `try_write` then
+    /// says `WouldBlock`, and the caller waits again.
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.shut {
+            return Poll::Ready(Ok(()));
+        }
+        self.conn.poll_write_ready(cx).map(Ok)
+    }
+
+    /// Waits until a write may go without waiting (see
+    /// [`poll_write_ready`](Self::poll_write_ready)), as tokio's `writable`.
+    pub async fn writable(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.poll_write_ready(cx)).await
+    }
+
+    /// The bound of a shutdown's wait: the stream's linger when one is set, else the
+    /// endpoint's.
+    fn linger(&self) -> std::time::Duration {
+        let conn = &self.conn.inner;
+        match conn.linger.load(std::sync::atomic::Ordering::Relaxed) {
+            crate::engine::NO_LINGER | 0 => conn.shared.cfg.linger,
+            nanos => std::time::Duration::from_nanos(nanos),
+        }
+    }
+
     /// Shuts the writing side down: everything written is still delivered, then the peer
     /// reads end of stream; the connection stays open for the peer's writes (half close).
     /// The end of stream is an empty message, so it waits for credit like a write; then
@@ -159,7 +203,7 @@ impl OwnedWriteHalf {
         if self.shut_down {
             return Poll::Ready(Ok(()));
         }
-        let linger = self.conn.inner.shared.cfg.linger;
+        let linger = self.linger();
         let deadline = *self
             .shutdown_deadline
             .get_or_insert_with(|| Instant::now() + linger);

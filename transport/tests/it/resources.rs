@@ -110,13 +110,14 @@ fn connections_beyond_the_maximum_are_refused_and_the_rest_keep_working() {
         matches!(r, Err(Error::TooManyConnections { max: 1 })),
         "{r:?}"
     );
-    // Another client endpoint is refused by the full server.
+    // Another client endpoint is refused by the full server, which says why: the peer's
+    // limit, `ConnectionRefused`, the setting named.
     let other = Endpoint::with_config(local_ip(), config()).unwrap();
     let r = other.connect(addr);
-    assert!(
-        matches!(r, Err(Error::Cm(cm::Error::Rejected { .. }))),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(Error::PeerFull { max: 1 })), "{r:?}");
+    let e = r.unwrap_err();
+    assert_eq!(e.io_kind(), std::io::ErrorKind::ConnectionRefused);
+    assert!(e.to_string().contains("max_connections"), "{e}");
     c.send(b"first").unwrap();
     assert_eq!(&c.recv(TIMEOUT).unwrap().bytes()[..], b"first");
     drop(serving.join().unwrap());

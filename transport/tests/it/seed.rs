@@ -142,3 +142,92 @@ fn the_unspecified_address_listens_on_every_device_on_one_port() {
             .unwrap_or_else(|e| panic!("rebinding {port}: {e}"));
     });
 }
+
+/// `bind_with` and `connect_with` take a configuration, the unspecified address included:
+/// the streams live on the shared endpoints of that configuration (one per address and
+/// configuration: equal configurations share one, the default's is another), whose
+/// `max_connections` is the limit a further connect meets: refused by the full listener with
+/// `ConnectionRefused`, the limit and the setting named.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn bind_with_and_connect_with_use_the_shared_endpoint_of_their_configuration() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use transport::stream::{shared_endpoint, shared_endpoint_with};
+    use transport::EndpointConfig;
+
+    let steps = async {
+        let listening = EndpointConfig::default()
+            .with_max_connections(2)
+            .with_pool_bytes(16 << 20);
+        let connecting = EndpointConfig::default()
+            .with_max_connections(4)
+            .with_pool_bytes(16 << 20);
+        let listener = StreamListener::bind_with("0.0.0.0:0", listening.clone())
+            .await
+            .unwrap();
+        assert!(listener.local_addr().unwrap().ip().is_unspecified());
+        let port = listener.local_addr().unwrap().port();
+        for ep in listener.endpoints() {
+            assert_eq!(ep.config().max_connections(), 2);
+        }
+        let server_ep = shared_endpoint_with(peer_ip(), &listening).unwrap();
+        let dst = format!("{}:{port}", peer_ip());
+        let opened = |ip| shared_endpoint(ip).unwrap().stats().opened;
+        let default_before = [opened(local_ip()), opened(peer_ip())];
+        let mut streams = Vec::new();
+        for i in 0..2u8 {
+            // Connected first: the listener's endpoint takes it into its backlog.
+            let mut c = Stream::connect_with(dst.as_str(), connecting.clone())
+                .await
+                .unwrap();
+            let (mut s, _) = listener.accept().await.unwrap();
+            c.write_all(&[i; 100]).await.unwrap();
+            let mut got = [0u8; 100];
+            s.read_exact(&mut got).await.unwrap();
+            assert_eq!(got, [i; 100]);
+            streams.push((c, s));
+        }
+        // The connector's streams are on the shared endpoint of their source address and
+        // configuration; the default configuration's endpoint carried none of them.
+        let src = streams[0].0.local_addr().unwrap().ip();
+        let client_ep = shared_endpoint_with(src, &connecting).unwrap();
+        assert_eq!(client_ep.stats().connections, 2, "the connector's streams");
+        assert_eq!(server_ep.stats().connections, 2, "the listener's streams");
+        assert_eq!(
+            [opened(local_ip()), opened(peer_ip())],
+            default_before,
+            "no stream on the default configuration's endpoints"
+        );
+        assert!(src == local_ip() || src == peer_ip(), "{src}");
+        // The listener's endpoint is full: refused, and told why.
+        let refused = Stream::connect_with(dst.as_str(), connecting.clone())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            refused.kind(),
+            io::ErrorKind::ConnectionRefused,
+            "{refused}"
+        );
+        assert!(
+            refused.to_string().contains("maximum of 2 connections")
+                && refused.to_string().contains("max_connections"),
+            "{refused}"
+        );
+        // Closed, they make room again.
+        for (mut c, _s) in streams.drain(..) {
+            c.shutdown().await.unwrap();
+        }
+        while server_ep.stats().connections > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Stream::connect_with(dst.as_str(), connecting.clone())
+            .await
+            .unwrap();
+        listener.accept().await.unwrap();
+    };
+    runtime().block_on(async {
+        tokio::time::timeout(Duration::from_secs(120), steps)
+            .await
+            .expect("every step within 120 s");
+    });
+}

@@ -3,8 +3,9 @@
 //! in their place), and both must behave alike: a client that writes and drops its write half
 //! (the server reads to the end, then answers on the same connection), halves put back
 //! together with `reunite` (and halves of two streams refused, handed back), the halves'
-//! addresses, std's timeout setters (a zero timeout refused as std refuses it), and
-//! `readable` / `try_read` / `peek` through a shared reference.
+//! addresses, std's timeout setters (a zero timeout refused as std refuses it),
+//! `readable` / `try_read` / `peek` and `ready` / `writable` / `try_write` through a shared
+//! reference, and a zero linger that resets the connection.
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -150,6 +151,82 @@ macro_rules! parity_programs {
                 Ok((first, peeked, second))
             }
 
+            /// Binds `addr`, says which port it got, accepts one connection, reads it to the
+            /// end, answers with the length it read and shuts down.
+            pub async fn counter(
+                addr: String,
+                port: tokio::sync::oneshot::Sender<u16>,
+            ) -> std::io::Result<()> {
+                let listener = TcpListener::bind(addr).await?;
+                let _ = port.send(listener.local_addr()?.port());
+                let (mut socket, _) = listener.accept().await?;
+                let mut got = Vec::new();
+                socket.read_to_end(&mut got).await?;
+                socket.write_all(&(got.len() as u64).to_le_bytes()).await?;
+                socket.shutdown().await?;
+                Ok(())
+            }
+
+            /// Writes `data` with `writable` and `try_write` through a shared reference
+            /// (`ready` says writable first), shuts down, and returns the length the peer
+            /// says it read.
+            pub async fn nonblocking_writer(addr: String, data: &[u8]) -> std::io::Result<u64> {
+                use tokio::io::Interest;
+                let mut stream = TcpStream::connect(addr).await?;
+                let ready = stream
+                    .ready(Interest::READABLE | Interest::WRITABLE)
+                    .await?;
+                assert!(ready.is_writable(), "{ready:?}");
+                assert!(!ready.is_readable(), "nothing to read yet: {ready:?}");
+                let shared = &stream;
+                let mut at = 0;
+                while at < data.len() {
+                    shared.writable().await?;
+                    match shared.try_write(&data[at..]) {
+                        Ok(n) => at += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+                stream.shutdown().await?;
+                let mut len = [0u8; 8];
+                stream.read_exact(&mut len).await?;
+                Ok(u64::from_le_bytes(len))
+            }
+
+            /// Binds `addr`, says which port it got, accepts one connection, reads 100 bytes,
+            /// answers one, and returns the error its next read gets.
+            pub async fn reset_reader(
+                addr: String,
+                port: tokio::sync::oneshot::Sender<u16>,
+            ) -> std::io::Result<std::io::ErrorKind> {
+                let listener = TcpListener::bind(addr).await?;
+                let _ = port.send(listener.local_addr()?.port());
+                let (mut socket, _) = listener.accept().await?;
+                let mut got = [0u8; 100];
+                socket.read_exact(&mut got).await?;
+                socket.write_all(b"k").await?;
+                let mut more = [0u8; 16];
+                match socket.read(&mut more).await {
+                    Ok(n) => panic!("a read after the reset gave Ok({n})"),
+                    Err(e) => Ok(e.kind()),
+                }
+            }
+
+            /// Writes 100 bytes, reads the answer, sets a zero linger (seen through
+            /// `linger`) and drops the stream.
+            pub async fn aborter(addr: String) -> std::io::Result<()> {
+                let mut stream = TcpStream::connect(addr).await?;
+                assert_eq!(stream.linger()?, None);
+                stream.write_all(&[7u8; 100]).await?;
+                let mut k = [0u8; 1];
+                stream.read_exact(&mut k).await?;
+                stream.set_zero_linger()?;
+                assert_eq!(stream.linger()?, Some(std::time::Duration::ZERO));
+                drop(stream);
+                Ok(())
+            }
+
             /// std's timeout setters on a stream: a zero timeout is `InvalidInput`.
             trait TimeoutsLikeStd {
                 fn set_read_timeout_like_std(&self) -> bool;
@@ -286,6 +363,73 @@ fn try_read_readable_and_peek_behave_as_with_tokio_net() {
                     .expect("the server ends")
                     .expect("the server task")
                     .expect("the server");
+            }};
+        }
+        run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);
+        run!(over_rdma, "0.0.0.0:0", peer_ip());
+    });
+}
+
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn try_write_writable_and_ready_behave_as_with_tokio_net() {
+    runtime().block_on(async {
+        macro_rules! run {
+            ($module:ident, $bind:expr, $host:expr) => {{
+                let data = pattern(3, 300_000);
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let server = tokio::spawn($module::counter($bind.to_string(), tx));
+                let port = tokio::time::timeout(Duration::from_secs(20), rx)
+                    .await
+                    .expect("the server binds within 20 s")
+                    .expect("the server binds");
+                let read = tokio::time::timeout(
+                    Duration::from_secs(60),
+                    $module::nonblocking_writer(format!("{}:{port}", $host), &data),
+                )
+                .await
+                .expect("the writes end within 60 s")
+                .expect("the writer");
+                assert_eq!(read, data.len() as u64, "the peer read every byte");
+                tokio::time::timeout(Duration::from_secs(60), server)
+                    .await
+                    .expect("the server ends")
+                    .expect("the server task")
+                    .expect("the server");
+            }};
+        }
+        run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);
+        run!(over_rdma, "0.0.0.0:0", peer_ip());
+    });
+}
+
+/// A stream dropped after `set_zero_linger` resets the connection: the peer's next read is
+/// `ConnectionReset`, never a clean end, over TCP and over the stream alike.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_zero_linger_resets_the_connection_as_with_tokio_net() {
+    runtime().block_on(async {
+        macro_rules! run {
+            ($module:ident, $bind:expr, $host:expr) => {{
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let server = tokio::spawn($module::reset_reader($bind.to_string(), tx));
+                let port = tokio::time::timeout(Duration::from_secs(20), rx)
+                    .await
+                    .expect("the server binds within 20 s")
+                    .expect("the server binds");
+                tokio::time::timeout(
+                    Duration::from_secs(60),
+                    $module::aborter(format!("{}:{port}", $host)),
+                )
+                .await
+                .expect("the client ends within 60 s")
+                .expect("the client");
+                let kind = tokio::time::timeout(Duration::from_secs(60), server)
+                    .await
+                    .expect("the server's read ends within 60 s")
+                    .expect("the server task")
+                    .expect("the server");
+                assert_eq!(kind, std::io::ErrorKind::ConnectionReset);
             }};
         }
         run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);

@@ -345,6 +345,12 @@ impl Policy {
         self.adaptive() && self.drivers.load(Ordering::Relaxed) == 0
     }
 
+    /// Whether no driver task lives.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn driverless(&self) -> bool {
+        self.drivers.load(Ordering::Relaxed) == 0
+    }
+
     /// Held while a driver is spawned, so two first callers at once spawn one.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn spawning_driver(&self) -> parking_lot::MutexGuard<'_, ()> {

@@ -184,6 +184,21 @@ impl<B: Payload> Connection<B> {
         n
     }
 
+    /// Whether a stream write may join the last queued message now (see
+    /// [`append`](Self::append); it may have no room left, which only `append` tells).
+    pub fn has_waiting_merge(&self) -> bool {
+        self.accepting()
+            && !self.queue_full()
+            && matches!(
+                self.outq.back(),
+                Some(Out::Eager {
+                    mergeable: true,
+                    batch: false,
+                    ..
+                })
+            )
+    }
+
     /// Whether a message from [`send_mergeable`](Self::send_mergeable) would wait now (behind
     /// an unfinished frame, or behind messages waiting for credit): then it is worth giving it
     /// a buffer with room for the writes that follow.

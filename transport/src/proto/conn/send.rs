@@ -248,6 +248,15 @@ impl<B: Payload> Connection<B> {
         }
     }
 
+    /// Ends the connection at once, as a TCP reset does: nothing more is sent or delivered,
+    /// pending calls fail, every buffer comes back, and the driver tears the connection down
+    /// (the peer sees it gone, not a close). An ended connection stays as it ended.
+    pub fn abort(&mut self) {
+        if self.state == State::Open {
+            self.fail(ConnError::Aborted);
+        }
+    }
+
     /// Forgets a pending call: no `CallDone` is emitted for it, and its response, if one
     /// comes, is dropped.
     pub fn cancel_call(&mut self, id: CallId) {

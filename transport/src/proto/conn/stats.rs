@@ -233,6 +233,8 @@ pub struct Ends {
     pub disconnected: u64,
     /// Failed: the queue pair went to the error state ([`PeerGone::QueuePairError`]).
     pub queue_pair_errors: u64,
+    /// Aborted by this side ([`ConnError::Aborted`]: a stream dropped with linger zero).
+    pub aborted: u64,
 }
 
 impl Ends {
@@ -244,13 +246,18 @@ impl Ends {
             Some(ConnError::PeerDead { .. }) => &mut self.peer_dead,
             Some(ConnError::PeerGone(PeerGone::Disconnected)) => &mut self.disconnected,
             Some(ConnError::PeerGone(PeerGone::QueuePairError)) => &mut self.queue_pair_errors,
+            Some(ConnError::Aborted) => &mut self.aborted,
         };
         *n += 1;
     }
 
     /// Connections that failed.
     pub fn failed(&self) -> u64 {
-        self.protocol_errors + self.peer_dead + self.disconnected + self.queue_pair_errors
+        self.protocol_errors
+            + self.peer_dead
+            + self.disconnected
+            + self.queue_pair_errors
+            + self.aborted
     }
 
     /// Connections that ended, gracefully or not.
