@@ -93,7 +93,7 @@ pub fn prepare(device: Device) -> Result<Prepared> {
         }
         modules.push(siw::module(&cache, &kpkg, &kver)?);
     }
-    let initramfs = build_initramfs(&cache, &kver, &modules)?;
+    let initramfs = build_initramfs(&cache, &kver, device.name(), &modules)?;
     Ok(Prepared { vmlinux, initramfs })
 }
 
@@ -238,7 +238,7 @@ fn module_closure(root: &Path, kver: &str, names: &[&str], softdeps: bool) -> Re
 
 /// The initramfs: busybox in /bb (it survives the host-/usr mount), the modules, the files
 /// /etc needs, and our init. Rebuilt when any input changes (its hash is in the file name).
-fn build_initramfs(cache: &Path, kver: &str, modules: &[PathBuf]) -> Result<PathBuf> {
+fn build_initramfs(cache: &Path, kver: &str, device: &str, modules: &[PathBuf]) -> Result<PathBuf> {
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
         .into_iter()
         .map(Path::new)
@@ -265,7 +265,9 @@ fn build_initramfs(cache: &Path, kver: &str, modules: &[PathBuf]) -> Result<Path
         drv_list.as_bytes(),
         format!("{} {:?}", bb_meta.len(), bb_meta.modified().ok()).as_bytes(),
     ]);
-    let out = cache.join(format!("initramfs-{kver}-{hash:016x}.cpio"));
+    // One image per device (its modules differ): the guests of both may run at once.
+    let prefix = format!("initramfs-{device}-");
+    let out = cache.join(format!("{prefix}{kver}-{hash:016x}.cpio"));
     if out.exists() {
         return Ok(out);
     }
@@ -340,11 +342,15 @@ fn build_initramfs(cache: &Path, kver: &str, modules: &[PathBuf]) -> Result<Path
     a.file("etc/group", 0o644, b"root:x:0:\n");
     a.file("etc/hosts", 0o644, b"127.0.0.1 localhost\n");
     a.file("init", 0o755, INIT.as_bytes());
-    // old initramfs images of this cache are stale now
+    // Older images of this device are stale now (and those named before images were per
+    // device, `initramfs-KVER-...`).
     if let Ok(entries) = fs::read_dir(cache) {
         for e in entries.flatten() {
             let n = e.file_name();
-            if n.to_string_lossy().starts_with("initramfs-") {
+            let n = n.to_string_lossy();
+            let unnamed =
+                n.starts_with("initramfs-") && n.as_bytes().get(10).is_some_and(u8::is_ascii_digit);
+            if n.starts_with(&prefix) || unnamed {
                 let _ = fs::remove_file(e.path());
             }
         }
