@@ -191,9 +191,11 @@ impl Stream {
 
     /// A stream over an established connection (it should carry nothing else).
     pub fn from_conn(conn: Conn) -> Stream {
+        let mut write = OwnedWriteHalf::new(conn.clone());
+        write.whole = true;
         Stream {
-            read: OwnedReadHalf::new(conn.clone()),
-            write: OwnedWriteHalf::new(conn),
+            read: OwnedReadHalf::new(conn),
+            write,
         }
     }
 
@@ -284,7 +286,8 @@ impl Stream {
 
     /// Splits into halves that can move to different tasks or threads (dropping the write
     /// half shuts the writing side down; [`OwnedReadHalf::reunite`] puts them back).
-    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+    pub fn into_split(mut self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        self.write.whole = false;
         (self.read, self.write)
     }
 
@@ -293,6 +296,8 @@ impl Stream {
     #[allow(clippy::result_large_err)]
     fn reunite(read: OwnedReadHalf, write: OwnedWriteHalf) -> Result<Stream, ReuniteError> {
         if std::sync::Arc::ptr_eq(&read.conn.inner, &write.conn.inner) {
+            let mut write = write;
+            write.whole = true;
             Ok(Stream { read, write })
         } else {
             Err(ReuniteError(read, write))
@@ -372,9 +377,10 @@ impl Stream {
     ///   (what was written is delivered while the process lives), and
     ///   [`shutdown`](Self::shutdown) waits up to the endpoint's
     ///   [`linger`](crate::EndpointConfig::with_linger).
-    /// - `Some(Duration::ZERO)`: dropping the stream (its last half) aborts the connection,
-    ///   as TCP's reset: what was not yet delivered either way is dropped, and the peer's next
-    ///   read or write is `ConnectionReset`.
+    /// - `Some(Duration::ZERO)`: dropping the stream aborts the connection, as TCP's reset:
+    ///   no end of stream is sent, what was not yet delivered either way is dropped, and the
+    ///   peer's next read or write is `ConnectionReset`. Of split halves, a write half dropped
+    ///   first still ends the stream (as tokio's does), and the last half's drop aborts.
     /// - `Some(t)`: [`shutdown`](Self::shutdown) waits up to `t` for the peer to have
     ///   everything. Unlike a blocking socket's close, a drop never waits.
     ///

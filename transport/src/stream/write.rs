@@ -40,6 +40,10 @@ pub struct OwnedWriteHalf {
     /// The shutdown is complete: the peer has everything.
     shut_down: bool,
     pub(crate) timeout: BlockingTimeout,
+    /// Part of a whole [`Stream`] (not split): dropped with a zero linger, it leaves the
+    /// connection to be aborted, sending no end of stream first (as a socket closed with
+    /// `SO_LINGER` zero sends a reset and no FIN).
+    pub(crate) whole: bool,
 }
 
 impl OwnedWriteHalf {
@@ -54,6 +58,7 @@ impl OwnedWriteHalf {
             shutdown_deadline: None,
             shut_down: false,
             timeout: BlockingTimeout::default(),
+            whole: false,
         }
     }
 
@@ -263,10 +268,11 @@ impl OwnedWriteHalf {
 impl Drop for OwnedWriteHalf {
     /// Shuts the writing side down without waiting, unless it was (see the type's docs).
     fn drop(&mut self) {
-        if self.shut {
+        let conn = &self.conn.inner;
+        let aborting = self.whole && conn.linger.load(std::sync::atomic::Ordering::Relaxed) == 0;
+        if self.shut || aborting {
             return;
         }
-        let conn = &self.conn.inner;
         let mut st = conn.state.lock();
         if !conn.queue_end_of_stream(&mut st) {
             st.end_of_stream_due = true;
