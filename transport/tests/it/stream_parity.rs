@@ -6,7 +6,7 @@
 //! addresses, std's timeout setters (a zero timeout refused as std refuses it),
 //! `readable` / `try_read` / `peek` and `ready` / `writable` / `try_write` through a shared
 //! reference, and a zero linger that resets the connection.
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::stream::runtime;
@@ -326,6 +326,38 @@ fn a_dropped_write_half_ends_the_stream_and_halves_reunite_as_with_tokio_net() {
     });
 }
 
+/// Spawns `server` on `bind` (it says its port through the channel, within 20 s), runs
+/// `client` against `host` at that port (within 60 s), then waits for the server's end (within
+/// 60 s): the client's result and the server's.
+async fn exchange<SF, ST, CF, CT>(
+    bind: &str,
+    host: impl std::fmt::Display,
+    server: impl FnOnce(String, tokio::sync::oneshot::Sender<u16>) -> SF,
+    client: impl FnOnce(String) -> CF,
+) -> (CT, ST)
+where
+    SF: std::future::Future<Output = std::io::Result<ST>> + Send + 'static,
+    ST: Send + 'static,
+    CF: std::future::Future<Output = std::io::Result<CT>>,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let server = tokio::spawn(server(bind.to_owned(), tx));
+    let port = tokio::time::timeout(Duration::from_secs(20), rx)
+        .await
+        .expect("the server binds within 20 s")
+        .expect("the server binds");
+    let client = tokio::time::timeout(Duration::from_secs(60), client(format!("{host}:{port}")))
+        .await
+        .expect("the client ends within 60 s")
+        .expect("the client");
+    let server = tokio::time::timeout(Duration::from_secs(60), server)
+        .await
+        .expect("the server ends within 60 s")
+        .expect("the server task")
+        .expect("the server");
+    (client, server)
+}
+
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn try_read_readable_and_peek_behave_as_with_tokio_net() {
@@ -333,24 +365,13 @@ fn try_read_readable_and_peek_behave_as_with_tokio_net() {
         macro_rules! run {
             ($module:ident, $bind:expr, $host:expr) => {{
                 let (first, second) = (pattern(1, 3000), pattern(2, 200));
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let server = tokio::spawn($module::writer(
-                    $bind.to_string(),
-                    first.clone(),
-                    second.clone(),
-                    tx,
-                ));
-                let port = tokio::time::timeout(Duration::from_secs(20), rx)
-                    .await
-                    .expect("the server binds within 20 s")
-                    .expect("the server binds");
-                let (got_first, peeked, got_second) = tokio::time::timeout(
-                    Duration::from_secs(60),
-                    $module::nonblocking_reader(format!("{}:{port}", $host), 3000, 200),
+                let ((got_first, peeked, got_second), ()) = exchange(
+                    $bind,
+                    $host,
+                    |a, tx| $module::writer(a, first.clone(), second.clone(), tx),
+                    |a| $module::nonblocking_reader(a, 3000, 200),
                 )
-                .await
-                .expect("the reads end within 60 s")
-                .expect("the reader");
+                .await;
                 assert!(got_first == first, "the bytes read with try_read");
                 assert!(got_second == second, "the bytes read after the peek");
                 assert!(
@@ -358,11 +379,6 @@ fn try_read_readable_and_peek_behave_as_with_tokio_net() {
                     "peek saw the next bytes ({} of them)",
                     peeked.len()
                 );
-                tokio::time::timeout(Duration::from_secs(60), server)
-                    .await
-                    .expect("the server ends")
-                    .expect("the server task")
-                    .expect("the server");
             }};
         }
         run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);
@@ -374,28 +390,14 @@ fn try_read_readable_and_peek_behave_as_with_tokio_net() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn try_write_writable_and_ready_behave_as_with_tokio_net() {
     runtime().block_on(async {
+        let data = pattern(3, 300_000);
         macro_rules! run {
             ($module:ident, $bind:expr, $host:expr) => {{
-                let data = pattern(3, 300_000);
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let server = tokio::spawn($module::counter($bind.to_string(), tx));
-                let port = tokio::time::timeout(Duration::from_secs(20), rx)
-                    .await
-                    .expect("the server binds within 20 s")
-                    .expect("the server binds");
-                let read = tokio::time::timeout(
-                    Duration::from_secs(60),
-                    $module::nonblocking_writer(format!("{}:{port}", $host), &data),
-                )
-                .await
-                .expect("the writes end within 60 s")
-                .expect("the writer");
+                let (read, ()) = exchange($bind, $host, $module::counter, |a| {
+                    $module::nonblocking_writer(a, &data)
+                })
+                .await;
                 assert_eq!(read, data.len() as u64, "the peer read every byte");
-                tokio::time::timeout(Duration::from_secs(60), server)
-                    .await
-                    .expect("the server ends")
-                    .expect("the server task")
-                    .expect("the server");
             }};
         }
         run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);
@@ -409,30 +411,16 @@ fn try_write_writable_and_ready_behave_as_with_tokio_net() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_zero_linger_resets_the_connection_as_with_tokio_net() {
     runtime().block_on(async {
-        macro_rules! run {
-            ($module:ident, $bind:expr, $host:expr) => {{
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                let server = tokio::spawn($module::reset_reader($bind.to_string(), tx));
-                let port = tokio::time::timeout(Duration::from_secs(20), rx)
-                    .await
-                    .expect("the server binds within 20 s")
-                    .expect("the server binds");
-                tokio::time::timeout(
-                    Duration::from_secs(60),
-                    $module::aborter(format!("{}:{port}", $host)),
-                )
-                .await
-                .expect("the client ends within 60 s")
-                .expect("the client");
-                let kind = tokio::time::timeout(Duration::from_secs(60), server)
-                    .await
-                    .expect("the server's read ends within 60 s")
-                    .expect("the server task")
-                    .expect("the server");
-                assert_eq!(kind, std::io::ErrorKind::ConnectionReset);
-            }};
+        for (tcp, bind, host) in [
+            (true, "127.0.0.1:0", IpAddr::from(Ipv4Addr::LOCALHOST)),
+            (false, "0.0.0.0:0", peer_ip()),
+        ] {
+            let ((), kind) = if tcp {
+                exchange(bind, host, over_tcp::reset_reader, over_tcp::aborter).await
+            } else {
+                exchange(bind, host, over_rdma::reset_reader, over_rdma::aborter).await
+            };
+            assert_eq!(kind, std::io::ErrorKind::ConnectionReset, "over TCP: {tcp}");
         }
-        run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);
-        run!(over_rdma, "0.0.0.0:0", peer_ip());
     });
 }
