@@ -204,9 +204,6 @@ impl ConnState {
     }
 }
 
-/// [`ConnShared::linger`] when none is set.
-pub(crate) const NO_LINGER: u64 = u64::MAX;
-
 /// A connection as the engine knows it; user handles hold an `Arc` of it.
 #[derive(Debug)]
 pub(crate) struct ConnShared {
@@ -227,9 +224,9 @@ pub(crate) struct ConnShared {
     /// Sends go on their own at once: no batches of messages, no coalescing of stream
     /// writes (`Conn::set_nodelay`).
     pub nodelay: std::sync::atomic::AtomicBool,
-    /// The byte stream's linger in nanoseconds ([`NO_LINGER`]: none set, the endpoint's):
-    /// zero aborts the connection when its last handle goes; more bounds a shutdown's wait.
-    pub linger: std::sync::atomic::AtomicU64,
+    /// The byte stream's linger in nanoseconds, `NO_LINGER` when none is set: read and set
+    /// through [`linger`](Self::linger) and [`set_linger`](Self::set_linger).
+    pub(super) linger: std::sync::atomic::AtomicU64,
     /// Its `tracing` span and events.
     pub trace: crate::trace::ConnSpan,
 }
@@ -265,7 +262,7 @@ impl ConnShared {
             cond: Condvar::new(),
             handles: std::sync::atomic::AtomicUsize::new(1),
             nodelay: std::sync::atomic::AtomicBool::new(false),
-            linger: std::sync::atomic::AtomicU64::new(NO_LINGER),
+            linger: std::sync::atomic::AtomicU64::new(super::conn_close::NO_LINGER),
             shared,
         }
     }

@@ -35,7 +35,7 @@ use verbs::{CompletionBuf, Pd, Reclaimed};
 
 pub(crate) use chunks::{remote_chunk, Chunks};
 pub(crate) use cm_ops::{Backlog, CmWatcher, ConnectOp};
-pub(crate) use conn::{ConnShared, ConnState, StateGuard, NO_LINGER};
+pub(crate) use conn::{ConnShared, ConnState, StateGuard};
 #[cfg(feature = "tokio")]
 pub(crate) use policy::SPIN_TURNS_PER_CLOCK;
 pub(crate) use policy::{Policy, SpinBudget, Spinning};

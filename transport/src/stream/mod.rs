@@ -386,16 +386,7 @@ impl Stream {
     ///
     /// Never fails; `io::Result` as `TcpStream`'s.
     pub fn set_linger(&self, linger: Option<Duration>) -> io::Result<()> {
-        let nanos = match linger {
-            None => crate::engine::NO_LINGER,
-            Some(t) => u64::try_from(t.as_nanos()).map_or(crate::engine::NO_LINGER - 1, |n| {
-                n.min(crate::engine::NO_LINGER - 1)
-            }),
-        };
-        self.conn()
-            .inner
-            .linger
-            .store(nanos, std::sync::atomic::Ordering::Relaxed);
+        self.conn().inner.set_linger(linger);
         Ok(())
     }
 
@@ -407,17 +398,7 @@ impl Stream {
 
     /// The linger [`set_linger`](Self::set_linger) set (`None`: none). Never fails.
     pub fn linger(&self) -> io::Result<Option<Duration>> {
-        Ok(
-            match self
-                .conn()
-                .inner
-                .linger
-                .load(std::sync::atomic::Ordering::Relaxed)
-            {
-                crate::engine::NO_LINGER => None,
-                nanos => Some(Duration::from_nanos(nanos)),
-            },
-        )
+        Ok(self.conn().inner.linger())
     }
 
     /// See [`OwnedReadHalf::poll_read`].

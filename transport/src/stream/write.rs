@@ -186,10 +186,9 @@ impl OwnedWriteHalf {
     /// endpoint's.
     fn linger(&self) -> std::time::Duration {
         let conn = &self.conn.inner;
-        match conn.linger.load(std::sync::atomic::Ordering::Relaxed) {
-            crate::engine::NO_LINGER | 0 => conn.shared.cfg.linger,
-            nanos => std::time::Duration::from_nanos(nanos),
-        }
+        conn.linger()
+            .filter(|t| !t.is_zero())
+            .unwrap_or(conn.shared.cfg.linger)
     }
 
     /// Shuts the writing side down: everything written is still delivered, then the peer
@@ -269,7 +268,7 @@ impl Drop for OwnedWriteHalf {
     /// Shuts the writing side down without waiting, unless it was (see the type's docs).
     fn drop(&mut self) {
         let conn = &self.conn.inner;
-        let aborting = self.whole && conn.linger.load(std::sync::atomic::Ordering::Relaxed) == 0;
+        let aborting = self.whole && conn.aborts_when_released();
         if self.shut || aborting {
             return;
         }
