@@ -85,7 +85,7 @@ mod tokio_driver {
     use tokio::io::unix::AsyncFd;
     use tokio::io::Interest;
 
-    use crate::engine::Shared;
+    use crate::engine::{Policy, Shared};
     use crate::{Endpoint, Error, Result};
 
     /// The completion channel's fd, owned by the shared state it belongs to (so the fd
@@ -135,27 +135,28 @@ mod tokio_driver {
             if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
                 return;
             }
-            // Two first callers at once spawn one driver.
-            let _spawning = policy.spawning_driver();
-            if policy.wants_driver() {
-                let _ = self.spawn_driver(&rt);
-            }
+            self.spawn_driver_once(&rt, Policy::wants_driver);
         }
 
         /// Under [`Polling::Reactor`](crate::Polling::Reactor), for the stream's shared
         /// endpoints (which no user spawns a driver for): when no driver task lives and the
         /// caller runs in a tokio runtime, spawns one there.
         pub(crate) fn drive_reactor_from_current_runtime(&self) {
-            let policy = &self.engine.shared.policy;
-            if self.expect_reactor().is_err() || !policy.driverless() {
+            if self.expect_reactor().is_err() || !self.engine.shared.policy.driverless() {
                 return;
             }
-            let Ok(rt) = tokio::runtime::Handle::try_current() else {
-                return;
-            };
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                self.spawn_driver_once(&rt, Policy::driverless);
+            }
+        }
+
+        /// Spawns a driver on `rt` if `wanted` still says so under the policy's spawning
+        /// lock: two first callers at once spawn one driver.
+        fn spawn_driver_once(&self, rt: &tokio::runtime::Handle, wanted: fn(&Policy) -> bool) {
+            let policy = &self.engine.shared.policy;
             let _spawning = policy.spawning_driver();
-            if policy.driverless() {
-                let _ = self.spawn_driver(&rt);
+            if wanted(policy) {
+                let _ = self.spawn_driver(rt);
             }
         }
 
