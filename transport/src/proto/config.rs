@@ -369,11 +369,12 @@ impl Refusal {
     /// `info` followed by this reason.
     pub fn encode(&self, info: &ConnectInfo) -> [u8; Self::LEN] {
         let mut b = [0u8; Self::LEN];
-        b[..ConnectInfo::LEN].copy_from_slice(&info.encode());
+        let (head, reason) = b.split_at_mut(ConnectInfo::LEN);
+        head.copy_from_slice(&info.encode());
         match self {
             Refusal::Full { max } => {
-                b[24..28].copy_from_slice(&Self::FULL);
-                b[28..32].copy_from_slice(&max.to_le_bytes());
+                reason[..4].copy_from_slice(&Self::FULL);
+                reason[4..].copy_from_slice(&max.to_le_bytes());
             }
         }
         b
@@ -381,7 +382,7 @@ impl Refusal {
 
     /// The reason in a rejection's private data, if it gives one.
     pub fn decode(b: &[u8]) -> Option<Refusal> {
-        let reason = b.get(24..32)?;
+        let reason = b.get(ConnectInfo::LEN..Self::LEN)?;
         (reason[..4] == Self::FULL).then(|| Refusal::Full {
             max: u32::from_le_bytes([reason[4], reason[5], reason[6], reason[7]]),
         })

@@ -78,9 +78,9 @@ impl StreamListener {
 
     /// [`bind`](Self::bind), from blocking code.
     pub fn bind_blocking(addr: impl std::net::ToSocketAddrs) -> io::Result<StreamListener> {
+        let config = EndpointConfig::default();
         let mut last = None;
         for addr in addr.to_socket_addrs()? {
-            let config = EndpointConfig::default();
             let bound = listen_ips(addr.ip()).and_then(|ips| {
                 let endpoints = ips
                     .into_iter()

@@ -21,8 +21,9 @@ mod siw;
 use image::cache_dir;
 pub use image::prepare;
 
-/// Guest memory: room for a 1 GiB message sent and received in one test process (both ends
-/// of it registered) beside the suite's other tests.
+/// Guest memory: room for what a test process registers and holds (the largest message test
+/// keeps 64 MiB at both ends, beside pools of up to 256 MiB) with margin; the two guests of
+/// `cargo xtask test` take twice this at once.
 const GUEST_MEMORY: &str = "4G";
 
 /// The software RDMA device the guest brings up.
