@@ -288,52 +288,42 @@ parity_programs!(
     transport::stream::Stream
 );
 
-macro_rules! run_half_close {
-    ($module:ident, $bind:expr, $host:expr, $len:expr) => {{
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let server = tokio::spawn($module::server($bind.to_string(), 2, tx));
-        let port = tokio::time::timeout(Duration::from_secs(20), rx)
-            .await
-            .expect("the server binds within 20 s")
-            .expect("the server binds");
-        let data = pattern($len as u64, $len);
-        let answer = tokio::time::timeout(
-            Duration::from_secs(120),
-            $module::client(format!("{}:{port}", $host), &data),
-        )
-        .await
-        .expect("the exchange ends within 120 s")
-        .expect("the client's exchange");
-        let mut reversed = data.clone();
-        reversed.reverse();
-        assert!(answer == reversed, "{} bytes: the answer differs", $len);
-        tokio::time::timeout(Duration::from_secs(60), server)
-            .await
-            .expect("the server ends")
-            .expect("the server task")
-            .expect("the server");
-    }};
-}
-
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_dropped_write_half_ends_the_stream_and_halves_reunite_as_with_tokio_net() {
     runtime().block_on(async {
         for len in [0usize, 1, 4096, 100_000, 4 << 20] {
-            run_half_close!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST, len);
-            run_half_close!(over_rdma, "0.0.0.0:0", peer_ip(), len);
+            let data = pattern(len as u64, len);
+            let mut reversed = data.clone();
+            reversed.reverse();
+            macro_rules! run {
+                ($module:ident, $bind:expr, $host:expr) => {{
+                    let (answer, ()) = exchange(
+                        $bind,
+                        $host,
+                        |a, tx| $module::server(a, 2, tx),
+                        |a| $module::client(a, &data),
+                        Duration::from_secs(120),
+                    )
+                    .await;
+                    assert!(answer == reversed, "{len} bytes: the answer differs");
+                }};
+            }
+            run!(over_tcp, "127.0.0.1:0", Ipv4Addr::LOCALHOST);
+            run!(over_rdma, "0.0.0.0:0", peer_ip());
         }
     });
 }
 
 /// Spawns `server` on `bind` (it says its port through the channel, within 20 s), runs
-/// `client` against `host` at that port (within 60 s), then waits for the server's end (within
-/// 60 s): the client's result and the server's.
+/// `client` against `host` at that port (within `client_within`), then waits for the server's
+/// end (within 60 s): the client's result and the server's.
 async fn exchange<SF, ST, CF, CT>(
     bind: &str,
     host: impl std::fmt::Display,
     server: impl FnOnce(String, tokio::sync::oneshot::Sender<u16>) -> SF,
     client: impl FnOnce(String) -> CF,
+    client_within: Duration,
 ) -> (CT, ST)
 where
     SF: std::future::Future<Output = std::io::Result<ST>> + Send + 'static,
@@ -346,9 +336,9 @@ where
         .await
         .expect("the server binds within 20 s")
         .expect("the server binds");
-    let client = tokio::time::timeout(Duration::from_secs(60), client(format!("{host}:{port}")))
+    let client = tokio::time::timeout(client_within, client(format!("{host}:{port}")))
         .await
-        .expect("the client ends within 60 s")
+        .unwrap_or_else(|_| panic!("the client ends within {client_within:?}"))
         .expect("the client");
     let server = tokio::time::timeout(Duration::from_secs(60), server)
         .await
@@ -370,6 +360,7 @@ fn try_read_readable_and_peek_behave_as_with_tokio_net() {
                     $host,
                     |a, tx| $module::writer(a, first.clone(), second.clone(), tx),
                     |a| $module::nonblocking_reader(a, 3000, 200),
+                    Duration::from_secs(60),
                 )
                 .await;
                 assert!(got_first == first, "the bytes read with try_read");
@@ -393,9 +384,13 @@ fn try_write_writable_and_ready_behave_as_with_tokio_net() {
         let data = pattern(3, 300_000);
         macro_rules! run {
             ($module:ident, $bind:expr, $host:expr) => {{
-                let (read, ()) = exchange($bind, $host, $module::counter, |a| {
-                    $module::nonblocking_writer(a, &data)
-                })
+                let (read, ()) = exchange(
+                    $bind,
+                    $host,
+                    $module::counter,
+                    |a| $module::nonblocking_writer(a, &data),
+                    Duration::from_secs(60),
+                )
                 .await;
                 assert_eq!(read, data.len() as u64, "the peer read every byte");
             }};
@@ -415,10 +410,25 @@ fn a_zero_linger_resets_the_connection_as_with_tokio_net() {
             (true, "127.0.0.1:0", IpAddr::from(Ipv4Addr::LOCALHOST)),
             (false, "0.0.0.0:0", peer_ip()),
         ] {
+            let within = Duration::from_secs(60);
             let ((), kind) = if tcp {
-                exchange(bind, host, over_tcp::reset_reader, over_tcp::aborter).await
+                exchange(
+                    bind,
+                    host,
+                    over_tcp::reset_reader,
+                    over_tcp::aborter,
+                    within,
+                )
+                .await
             } else {
-                exchange(bind, host, over_rdma::reset_reader, over_rdma::aborter).await
+                exchange(
+                    bind,
+                    host,
+                    over_rdma::reset_reader,
+                    over_rdma::aborter,
+                    within,
+                )
+                .await
             };
             assert_eq!(kind, std::io::ErrorKind::ConnectionReset, "over TCP: {tcp}");
         }
