@@ -240,6 +240,12 @@ impl CmLink {
         Ok(())
     }
 
+    /// Waits up to `bound` for the peer to disconnect; whatever happens, the link is then
+    /// ready to be dropped.
+    pub fn wait_for_peer_close(&self, bound: Duration) {
+        let _ = self.conn.wait_disconnect(bound);
+    }
+
     /// Waits for the peer's next message.
     pub fn recv(&mut self, what: &str) -> Result<Vec<u8>, Error> {
         loop {

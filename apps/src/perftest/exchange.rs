@@ -130,6 +130,10 @@ enum Link {
     Cm(Box<CmLink>),
 }
 
+/// How long the rdma_cm server waits for the client to close the control connection after
+/// the last handshake (the client closes as soon as it has the server's message).
+const PEER_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// The connection to the peer that carries the exchange.
 #[derive(Debug)]
 pub struct Comm {
@@ -391,11 +395,20 @@ impl Comm {
     }
 
     /// `ctx_close_connection`: a last handshake, then (over TCP) `"done"`, which nobody reads.
+    ///
+    /// Over rdma_cm the server sends the last message; its send completes once the device has
+    /// taken it (on iWARP: once it is in the TCP socket), not once the peer has it, so the
+    /// server lets the client close first (up to [`PEER_CLOSE_WAIT`]) rather than tear down a
+    /// connection whose last message may still be on its way.
     pub fn close(mut self, mine: &Dest) -> Result<(), Error> {
         self.hand_shake(mine)?;
-        if let Link::Tcp(stream) = &mut self.link {
-            let _ = stream.write_all(b"done\0");
-            let _ = stream.shutdown(std::net::Shutdown::Write);
+        match &mut self.link {
+            Link::Tcp(stream) => {
+                let _ = stream.write_all(b"done\0");
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+            }
+            Link::Cm(link) if !self.client => link.wait_for_peer_close(PEER_CLOSE_WAIT),
+            Link::Cm(_) => {}
         }
         Ok(())
     }
