@@ -382,7 +382,14 @@ pub fn stripped_copies(release: &Path, cost: &Path, dir: &Path) -> Result<std::p
     std::fs::create_dir_all(dir)?;
     let apps = ["send-bw", "write-bw", "read-bw", "send-lat", "rc-pingpong"];
     let sources = apps.iter().map(|a| (release.join(a), dir.join(a)));
+    // `XTASK_COST_DEBUGINFO=1` keeps it: slower starts, but callgrind then attributes each
+    // instruction to its source line, inlined code included (see `cost/raw/*.cg`).
+    let keep = std::env::var_os("XTASK_COST_DEBUGINFO").is_some_and(|v| !v.is_empty());
     for (from, to) in sources.chain([(cost.to_path_buf(), dir.join("cost"))]) {
+        if keep {
+            std::fs::copy(&from, &to)?;
+            continue;
+        }
         let mut cmd = Command::new("objcopy");
         cmd.arg("--strip-debug").arg(&from).arg(&to);
         util::status(cmd, &format!("objcopy --strip-debug {}", from.display()))?;
