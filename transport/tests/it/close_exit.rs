@@ -19,6 +19,22 @@ fn stream_byte(i: usize) -> u8 {
     (i as u8) ^ ((i >> 8) as u8).wrapping_mul(3) ^ ((i >> 16) as u8).wrapping_mul(7)
 }
 
+/// The first `len` bytes of what `stream-writer` writes, built from 256-byte rows (each
+/// block of 256 is `0..=255` XOR one value) rather than byte by byte: the test compares
+/// whole reads against it.
+fn stream_bytes(len: usize) -> Vec<u8> {
+    let rows: Vec<u8> = (0..=255u8)
+        .flat_map(|k| (0..=255u8).map(move |x| x ^ k))
+        .collect();
+    let mut v = Vec::with_capacity(len);
+    while v.len() < len {
+        let i = v.len();
+        let row = usize::from(stream_byte(i));
+        v.extend_from_slice(&rows[row * 256..][..(len - i).min(256)]);
+    }
+    v
+}
+
 /// Message `n` of `message-writer`: `n` (8 bytes, little-endian), then byte `i` is `n + i`.
 fn numbered(n: u64, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = (0..len.max(8))
@@ -26,6 +42,32 @@ fn numbered(n: u64, len: usize) -> Vec<u8> {
         .collect();
     v[..8].copy_from_slice(&n.to_le_bytes());
     v
+}
+
+/// Whether `m` is message `n` of `len` bytes: its number, then the ramp from `n + 8` (compared
+/// against `ramp`, bytes `0, 1, .., 255` twice and more, without a loop per byte).
+fn is_numbered(m: &[u8], n: u64, len: usize, ramp: &[u8]) -> bool {
+    let len = len.max(8);
+    if m.len() != len || m[..8] != n.to_le_bytes() {
+        return false;
+    }
+    let start = usize::from((n as u8).wrapping_add(8));
+    m[8..].chunks(256).all(|c| c == &ramp[start..start + c.len()])
+}
+
+#[test]
+fn the_fast_patterns_are_the_patterns() {
+    let len = 3 * (64 << 10) + 300;
+    let slow: Vec<u8> = (0..len).map(stream_byte).collect();
+    assert_eq!(stream_bytes(len), slow);
+    let ramp: Vec<u8> = (0..512).map(|i| i as u8).collect();
+    for (n, len) in [(0, 8), (7, 9), (300, 1000), (255, 4096)] {
+        assert!(is_numbered(&numbered(n, len), n, len, &ramp));
+        let mut bad = numbered(n, len);
+        *bad.last_mut().unwrap() ^= 1;
+        assert!(!is_numbered(&bad, n, len, &ramp));
+        assert!(!is_numbered(&numbered(n + 1, len), n, len, &ramp));
+    }
 }
 
 /// How long a writer that dropped its connection goes on before it exits: long enough for
@@ -98,17 +140,19 @@ fn stream_run(
     );
     let mut stream = Stream::from_conn(conn);
     stream.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let want = stream_bytes(size);
     let mut buf = vec![0u8; 256 << 10];
     let mut got = 0usize;
     let error = loop {
         match stream.read(&mut buf) {
             Ok(0) => break None,
             Ok(n) => {
-                for (k, &b) in buf[..n].iter().enumerate() {
-                    assert_eq!(b, stream_byte(got + k), "byte {} of {size}", got + k);
+                assert!(got + n <= size, "{} bytes of {size}", got + n);
+                if buf[..n] != want[got..got + n] {
+                    let k = (0..n).find(|&k| buf[k] != want[got + k]).unwrap_or(0);
+                    panic!("byte {} of {size} is {}, not {}", got + k, buf[k], want[got + k]);
                 }
                 got += n;
-                assert!(got <= size, "{got} bytes of {size}");
             }
             Err(e) => {
                 assert_ne!(e.kind(), ErrorKind::TimedOut, "the read waited {TIMEOUT:?}");
@@ -129,12 +173,13 @@ fn message_run(listener: &Listener, count: u64, size: usize, close: bool) -> (En
         &["--count", &count_arg, "--size", &size_arg],
         close.then_some("--close"),
     );
+    let ramp: Vec<u8> = (0..512).map(|i| i as u8).collect();
     let mut got = 0usize;
     let error = loop {
         match conn.recv(TIMEOUT) {
             Ok(m) => {
                 assert!(
-                    m.bytes() == numbered(got as u64, size),
+                    is_numbered(&m.bytes(), got as u64, size, &ramp),
                     "message {got} of {count} intact"
                 );
                 got += 1;
