@@ -46,17 +46,46 @@ pub fn pair() -> (Conn, Conn) {
     pair_with(config(), config())
 }
 
-/// `len` bytes whose content depends on `seed` and position.
+/// `len` bytes whose content depends on `seed` and position: a block of up to 64 KiB of
+/// xorshift output (8 bytes a step), repeated, each block after the first starting with its
+/// index (mixed with the seed), so a byte, a word or a whole block out of place shows. A
+/// shorter pattern of a seed is a prefix of a longer one. Built by copies past the first
+/// block: the device tests run unoptimized, under emulation.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    const BLOCK: usize = 64 << 10;
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut block = Vec::with_capacity(BLOCK.min(len) + 8);
+    while block.len() < BLOCK.min(len) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        block.extend_from_slice(&x.to_le_bytes());
+    }
+    let mut v = Vec::with_capacity(len);
+    let mut index = 0u64;
+    while v.len() < len {
+        let start = v.len();
+        v.extend_from_slice(&block[..(len - start).min(BLOCK)]);
+        if index > 0 {
+            let n = (len - start).min(8);
+            v[start..start + n].copy_from_slice(&(index ^ x).to_le_bytes()[..n]);
+        }
+        index += 1;
+    }
+    v
+}
+
+#[test]
+fn patterns_differ_by_seed_and_block_and_extend_their_prefixes() {
+    let long = pattern(7, 3 * (64 << 10) + 5);
+    assert_eq!(long.len(), 3 * (64 << 10) + 5);
+    assert_eq!(pattern(7, 100), long[..100]);
+    assert_eq!(pattern(7, (64 << 10) + 3), long[..(64 << 10) + 3]);
+    assert_ne!(pattern(8, 100), long[..100]);
+    let block = |k: usize| &long[k * (64 << 10)..(k + 1) * (64 << 10)];
+    assert_ne!(block(0), block(1));
+    assert_ne!(block(1), block(2));
+    assert_eq!(block(1)[8..], block(2)[8..]);
 }
 
 /// RNR error counters of this host's and the peer's device (sent and received NAKs). A
