@@ -68,11 +68,18 @@ impl Dest {
     }
 }
 
+/// The tag of the control connection's receives, which tells their completions from the
+/// send's.
+const RECV_TAG: u64 = 1;
+
 /// The control connection: one RC QP, one receive always posted, one send at a time.
 pub struct CmLink {
     conn: Connection,
     send_buf: Option<MemoryRegion>,
     got: VecDeque<Vec<u8>>,
+    /// Why no more messages will come: a receive failed or was flushed (the peer closed or
+    /// failed). A send may still have completed; only a later receive fails.
+    ended: Option<String>,
     wcs: CompletionBuf,
     timeout: Duration,
 }
@@ -107,7 +114,9 @@ fn post_control_recv(qp: &verbs::Qp, pd: &Pd) -> Result<(), Error> {
     let b = pd
         .reg_mr(DEST_SIZE, AccessFlags::LOCAL_WRITE)
         .map_err(|e| Error::Verbs("register the control receive buffer", e))?;
-    let req = RecvRequest::new(b, ..).map_err(|e| Error::Verbs("build a receive", e))?;
+    let req = RecvRequest::new(b, ..)
+        .map_err(|e| Error::Verbs("build a receive", e))?
+        .tag(RECV_TAG);
     qp.post_recv(req)
         .map(|_| ())
         .map_err(|e| Error::Verbs("post a control receive", e.error))
@@ -216,6 +225,7 @@ impl CmLink {
             conn,
             send_buf: Some(send_buf),
             got: VecDeque::new(),
+            ended: None,
             wcs: CompletionBuf::new(4),
             timeout,
         })
@@ -252,6 +262,12 @@ impl CmLink {
             if let Some(m) = self.got.pop_front() {
                 return Ok(m);
             }
+            if let Some(why) = &self.ended {
+                return Err(Error::Peer(format!(
+                    "the control connection failed during {what} ({why}): the peer exited or \
+                     failed (see its output)"
+                )));
+            }
             self.poll_once(what)?;
         }
     }
@@ -275,6 +291,12 @@ impl CmLink {
         for wc in &polled {
             let bufs = qp.reclaim(wc);
             if let Err(e) = wc.status() {
+                // A receive flushed once the peer closed says nothing of a send that went
+                // before: the exchange fails only if it still needs a message.
+                if bufs.iter().any(|r| r.tag == RECV_TAG) {
+                    self.ended.get_or_insert(e.to_string());
+                    continue;
+                }
                 return Err(Error::Peer(format!(
                     "the control connection failed during {what} ({e}): the peer exited or \
                      failed (see its output)"
