@@ -45,6 +45,13 @@ static GLOBAL: Counting = Counting;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Round trips before anything is counted: pool chunks, caches and queues (a window of 32
+/// credits) reach their working size many times over.
+const WARM_UP: u64 = 1000;
+
+/// Round trips of a counted window: an allocation per message would show as hundreds.
+const WINDOW: u64 = 500;
+
 /// A connection between the two hosts: (client side, server side).
 fn connected() -> (Conn, Conn) {
     let cfg = || {
@@ -102,7 +109,7 @@ fn small_messages_in_steady_state_allocate_nothing() {
         assert_eq!(back.bytes()[..8], i.to_le_bytes());
     };
     // Warm up: pool chunks, caches and queues reach their working size.
-    for i in 0..3000 {
+    for i in 0..WARM_UP {
         round(i);
     }
     // A thread's first free into a pool class gives it a cache of that class (a one-time
@@ -114,7 +121,7 @@ fn small_messages_in_steady_state_allocate_nothing() {
         }
     }
     // Steady state: a window of round trips in which nothing allocates.
-    let n = 2000u64;
+    let n = WINDOW;
     let windows = windows(n, round);
     assert_eq!(
         windows.last(),
@@ -137,11 +144,11 @@ fn small_calls_in_steady_state_allocate_nothing() {
         let back = c.call(&payload, TIMEOUT).unwrap();
         assert_eq!(back.bytes()[..8], i.to_le_bytes());
     };
-    for i in 0..3000 {
+    for i in 0..WARM_UP {
         round(i);
     }
     drop(c.alloc(64).unwrap());
-    let n = 2000u64;
+    let n = WINDOW;
     let windows = windows(n, round);
     c.close(TIMEOUT).unwrap();
     server.join().unwrap().unwrap();

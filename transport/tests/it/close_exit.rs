@@ -52,7 +52,9 @@ fn is_numbered(m: &[u8], n: u64, len: usize, ramp: &[u8]) -> bool {
         return false;
     }
     let start = usize::from((n as u8).wrapping_add(8));
-    m[8..].chunks(256).all(|c| c == &ramp[start..start + c.len()])
+    m[8..]
+        .chunks(256)
+        .all(|c| c == &ramp[start..start + c.len()])
 }
 
 #[test]
@@ -150,7 +152,12 @@ fn stream_run(
                 assert!(got + n <= size, "{} bytes of {size}", got + n);
                 if buf[..n] != want[got..got + n] {
                     let k = (0..n).find(|&k| buf[k] != want[got + k]).unwrap_or(0);
-                    panic!("byte {} of {size} is {}, not {}", got + k, buf[k], want[got + k]);
+                    panic!(
+                        "byte {} of {size} is {}, not {}",
+                        got + k,
+                        buf[k],
+                        want[got + k]
+                    );
                 }
                 got += n;
             }

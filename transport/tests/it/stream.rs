@@ -1,6 +1,6 @@
 //! The byte stream between the two hosts: echo of every size from 1 B to 16 MiB on a
 //! multi-threaded tokio runtime, `tokio::io::copy` of 16 MiB with a checksum, 1,000 tasks sharing one
-//! connection, one write of 96 MiB (more than the pool), and small writes coalescing (or not, with `nodelay`).
+//! connection, one write of 24 MiB (more than the pool), and small writes coalescing (or not, with `nodelay`).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -263,19 +263,22 @@ fn a_thousand_tasks_share_one_connection() {
     });
 }
 
-/// One `write_all` of 96 MiB, half as much again as either endpoint's pool: the write half
-/// cuts it into messages and the reader gets every byte once, in order, nothing held whole. Each 4 KiB page carries its offset (checked on arrival: a lost,
-/// repeated or misplaced piece moves the stamps); the rest of the page is a fixed pattern,
-/// compared whole.
+/// One `write_all` of 24 MiB, half as much again as either endpoint's pool (16 MiB): the
+/// write half cuts it into messages and the reader gets every byte once, in order, nothing
+/// held whole. Each 4 KiB page carries its offset (checked on arrival: a lost, repeated or
+/// misplaced piece moves the stamps); the rest of the page is a fixed pattern, compared whole.
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_write_larger_than_the_pool_arrives_intact() {
-    const TOTAL: usize = 96 << 20;
+    const POOL: usize = 16 << 20;
+    const TOTAL: usize = POOL / 2 * 3;
     const PAGE: usize = 4096;
     let fill = pattern(9, PAGE);
     let rt = runtime();
     rt.block_on(async {
-        let (listener, client) = stream_endpoints();
+        let small_pool = || config().with_pool_bytes(POOL);
+        let (listener, client) = endpoints(small_pool(), small_pool());
+        let (listener, client) = (StreamListener::from_listener(listener), client);
         let (mut c, mut s) = connect_pair(&listener, &client).await;
         let data = {
             let fill = fill.clone();
@@ -290,7 +293,7 @@ fn a_write_larger_than_the_pool_arrives_intact() {
         };
         let writer = tokio::spawn(async move {
             let data = tokio::task::spawn_blocking(data).await.unwrap();
-            c.write_all(&data).await.expect("the 96 MiB write");
+            c.write_all(&data).await.expect("the 24 MiB write");
             c.shutdown().await.unwrap();
         });
         let reader = async {
@@ -310,12 +313,12 @@ fn a_write_larger_than_the_pool_arrives_intact() {
             assert_eq!(
                 s.read(&mut buf).await.unwrap(),
                 0,
-                "end of stream after 96 MiB"
+                "end of stream after 24 MiB"
             );
         };
         tokio::time::timeout(Duration::from_secs(600), reader)
             .await
-            .expect("96 MiB within 600 s");
+            .expect("24 MiB within 600 s");
         writer.await.unwrap();
     });
 }
