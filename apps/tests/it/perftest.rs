@@ -325,7 +325,7 @@ fn rdma_cm_with_several_qps_and_bidirectional_against_perftest_in_both_roles() {
     let mut port = 18_800;
     for &(ours, theirs, _) in &[TOOLS[4], TOOLS[5], TOOLS[6]] {
         for extra in [
-            &["-R", "-q", "2", "-n", "200"][..],
+            &["-R", "-q", "2", "-n", "200", "-s", "4096"][..],
             &["-R", "-b", "-n", "200", "-s", "4096"][..],
         ] {
             let bidir = extra.contains(&"-b");
@@ -486,7 +486,13 @@ fn the_peak_is_left_out_where_perftest_leaves_it_out() {
     println!("25,000 sends and both reports in {:?}", started.elapsed());
     // Asked for with -N: no peak, no warning; perftest's server takes the same option.
     for (port, server) in [(18_833, TOOLS[5].0), (18_834, TOOLS[5].1)] {
-        let (_, c) = pair(server, TOOLS[5].0, port, &["-n", "200", "-N"], false);
+        let (_, c) = pair(
+            server,
+            TOOLS[5].0,
+            port,
+            &["-n", "200", "-N", "-s", "4096"],
+            false,
+        );
         assert!(!c.contains(warning), "-N warned:\n{c}");
         let r = rows(&c);
         assert_eq!(r.len(), 1, "{c}");
@@ -494,7 +500,13 @@ fn the_peak_is_left_out_where_perftest_leaves_it_out() {
         assert!(r[0][4] > 0.0, "no messages: {c}");
     }
     // Below the limit the client still measures it.
-    let (_, c) = pair(TOOLS[5].0, TOOLS[5].0, 18_835, &["-n", "200"], false);
+    let (_, c) = pair(
+        TOOLS[5].0,
+        TOOLS[5].0,
+        18_835,
+        &["-n", "200", "-s", "4096"],
+        false,
+    );
     assert!(!c.contains(warning), "{c}");
     let r = rows(&c);
     assert!(r[0][2] >= r[0][3], "peak below the average: {c}");
