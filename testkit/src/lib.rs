@@ -291,6 +291,27 @@ pub fn bench_json_path(env: &str, file: &str) -> std::path::PathBuf {
         .join(file)
 }
 
+/// While alive, a panic prints its message only, without a backtrace: for a test whose panic
+/// is expected (`#[should_panic]`), since symbolizing a backtrace of an unoptimized binary
+/// takes seconds under emulation. Dropping it (unwinding included) brings back the default
+/// hook, so later tests' failures still show their backtraces.
+pub struct QuietPanics(());
+
+impl QuietPanics {
+    /// Installs the quiet hook.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> QuietPanics {
+        std::panic::set_hook(Box::new(|info| eprintln!("{info}")));
+        QuietPanics(())
+    }
+}
+
+impl Drop for QuietPanics {
+    fn drop(&mut self) {
+        let _ = std::panic::take_hook();
+    }
+}
+
 /// Runs `cmd` to completion within `timeout` (killing it otherwise) and returns its output.
 pub fn run_with_timeout(cmd: Command, timeout: Duration) -> Output {
     ChildGuard::spawn(cmd)

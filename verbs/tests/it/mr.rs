@@ -32,6 +32,7 @@ fn owned_region_descriptors_are_bounds_checked() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 #[should_panic(expected = "remote write")]
 fn remotely_writable_region_has_no_slice_view() {
+    let _quiet = testkit::QuietPanics::new();
     let ctx = open();
     let pd = ctx.alloc_pd().unwrap();
     let mr = pd
