@@ -291,24 +291,42 @@ pub fn bench_json_path(env: &str, file: &str) -> std::path::PathBuf {
         .join(file)
 }
 
-/// While alive, a panic prints its message only, without a backtrace: for a test whose panic
-/// is expected (`#[should_panic]`), since symbolizing a backtrace of an unoptimized binary
-/// takes seconds under emulation. Dropping it (unwinding included) brings back the default
-/// hook, so later tests' failures still show their backtraces.
+/// While alive, a panic on this thread prints its message only, without a backtrace: for a
+/// test whose panic is expected (`#[should_panic]`), since symbolizing a backtrace of an
+/// unoptimized binary takes seconds under emulation. The first one installs, once for the
+/// process, a hook that does so for the threads holding one and calls the default hook for
+/// every other panic, so later failures still show their backtraces. (The hook itself cannot
+/// be swapped back while the panic unwinds.)
+#[derive(Debug)]
 pub struct QuietPanics(());
 
+thread_local! {
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl QuietPanics {
-    /// Installs the quiet hook.
+    /// Makes this thread's panics quiet until the guard drops.
     #[allow(clippy::new_without_default)]
     pub fn new() -> QuietPanics {
-        std::panic::set_hook(Box::new(|info| eprintln!("{info}")));
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            let default = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if QUIET.with(|q| q.get()) {
+                    eprintln!("{info}");
+                } else {
+                    default(info);
+                }
+            }));
+        });
+        QUIET.with(|q| q.set(true));
         QuietPanics(())
     }
 }
 
 impl Drop for QuietPanics {
     fn drop(&mut self) {
-        let _ = std::panic::take_hook();
+        QUIET.with(|q| q.set(false));
     }
 }
 
