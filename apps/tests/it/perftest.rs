@@ -321,22 +321,26 @@ fn bidirectional_bandwidth_against_perftest_in_both_roles() {
 fn rdma_cm_with_several_qps_and_bidirectional_against_perftest_in_both_roles() {
     // -R with -q 2 (the CM connects every QP on the test's port, perftest's order) and -R with
     // -b (both sides post over CM-connected QPs and exchange reports on the control
-    // connection), for each bandwidth test, against perftest in both roles.
+    // connection), for each bandwidth test, against perftest: each option of each test in one
+    // role, the roles alternating from test to test and from option to option, so that each
+    // option of each role runs with some test.
     let mut port = 18_800;
-    for &(ours, theirs, _) in &[TOOLS[4], TOOLS[5], TOOLS[6]] {
-        for extra in [
+    for (t, &(ours, theirs, _)) in [TOOLS[4], TOOLS[5], TOOLS[6]].iter().enumerate() {
+        for (o, extra) in [
             &["-R", "-q", "2", "-n", "200", "-s", "4096"][..],
             &["-R", "-b", "-n", "200", "-s", "4096"][..],
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let bidir = extra.contains(&"-b");
-            for (s_prog, c_prog) in [(theirs, ours), (ours, theirs)] {
-                port += 1;
-                let (s, c) = pair(s_prog, c_prog, port, extra, bidir);
-                let qps = if bidir { 1 } else { 2 };
-                assert!(c.contains(&format!("Number of qps   : {qps}")), "{c}");
-                if bidir {
-                    assert_eq!(rows(&s), rows(&c), "the sides printed different sums");
-                }
+            let (s_prog, c_prog) = [(theirs, ours), (ours, theirs)][(t + o) % 2];
+            port += 1;
+            let (s, c) = pair(s_prog, c_prog, port, extra, bidir);
+            let qps = if bidir { 1 } else { 2 };
+            assert!(c.contains(&format!("Number of qps   : {qps}")), "{c}");
+            if bidir {
+                assert_eq!(rows(&s), rows(&c), "the sides printed different sums");
             }
         }
     }
