@@ -10,7 +10,7 @@
 //! `transport-test-peer stream-writer --src IP --addr IP:PORT --size BYTES [--shutdown]
 //! [--max-write BYTES] [--pause-ms MS]`: connects a byte stream on the process's shared
 //! endpoint (writes of at most `--max-write` bytes), writes `--size` bytes (byte `i`
-//! is as [`stream_bytes`] makes them), shuts the stream down (awaiting it) or drops it and waits
+//! is as [`peer_patterns::stream_bytes`] makes them), shuts the stream down (awaiting it) or drops it and waits
 //! `--pause-ms` (default 0), prints `done` and exits at once.
 //! `transport-test-peer message-writer --src IP --addr IP:PORT --count N --size BYTES
 //! [--close] [--pause-ms MS]`: connects, sends `--count` numbered messages of `--size` bytes,
@@ -21,6 +21,12 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use transport::{Endpoint, EndpointConfig};
+
+// What the peer writes, made as the tests that check it make it.
+#[allow(dead_code)]
+#[path = "../../tests/it/peer_patterns.rs"]
+mod peer_patterns;
+use peer_patterns::{numbered, stream_bytes};
 
 fn config() -> EndpointConfig {
     EndpointConfig::default()
@@ -121,38 +127,6 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 .into(),
         ),
     }
-}
-
-/// Message `n` of `len` bytes (at least 8), as the module docs describe: made of copies of
-/// one 256-byte ramp, not a loop per byte (the tests run unoptimized, under emulation).
-fn numbered(n: u64, len: usize) -> Vec<u8> {
-    let ramp: Vec<u8> = (0..=255u8).map(|i| (n as u8).wrapping_add(i)).collect();
-    let len = len.max(8);
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        v.extend_from_slice(&ramp[..(len - v.len()).min(256)]);
-    }
-    v[..8].copy_from_slice(&n.to_le_bytes());
-    v
-}
-
-/// The first `len` bytes `stream-writer` writes: byte `i` is
-/// `(i as u8) ^ ((i >> 8) as u8) * 3 ^ ((i >> 16) as u8) * 7`, so it changes within every 256
-/// bytes and from one 256-byte block and one 64 KiB block to the next, and a byte out of
-/// place shows. Each 256-byte block is `0..=255` XOR one value: copied from a table of the
-/// 256 such rows rather than computed byte by byte.
-fn stream_bytes(len: usize) -> Vec<u8> {
-    let rows: Vec<u8> = (0..=255u8)
-        .flat_map(|k| (0..=255u8).map(move |x| x ^ k))
-        .collect();
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        let i = v.len();
-        let k = ((i >> 8) as u8).wrapping_mul(3) ^ ((i >> 16) as u8).wrapping_mul(7);
-        let row = &rows[usize::from(k) * 256..][..256];
-        v.extend_from_slice(&row[..(len - i).min(256)]);
-    }
-    v
 }
 
 fn main() {

@@ -12,50 +12,8 @@ use transport::stream::Stream;
 use transport::{Endpoint, Error, Listener};
 
 use crate::failures::peer_program;
+use crate::peer_patterns::{is_numbered, numbered, stream_byte, stream_bytes};
 use crate::support::*;
-
-/// Byte `i` of what `stream-writer` writes (as `transport-test-peer` makes it).
-fn stream_byte(i: usize) -> u8 {
-    (i as u8) ^ ((i >> 8) as u8).wrapping_mul(3) ^ ((i >> 16) as u8).wrapping_mul(7)
-}
-
-/// The first `len` bytes of what `stream-writer` writes, built from 256-byte rows (each
-/// block of 256 is `0..=255` XOR one value) rather than byte by byte: the test compares
-/// whole reads against it.
-fn stream_bytes(len: usize) -> Vec<u8> {
-    let rows: Vec<u8> = (0..=255u8)
-        .flat_map(|k| (0..=255u8).map(move |x| x ^ k))
-        .collect();
-    let mut v = Vec::with_capacity(len);
-    while v.len() < len {
-        let i = v.len();
-        let row = usize::from(stream_byte(i));
-        v.extend_from_slice(&rows[row * 256..][..(len - i).min(256)]);
-    }
-    v
-}
-
-/// Message `n` of `message-writer`: `n` (8 bytes, little-endian), then byte `i` is `n + i`.
-fn numbered(n: u64, len: usize) -> Vec<u8> {
-    let mut v: Vec<u8> = (0..len.max(8))
-        .map(|i| (n as u8).wrapping_add(i as u8))
-        .collect();
-    v[..8].copy_from_slice(&n.to_le_bytes());
-    v
-}
-
-/// Whether `m` is message `n` of `len` bytes: its number, then the ramp from `n + 8` (compared
-/// against `ramp`, bytes `0, 1, .., 255` twice and more, without a loop per byte).
-fn is_numbered(m: &[u8], n: u64, len: usize, ramp: &[u8]) -> bool {
-    let len = len.max(8);
-    if m.len() != len || m[..8] != n.to_le_bytes() {
-        return false;
-    }
-    let start = usize::from((n as u8).wrapping_add(8));
-    m[8..]
-        .chunks(256)
-        .all(|c| c == &ramp[start..start + c.len()])
-}
 
 #[test]
 fn the_fast_patterns_are_the_patterns() {
@@ -63,7 +21,10 @@ fn the_fast_patterns_are_the_patterns() {
     let slow: Vec<u8> = (0..len).map(stream_byte).collect();
     assert_eq!(stream_bytes(len), slow);
     let ramp: Vec<u8> = (0..512).map(|i| i as u8).collect();
-    for (n, len) in [(0, 8), (7, 9), (300, 1000), (255, 4096)] {
+    for (n, len) in [(0u64, 8usize), (7, 9), (300, 1000), (255, 4096)] {
+        let mut slow: Vec<u8> = (0..len).map(|i| (n as u8).wrapping_add(i as u8)).collect();
+        slow[..8].copy_from_slice(&n.to_le_bytes());
+        assert_eq!(numbered(n, len), slow);
         assert!(is_numbered(&numbered(n, len), n, len, &ramp));
         let mut bad = numbered(n, len);
         *bad.last_mut().unwrap() ^= 1;

@@ -24,6 +24,7 @@ mod grpc;
 mod many;
 mod messages;
 mod one_sided;
+mod peer_patterns;
 mod polling;
 mod reactor;
 mod resources;
