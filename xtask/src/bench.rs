@@ -302,6 +302,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                     timeout: Duration::from_secs(if cost_chosen { 7200 } else { 3600 }),
                     script,
                     on_line: &mut on_line,
+                    yields_cpu: false,
                 })?;
                 (outcome.status.success(), outcome.device())
             }

@@ -144,6 +144,7 @@ pub fn main(_args: &[String]) -> Result<ExitCode> {
             timeout: Duration::from_secs(600),
             script: script(&apps, device),
             on_line: &mut |line: &str| println!("{line}"),
+            yields_cpu: false,
         })?;
         println!("device: {}", outcome.device());
         println!(

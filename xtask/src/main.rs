@@ -128,6 +128,7 @@ fn guest_main(args: &[String]) -> Result<ExitCode> {
         timeout,
         script,
         on_line: &mut |line: &str| println!("{line}"),
+        yields_cpu: false,
     })?;
     eprintln!(
         "guest: {} ({:.1} s)",

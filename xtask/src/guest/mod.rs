@@ -72,6 +72,9 @@ pub struct Options<'a> {
     pub script: String,
     /// Receives each line the script prints (stdout and stderr), as it comes.
     pub on_line: &'a mut dyn FnMut(&str),
+    /// Runs the guest at a lower CPU priority (`nice -n 10`): beside another guest, the one
+    /// whose device tolerates starvation least gets the cores when both want them.
+    pub yields_cpu: bool,
 }
 
 /// How a guest run ended.
@@ -185,7 +188,13 @@ pub fn run(opts: &mut Options<'_>) -> Result<Outcome> {
     }
     let verbose = std::env::var_os("XTASK_GUEST_VERBOSE").is_some_and(|v| !v.is_empty());
 
-    let mut cmd = Command::new("qemu-system-x86_64");
+    let mut cmd = if opts.yields_cpu {
+        let mut nice = Command::new("nice");
+        nice.args(["-n", "10", "qemu-system-x86_64"]);
+        nice
+    } else {
+        Command::new("qemu-system-x86_64")
+    };
     cmd.args(["-machine", "q35", "-m", GUEST_MEMORY, "-smp", "2"])
         .args(["-accel", "tcg,thread=multi", "-cpu", "qemu64"])
         .args(["-nographic", "-no-reboot", "-nic", "none"])
