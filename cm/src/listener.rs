@@ -3,7 +3,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use verbs::{Cq, Pd, Qp};
+use verbs::{Cq, Pd, Qp, Srq};
 
 use crate::step::{names, wait_steps, Step, Stepwise};
 use crate::{
@@ -105,6 +105,26 @@ impl Listener {
     /// makes them); one the hook refuses is rejected here (`Ok(None)`), as is any other
     /// event but the device's removal (an error).
     pub fn request_from(&self, ev: CmEvent) -> Result<Option<ConnectRequest>> {
+        self.request_on(ev, None)
+    }
+
+    /// [`request_from`](Self::request_from), the request's QP on `cq` and `srq` instead of
+    /// the listener's options' queues (of the options' PD): a listener whose connections
+    /// spread over several queues picks them per request.
+    pub fn request_from_on(
+        &self,
+        ev: CmEvent,
+        cq: &Cq,
+        srq: Option<&Srq>,
+    ) -> Result<Option<ConnectRequest>> {
+        self.request_on(ev, Some((cq, srq)))
+    }
+
+    fn request_on(
+        &self,
+        ev: CmEvent,
+        queues: Option<(&Cq, Option<&Srq>)>,
+    ) -> Result<Option<ConnectRequest>> {
         match ev.kind() {
             Ok(EventKind::ConnectRequest) => {}
             Ok(EventKind::DeviceRemoval) => return Err(Error::Disconnected),
@@ -138,7 +158,15 @@ impl Listener {
         if self.own_channel {
             id.migrate(&EventChannel::new()?)?;
         }
-        let (pd, cq, qp) = match self.opts.resources(&id) {
+        let on_queues;
+        let opts = match queues {
+            Some((cq, srq)) => {
+                on_queues = self.opts.clone().on_queues(cq, srq);
+                &on_queues
+            }
+            None => &self.opts,
+        };
+        let (pd, cq, qp) = match opts.resources(&id) {
             Ok(r) => r,
             Err(e) => {
                 let _ = id.reject(&[]);

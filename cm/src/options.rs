@@ -153,6 +153,13 @@ impl ConnOptions {
         self
     }
 
+    /// These options with the QP on `cq` and `srq` (none: receives on the QP).
+    pub(crate) fn on_queues(mut self, cq: &Cq, srq: Option<&Srq>) -> Self {
+        self.cq = Some(cq.clone());
+        self.srq = srq.cloned();
+        self
+    }
+
     pub(crate) fn resources(&self, id: &CmId) -> Result<(Pd, Cq, Qp)> {
         self.check_pd(id)?;
         if let Some(timeout) = self.ack_timeout {

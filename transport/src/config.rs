@@ -121,6 +121,7 @@ pub struct EndpointConfig {
     pub(crate) polling: Polling,
     pub(crate) pool_bytes: usize,
     pub(crate) max_connections: u32,
+    pub(crate) connections_per_queue: u32,
     pub(crate) serve_requests: bool,
     pub(crate) connect_timeout: Duration,
     pub(crate) max_one_sided: u32,
@@ -144,7 +145,8 @@ impl Default for EndpointConfig {
                 spin: DEFAULT_ADAPTIVE_SPIN,
             },
             pool_bytes: 256 << 20,
-            max_connections: 256,
+            max_connections: 4096,
+            connections_per_queue: 256,
             serve_requests: true,
             connect_timeout: cm::DEFAULT_CONNECT_TIMEOUT,
             max_one_sided: 8,
@@ -186,8 +188,8 @@ impl EndpointConfig {
     /// Sets the bytes the endpoint's data pool may register; default 256 MiB, in bytes.
     ///
     /// The data pool holds copies of messages sent, rendezvous chunks and their READ
-    /// destinations. (Receive buffers have a pool of their own, sized from `max_connections`
-    /// and the window.)
+    /// destinations. (Receive buffers have a pool of their own, which grows with the
+    /// connections: see [`with_connections_per_queue`](Self::with_connections_per_queue).)
     pub fn with_pool_bytes(mut self, bytes: usize) -> Self {
         self.pool_bytes = bytes;
         self
@@ -198,17 +200,45 @@ impl EndpointConfig {
         self.pool_bytes
     }
 
-    /// Sets the connections the endpoint sizes its completion queue and shared receive queue
-    /// for; default 256 connections.
+    /// Sets how many connections the endpoint serves at once; default 4,096. Past it, a
+    /// connect fails with [`Error::TooManyConnections`](crate::Error::TooManyConnections) and
+    /// a peer's connect request is refused ([`Error::PeerFull`](crate::Error::PeerFull) on
+    /// its side).
+    ///
+    /// Nothing is made for connections not yet open: the endpoint's queues grow by blocks of
+    /// [`connections_per_queue`](Self::with_connections_per_queue) as connections come.
     pub fn with_max_connections(mut self, n: u32) -> Self {
         self.max_connections = n;
         self
     }
 
-    /// The connections the endpoint is sized for (see
+    /// The connections the endpoint serves at once (see
     /// [`with_max_connections`](Self::with_max_connections)).
     pub fn max_connections(&self) -> u32 {
         self.max_connections
+    }
+
+    /// Sets how many connections share one completion queue and one shared receive queue;
+    /// default 256. The endpoint makes its first pair when it opens and another each time
+    /// every pair serves this many connections, up to
+    /// [`max_connections`](Self::with_max_connections).
+    ///
+    /// Each pair holds a completion entry for every send-queue slot of its connections and a
+    /// window of posted receives (a receive buffer of the frame size each) per connection,
+    /// all of them posted when the pair is made: with the defaults, 8,224 receives of 4,160
+    /// bytes, 32.6 MiB registered per pair. A smaller number makes the endpoint grow in smaller
+    /// steps (and its first pair smaller); a larger one must fit the device's largest
+    /// completion queue and shared receive queue
+    /// ([`ConfigError::DeviceLimits`](crate::ConfigError::DeviceLimits) otherwise).
+    pub fn with_connections_per_queue(mut self, n: u32) -> Self {
+        self.connections_per_queue = n;
+        self
+    }
+
+    /// The connections that share one completion queue and shared receive queue (see
+    /// [`with_connections_per_queue`](Self::with_connections_per_queue)).
+    pub fn connections_per_queue(&self) -> u32 {
+        self.connections_per_queue
     }
 
     /// Sets whether incoming RPC requests are queued for
@@ -362,6 +392,9 @@ impl EndpointConfig {
         if self.max_connections == 0 {
             return out_of_range("max_connections", "0".into(), "at least 1".into());
         }
+        if self.connections_per_queue == 0 {
+            return out_of_range("connections_per_queue", "0".into(), "at least 1".into());
+        }
         if self.max_one_sided == 0 {
             return out_of_range("max_one_sided", "0".into(), "at least 1".into());
         }
@@ -386,9 +419,21 @@ impl EndpointConfig {
         Ok(())
     }
 
-    /// Receives the shared receive queue holds: every connection's window.
+    /// Connections on one completion queue and shared receive queue: at most
+    /// `connections_per_queue`, and no more than the endpoint serves.
+    pub(crate) fn queue_share(&self) -> u32 {
+        self.connections_per_queue.min(self.max_connections)
+    }
+
+    /// How many queue pairs (completion queue and shared receive queue) the endpoint may
+    /// make: enough for `max_connections`.
+    pub(crate) fn max_queues(&self) -> u32 {
+        self.max_connections.div_ceil(self.queue_share())
+    }
+
+    /// Receives a shared receive queue holds: the window of each of its connections.
     pub(crate) fn srq_depth(&self) -> u32 {
-        self.max_connections.saturating_mul(self.proto.window)
+        self.queue_share().saturating_mul(self.proto.window)
     }
 
     /// Send-queue entries of each QP: the protocol's, the one-sided operations (two each
@@ -398,10 +443,10 @@ impl EndpointConfig {
         self.proto.sq_depth + self.max_one_sided * per_op + 1
     }
 
-    /// Completion queue entries: every send queue and every receive (the SRQ's slack
-    /// included), and a margin.
+    /// Entries of a completion queue: every send queue of its connections and every receive
+    /// of its SRQ (the slack included), and a margin.
     pub(crate) fn cq_depth(&self) -> u32 {
-        self.max_connections
+        self.queue_share()
             .saturating_mul(self.qp_send_depth())
             .saturating_add(self.srq_depth())
             .saturating_add(SRQ_SLACK)
@@ -423,6 +468,10 @@ mod tests {
             r => panic!("{field}: {r:?}"),
         };
         refused(EndpointConfig::default().with_retry_count(8), "retry_count");
+        refused(
+            EndpointConfig::default().with_connections_per_queue(0),
+            "connections_per_queue",
+        );
         refused(
             EndpointConfig::default().with_ack_timeout(Duration::ZERO),
             "ack_timeout",
@@ -446,7 +495,8 @@ mod tests {
         );
         assert_eq!(DEFAULT_ADAPTIVE_SPIN, Duration::from_micros(50));
         assert_eq!(c.pool_bytes(), 256 << 20);
-        assert_eq!(c.max_connections(), 256);
+        assert_eq!(c.max_connections(), 4096);
+        assert_eq!(c.connections_per_queue(), 256);
         assert!(c.serve_requests());
         assert_eq!(c.connect_timeout(), cm::DEFAULT_CONNECT_TIMEOUT);
         assert_eq!(c.max_one_sided(), 8);
@@ -469,6 +519,7 @@ mod tests {
             .with_polling(Polling::Busy)
             .with_pool_bytes(1 << 20)
             .with_max_connections(3)
+            .with_connections_per_queue(2)
             .with_serve_requests(false)
             .with_connect_timeout(Duration::from_secs(2))
             .with_max_one_sided(5)
@@ -481,6 +532,14 @@ mod tests {
         assert_eq!(c.polling(), Polling::Busy);
         assert_eq!(c.pool_bytes(), 1 << 20);
         assert_eq!(c.max_connections(), 3);
+        assert_eq!(c.connections_per_queue(), 2);
+        assert_eq!((c.queue_share(), c.max_queues()), (2, 2));
+        let one = c.clone().with_max_connections(1);
+        assert_eq!(
+            (one.queue_share(), one.max_queues()),
+            (1, 1),
+            "no larger than the endpoint"
+        );
         assert!(!c.serve_requests());
         assert_eq!(c.connect_timeout(), Duration::from_secs(2));
         assert_eq!(c.max_one_sided(), 5);

@@ -12,7 +12,7 @@ use cm::{ConnOptions, ConnParam, Connector};
 use parking_lot::Mutex;
 use verbs::{AccessFlags, QpCap};
 
-use crate::engine::{ConnectOp, EndpointStats, Engine, Shared};
+use crate::engine::{ConnectOp, EndpointStats, Engine, Queues, Shared};
 use crate::region::{Access, Region, Token};
 use crate::{Conn, EndpointConfig, Error, Listener, Result};
 
@@ -96,8 +96,11 @@ impl Endpoint {
     /// own. Dropping the listener frees the port at once.
     pub fn listen(&self, port: u16) -> Result<Listener> {
         let addr = SocketAddr::new(self.local_ip(), port);
+        // Each request's QP goes on the queues of the place it takes (the options' are the
+        // first ones).
+        let first = self.shared().res.first_queues();
         let opts = self
-            .conn_options(None)?
+            .conn_options(None, first)?
             .admit_hook(Some(crate::listener::admission(self)));
         let backlog = self.shared().listen(addr, opts)?;
         Ok(Listener::new(backlog, self.clone()))
@@ -137,13 +140,14 @@ impl Endpoint {
 
     fn start_connect(&self, dst: SocketAddr, timeout: Duration) -> Result<ConnectFuture> {
         self.shared().check_room()?;
+        let slot = self.shared().res.take_slot()?;
         crate::trace::connecting(dst);
         let info = self.config().proto.connect_info();
         let connector = Connector::new(dst)
             .src(self.local_ip())
-            .options(self.conn_options(Some(&info.encode()))?)
+            .options(self.conn_options(Some(&info.encode()), slot.queues())?)
             .timeout(timeout);
-        let op = self.shared().start_connect(connector)?;
+        let op = self.shared().start_connect(connector, slot)?;
         Ok(ConnectFuture {
             endpoint: self.clone(),
             op: Some(op),
@@ -165,9 +169,13 @@ impl Endpoint {
         })
     }
 
-    /// Options for the CM: this endpoint's PD, CQ and SRQ; QPs sized for the protocol,
-    /// asking for [`INLINE_ROOM`] bytes of inline data.
-    pub(crate) fn conn_options(&self, private_data: Option<&[u8]>) -> Result<ConnOptions> {
+    /// Options for the CM: this endpoint's PD, and the CQ and SRQ of `queues`; QPs sized for
+    /// the protocol, asking for [`INLINE_ROOM`] bytes of inline data.
+    pub(crate) fn conn_options(
+        &self,
+        private_data: Option<&[u8]>,
+        queues: &Queues,
+    ) -> Result<ConnOptions> {
         let s = self.shared();
         let mut param = ConnParam::new().retry_count(s.cfg.retry_count);
         if let Some(data) = private_data {
@@ -175,8 +183,8 @@ impl Endpoint {
         }
         Ok(ConnOptions::new()
             .pd(&s.res.pd)
-            .cq(&s.res.cq)
-            .srq(&s.res.srq)
+            .cq(&queues.cq)
+            .srq(&queues.srq)
             .cap(QpCap {
                 max_send_wr: s.cfg.qp_send_depth(),
                 max_recv_wr: 1,

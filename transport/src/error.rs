@@ -96,8 +96,7 @@ pub enum Error {
         /// The work completion's status, in words.
         status: String,
     },
-    /// The endpoint already has `max` connections (its shared receive queue is sized for
-    /// them: more would let peers send without a posted receive).
+    /// The endpoint already serves `max` connections (`EndpointConfig::max_connections`).
     #[error("the endpoint already serves its maximum of {max} connections: close some, or raise EndpointConfig::max_connections")]
     TooManyConnections {
         /// The configured maximum.
@@ -155,14 +154,15 @@ pub enum ConfigError {
         requirement: String,
     },
     /// The device cannot hold the queues the settings ask for.
-    #[error("the device allows {max_cqe} CQ entries and {max_srq_wr} SRQ receives, but max_connections {max_connections} with window {window} need {cq_depth} and {srq_depth}: lower max_connections or window")]
+    #[error("the device allows {max_cqe} CQ entries and {max_srq_wr} SRQ receives, but {connections_per_queue} connections per queue with window {window} need {cq_depth} and {srq_depth}: lower connections_per_queue (EndpointConfig::with_connections_per_queue) or window")]
     DeviceLimits {
         /// The device's largest completion queue.
         max_cqe: u32,
         /// The device's largest shared receive queue.
         max_srq_wr: u32,
-        /// The setting.
-        max_connections: u32,
+        /// Connections per completion queue and shared receive queue (the setting, or
+        /// `max_connections` when that is lower).
+        connections_per_queue: u32,
         /// The setting.
         window: u32,
         /// The completion queue the settings need.

@@ -33,9 +33,11 @@
 //!
 //! # Shape
 //!
-//! - [`Endpoint`]: one device, PD, memory pool, completion queue and shared receive queue,
-//!   and the progress threads, for any number of connections. [`Endpoint::listen`] gives a
-//!   [`Listener`]; [`Endpoint::connect`] a [`Conn`]. A listener refuses, before anything is
+//! - [`Endpoint`]: one device, PD, memory pool, completion queues and shared receive queues
+//!   (a pair per block of connections, made as connections come:
+//!   [`EndpointConfig::with_connections_per_queue`]), and the progress threads, for up to
+//!   `max_connections` connections. [`Endpoint::listen`] gives a
+//!   [`Listener`]; [`Endpoint::connect`] a [`Conn`]. A listener refuses, before a connection is
 //!   set up for it, a peer whose connect data is not our handshake or that would exceed
 //!   `max_connections`, then asks the hook of [`EndpointConfig::with_admit`] (peer address
 //!   and handshake, an [`IncomingRequest`]) whether to [`Admission::Accept`] it.

@@ -1,6 +1,6 @@
 //! The descriptors of completion channels, async events and CM event channels: waiting on one
-//! with a timeout (or until a [`Wakeup`]), and non-blocking mode. Safe functions: they touch no
-//! memory but their own.
+//! with a timeout (or until a [`Wakeup`]), many at once through an [`EpollSet`], and
+//! non-blocking mode. Safe functions: they touch no memory but their own.
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -111,6 +111,50 @@ impl AsRawFd for Wakeup {
     }
 }
 
+/// An epoll set: its descriptor is readable while any member is (level-triggered), so one
+/// wait, or one reactor registration, covers many descriptors, members added later included.
+/// A member leaves the set when it is closed.
+#[derive(Debug)]
+pub struct EpollSet {
+    fd: OwnedFd,
+}
+
+impl EpollSet {
+    /// An empty set.
+    pub fn new() -> io::Result<EpollSet> {
+        // SAFETY: epoll_create1 takes no memory arguments; it returns a new descriptor or -1.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(EpollSet { fd })
+    }
+
+    /// Adds `fd`, watched for readability.
+    pub fn add(&self, fd: RawFd) -> io::Result<()> {
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `event` is a live local for the duration of the call (the kernel copies
+        // it); a bad descriptor is an error (EBADF), not undefined behaviour.
+        let r =
+            unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut event) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl AsRawFd for EpollSet {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// Puts `fd` in non-blocking mode, so a read that races with another reader returns EAGAIN
 /// instead of blocking past a timeout.
 pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
@@ -129,6 +173,27 @@ pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_epoll_set_is_readable_while_a_member_is_added_later_included() {
+        let set = EpollSet::new().unwrap();
+        let (first, second) = (Wakeup::new().unwrap(), Wakeup::new().unwrap());
+        set.add(first.as_raw_fd()).unwrap();
+        let fd = set.as_raw_fd();
+        assert!(!wait_readable(fd, Some(Duration::ZERO)).unwrap());
+        first.wake();
+        assert!(wait_readable(fd, Some(Duration::ZERO)).unwrap());
+        first.reset();
+        assert!(!wait_readable(fd, Some(Duration::ZERO)).unwrap());
+        set.add(second.as_raw_fd()).unwrap();
+        second.wake();
+        assert!(wait_readable(fd, Some(Duration::ZERO)).unwrap());
+        assert_eq!(
+            set.add(-1).unwrap_err().raw_os_error(),
+            Some(libc::EBADF),
+            "a bad descriptor is refused"
+        );
+    }
 
     #[test]
     fn a_wakeup_ends_a_wait_on_a_quiet_descriptor_and_stays_woken() {

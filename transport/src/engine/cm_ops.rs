@@ -13,7 +13,7 @@ use std::time::Instant;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 
-use super::{ConnShared, Shared};
+use super::{ConnShared, QueueSlot, Shared};
 use crate::proto::{self, ConnectInfo, HandshakeError};
 use crate::{Error, Result};
 
@@ -83,6 +83,9 @@ enum Stage {
     Resolving {
         connector: cm::Connector,
         resolving: cm::Resolving,
+        /// The connection's place on the queues its QP goes on (taken when the route is
+        /// resolved).
+        slot: Option<QueueSlot>,
     },
     /// The connect request is out; the connection is registered (the peer may send as soon
     /// as it accepted).
@@ -195,7 +198,11 @@ fn deliver(backlog: &Weak<Backlog>, r: Result<Arc<ConnShared>>) {
 
 impl Shared {
     /// Starts connecting with `connector` (its ids on the CM channel).
-    pub(crate) fn start_connect(&self, connector: cm::Connector) -> Result<Arc<ConnectOp>> {
+    pub(crate) fn start_connect(
+        &self,
+        connector: cm::Connector,
+        slot: QueueSlot,
+    ) -> Result<Arc<ConnectOp>> {
         // Under the map's lock, so the first event finds the operation.
         let mut ops = self.cm.ops.lock();
         let resolving = connector.resolving(&self.cm.channel)?;
@@ -205,6 +212,7 @@ impl Shared {
                 stage: Stage::Resolving {
                     connector,
                     resolving,
+                    slot: Some(slot),
                 },
                 waker: None,
             }),
@@ -334,6 +342,7 @@ impl Shared {
             Stage::Resolving {
                 connector,
                 resolving,
+                slot,
             } => {
                 let r = match ev {
                     Some(ev) => resolving.on_event(ev),
@@ -341,10 +350,13 @@ impl Shared {
                 };
                 match r {
                     Ok(cm::Step::Waiting) => None,
-                    Ok(cm::Step::Done(_)) => Some(match self.send_connect(connector, resolving) {
-                        Ok((connecting, conn)) => Stage::Connecting { connecting, conn },
-                        Err(e) => Stage::Done(Err(e)),
-                    }),
+                    Ok(cm::Step::Done(_)) => {
+                        let slot = slot.take().expect("a route resolves once");
+                        Some(match self.send_connect(connector, resolving, slot) {
+                            Ok((connecting, conn)) => Stage::Connecting { connecting, conn },
+                            Err(e) => Stage::Done(Err(e)),
+                        })
+                    }
                     Err(e) => Some(Stage::Done(Err(e.into()))),
                 }
             }
@@ -388,10 +400,11 @@ impl Shared {
         self: &Arc<Self>,
         connector: &cm::Connector,
         resolving: &cm::Resolving,
+        slot: QueueSlot,
     ) -> Result<(cm::Connecting, Arc<ConnShared>)> {
         let pending = connector.pending(resolving)?;
         // Register before connecting: the peer may send as soon as it accepted.
-        let conn = self.register(pending.qp().clone(), pending.id().clone(), None);
+        let conn = self.register(pending.qp().clone(), pending.id().clone(), None, slot);
         match pending.start_connect() {
             Ok(c) => Ok((c, conn)),
             Err(e) => {
@@ -420,24 +433,42 @@ impl Shared {
         Ok(conn.clone())
     }
 
-    /// A connect request on a listener: the admission hook ran in `request_from`; a full
-    /// endpoint or a peer of another version is refused before anything is made for it. A
+    /// A connect request on a listener: the admission hook runs in `request_from_on`; a full
+    /// endpoint or a peer of another version is refused before a connection is made for it. A
     /// request that fails before its connection is established (the peer gave up, its
     /// resources could not be made) is the peer's end alone: it is refused, and the
     /// listener's callers never see it; only the loss of the device reaches them.
     fn on_request(self: &Arc<Self>, ops: &mut CmOps, backlog: &Arc<Backlog>, ev: cm::CmEvent) {
-        let req = match backlog.listener.request_from(ev) {
+        let info = self.cfg.proto.connect_info();
+        let ours = info.encode();
+        // The request's QP goes on the queues of the place it takes; a full endpoint takes
+        // none, and refuses it once it was admitted (as it refuses one whose queues could
+        // not be made).
+        let slot = self.check_room().and_then(|()| self.res.take_slot());
+        let queues = match &slot {
+            Ok(slot) => slot.queues(),
+            Err(_) => self.res.first_queues(),
+        };
+        let req = match backlog
+            .listener
+            .request_from_on(ev, &queues.cq, Some(&queues.srq))
+        {
             Ok(Some(req)) => req,
             Ok(None) => return,
             Err(e @ cm::Error::Disconnected) => return backlog.push(Err(e.into())),
             Err(_) => return,
         };
-        let info = self.cfg.proto.connect_info();
-        let ours = info.encode();
-        if self.check_room().is_err() {
-            let _ = req.reject(&self.full_refusal(&info));
-            return;
-        }
+        let slot = match slot {
+            Ok(slot) => slot,
+            Err(Error::TooManyConnections { .. }) => {
+                let _ = req.reject(&self.full_refusal(&info));
+                return;
+            }
+            Err(_) => {
+                let _ = req.reject(&ours);
+                return;
+            }
+        };
         let Ok(peer) = ConnectInfo::decode(req.private_data()) else {
             let _ = req.reject(&ours);
             return;
@@ -446,7 +477,7 @@ impl Shared {
             let _ = req.reject(&ours);
             return;
         };
-        let conn = self.register(req.qp().clone(), req.id().clone(), Some(proto));
+        let conn = self.register(req.qp().clone(), req.id().clone(), Some(proto), slot);
         // A request gets the connect timeout to finish its handshake: under packet loss the
         // CM's retransmissions take seconds.
         match req.start_accept(&ours, self.cfg.connect_timeout) {
@@ -496,8 +527,9 @@ impl Shared {
         qp: verbs::Qp,
         id: cm::CmId,
         proto: Option<proto::Connection<memory::Buffer>>,
+        slot: QueueSlot,
     ) -> Arc<ConnShared> {
-        let conn = Arc::new(ConnShared::new(self.clone(), qp, id, proto));
+        let conn = Arc::new(ConnShared::new(self.clone(), qp, id, proto, slot));
         self.add_conn(conn.clone());
         conn
     }
@@ -506,8 +538,7 @@ impl Shared {
         self.remove_conns([conn.qp.qp_num()]);
     }
 
-    /// Refuses a new connection when the endpoint has as many as its shared receive queue is
-    /// sized for.
+    /// Refuses a new connection when the endpoint serves its maximum already.
     pub(crate) fn check_room(&self) -> Result<()> {
         let max = self.cfg.max_connections;
         if self.conn_count() >= max as usize {

@@ -229,6 +229,9 @@ pub(crate) struct ConnShared {
     pub(super) linger: std::sync::atomic::AtomicU64,
     /// Its `tracing` span and events.
     pub trace: crate::trace::ConnSpan,
+    /// Its place on the endpoint's queues (after `qp`: the place is free once the QP is
+    /// gone).
+    pub queues: super::QueueSlot,
 }
 
 impl ConnShared {
@@ -239,6 +242,7 @@ impl ConnShared {
         qp: Qp,
         id: cm::CmId,
         proto: Option<proto::Connection<Buffer>>,
+        queues: super::QueueSlot,
     ) -> ConnShared {
         let polling = shared.cfg.polling;
         let trace = crate::trace::ConnSpan::new(qp.qp_num(), id.local_addr(), id.peer_addr());
@@ -264,6 +268,7 @@ impl ConnShared {
             nodelay: std::sync::atomic::AtomicBool::new(false),
             linger: std::sync::atomic::AtomicU64::new(super::conn_close::NO_LINGER),
             shared,
+            queues,
         }
     }
 
@@ -366,8 +371,8 @@ impl ConnShared {
                 if let Some(error) = &error {
                     crate::debug_event!(
                         qp = self.qp.qp_num(),
-                        srq_in_flight = self.shared.res.recv_ring.posted(),
-                        srq_deficit = ?self.shared.res.srq_deficit,
+                        srq_in_flight = self.queues.queues().recv_ring.posted(),
+                        srq_deficit = ?self.queues.queues().srq_deficit,
                         recv_pool = ?self.shared.res.recv_pool.stats(),
                         sq_ops = st.sq.len(),
                         inbox = st.user.inbox.len(),

@@ -46,7 +46,7 @@ pub(crate) use user::{push_waker, register, register_recv, register_tick};
 pub(crate) use worker::Engine;
 
 use conn_table::ConnTable;
-pub(crate) use resources::Resources;
+pub(crate) use resources::{QueueSlot, Queues, Resources};
 
 use crate::config::EndpointConfig;
 use crate::proto::BATCH_ENTRY_HEADER;
@@ -156,7 +156,6 @@ impl Shared {
         // One keepalive grid for every connection of the endpoint: their timers fall due
         // together.
         cfg.proto.timer_epoch = Some(std::time::Instant::now());
-        let receives = res.receives();
         let shared = Arc::new(Shared {
             res,
             local_ip,
@@ -177,7 +176,6 @@ impl Shared {
             _anchor: anchor,
             cfg,
         });
-        shared.res.post_receives(receives)?;
         Ok(shared)
     }
 

@@ -1,14 +1,15 @@
-//! Polling the completion queue, the endpoint's passive side (who polls, and when, is
+//! Polling the completion queues, the endpoint's passive side (who polls, and when, is
 //! [`super::Policy`]'s): one poll, how no poller loses a completion (arm, poll again, then
 //! wait), and what each completion does (its connection found by QP number, its work
 //! request's buffer reclaimed).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use verbs::{Reclaimed, WorkCompletion};
 
+use super::resources::Queues;
 use super::{ConnShared, LastConn, Progress, Shared};
 
 impl Shared {
@@ -48,22 +49,19 @@ impl Shared {
         n
     }
 
-    /// The completion channel's fd (every endpoint's CQ has one).
+    /// The descriptor readable while a completion channel of the endpoint has an event (one
+    /// for all its completion queues).
     pub(crate) fn channel_fd(&self) -> std::os::fd::RawFd {
-        self.res
-            .cq
-            .channel_fd()
-            .expect("an endpoint's completion queue has a channel")
+        self.res.channels_fd()
     }
 
-    /// The completion channel is readable (or may be): consumes and acknowledges every
-    /// event on it, re-arms the queue, then polls until it is empty (a completion that came
+    /// A completion channel is readable (or may be): consumes and acknowledges every event
+    /// on them, re-arms the queues, then polls until they are empty (a completion that came
     /// before the re-arm raised no event). Lossless whatever the reactor's wakeups: a
     /// spurious call only polls. Returns the completions handled.
     pub(crate) fn on_channel_ready(&self) -> usize {
-        while matches!(self.res.cq.get_event(Some(Duration::ZERO)), Ok(true)) {}
-        self.res.cq.ack_events();
-        let _ = self.res.cq.req_notify(false);
+        self.res.drain_channels();
+        let _ = self.res.arm();
         let mut total = 0;
         loop {
             let n = self.progress_after_arm();
@@ -118,24 +116,33 @@ impl Shared {
         while self.poll_with(self.progress.lock()) > 0 {}
     }
 
+    /// Polls every completion queue once, under the progress lock `guard`, and handles what
+    /// it finds; returns how many completions.
     pub(super) fn poll_with(&self, mut guard: parking_lot::MutexGuard<'_, Progress>) -> usize {
         let Progress {
             wcs,
             reclaimed,
             last,
         } = &mut *guard;
-        let Ok(polled) = self.res.cq.poll(wcs) else {
-            return 0;
-        };
-        let n = polled.len();
-        for wc in polled.iter() {
-            self.on_completion(wc, reclaimed, last);
+        let mut n = 0;
+        for queues in self.res.queues() {
+            let Ok(polled) = queues.cq.poll(wcs) else {
+                continue;
+            };
+            n += polled.len();
+            for wc in polled.iter() {
+                self.on_completion(queues, wc, reclaimed, last);
+            }
         }
         drop(guard);
         // Nothing came: replace the receives taken since the last idle poll (and what the
         // pool could not give before), off the path of the frames themselves.
-        if n == 0 && self.res.srq_deficit.load(Ordering::Relaxed) > 0 {
-            self.res.repay_receives();
+        if n == 0 {
+            for queues in self.res.queues() {
+                if queues.srq_deficit.load(Ordering::Relaxed) > 0 {
+                    self.res.repay_receives(queues);
+                }
+            }
         }
         n
     }
@@ -164,12 +171,13 @@ impl Shared {
 
     pub(super) fn on_completion(
         &self,
+        queues: &Queues,
         wc: &WorkCompletion,
         reclaimed: &mut Vec<Reclaimed>,
         last: &mut Option<LastConn>,
     ) {
-        if let Some(buf) = self.res.recv_ring.reclaim(wc) {
-            self.res.owe_receive();
+        if let Some(buf) = queues.recv_ring.reclaim(wc) {
+            self.res.owe_receive(queues);
             let conn = self.conn_of(last, wc.qp_num());
             if let (Some(conn), Ok(())) = (conn, wc.status()) {
                 let mut st = conn.state.lock();

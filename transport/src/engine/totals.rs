@@ -18,6 +18,13 @@ pub struct EndpointStats {
     pub ends: Ends,
     /// The counters of every connection established, open now or ended, summed.
     pub totals: Stats,
+    /// Pairs of a completion queue and a shared receive queue the endpoint made so far (one
+    /// per `EndpointConfig::connections_per_queue` connections, made as connections come).
+    pub queues: usize,
+    /// Bytes the endpoint registered for receive buffers, of every pair of queues (the
+    /// receives posted and the messages the application holds). The data pool's figures are
+    /// `Endpoint::pool`'s.
+    pub receive_bytes_registered: usize,
 }
 
 /// What the connections that went left behind.
@@ -61,6 +68,8 @@ impl Shared {
             opened: 0,
             ends: totals.ends,
             totals: totals.ended,
+            queues: self.res.queues().count(),
+            receive_bytes_registered: self.res.recv_pool.stats().bytes_registered,
         };
         for conn in conns {
             let st = conn.state.lock();

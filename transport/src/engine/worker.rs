@@ -327,7 +327,7 @@ fn progress_loop(shared: &Arc<Shared>) {
         // waits for a thread polling at that moment and polls once more: that thread may
         // have looked at the queue before a completion that came before the arm (which raises
         // no event), and without this poll the completion would wait a whole tick.
-        if shared.res.cq.req_notify(false).is_err() {
+        if shared.res.arm().is_err() {
             std::thread::sleep(TICK);
             continue;
         }
@@ -346,8 +346,7 @@ fn progress_loop(shared: &Arc<Shared>) {
             .policy
             .sleep_on_channel(shared.channel_fd(), until, wanted)
         {
-            let _ = shared.res.cq.get_event(Some(Duration::ZERO));
+            shared.res.drain_channels();
         }
-        shared.res.cq.ack_events();
     }
 }

@@ -45,11 +45,12 @@
 //! ends first, the reader gets `ConnectionReset`.
 //!
 //! # Endpoints
-//! A stream is a connection of an [`Endpoint`] (device context, completion queue, shared
-//! receive queue, pool, progress thread). [`Stream::connect`], [`Stream::connect_from`] and
+//! A stream is a connection of an [`Endpoint`] (device context, completion queues, shared
+//! receive queues, pool, progress thread). [`Stream::connect`], [`Stream::connect_from`] and
 //! [`StreamListener::bind`] use the process's [`shared_endpoint`] of the local address, made
-//! on first use, so a process can hold hundreds of streams on one device (up to the
-//! endpoint's `max_connections`, 256 by default). [`Stream::connect_with`] and
+//! on first use, so a process can hold thousands of streams on one device (up to the
+//! endpoint's `max_connections`, 4,096 by default; its queues grow by blocks of 256
+//! connections as streams come). [`Stream::connect_with`] and
 //! [`StreamListener::bind_with`] take a configuration (polling mode, pool, limits; the
 //! unspecified address too): streams with equal configurations share the
 //! [endpoint of that configuration](shared_endpoint_with). [`Stream::connect_on`] and

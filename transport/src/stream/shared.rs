@@ -26,7 +26,7 @@ static SHARED: OnceLock<Mutex<Vec<(IpAddr, EndpointConfig, Slot)>>> = OnceLock::
 /// [`Stream::connect_from`](super::Stream::connect_from) and
 /// [`StreamListener::bind`](super::StreamListener::bind) use for `local_ip`: made with the
 /// default [`EndpointConfig`] the first time it is asked for, then the same endpoint (a clone
-/// of its handle) for the rest of the process. It serves up to `max_connections` (256)
+/// of its handle) for the rest of the process. It serves up to `max_connections` (4,096)
 /// streams at once, listeners and connectors alike; for another configuration, see
 /// [`shared_endpoint_with`] ([`StreamListener::bind_with`](super::StreamListener::bind_with),
 /// [`Stream::connect_with`](super::Stream::connect_with)), or make an [`Endpoint`] of your

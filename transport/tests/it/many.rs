@@ -1,5 +1,5 @@
-//! 256 connections on one endpoint, with traffic on all of them at once, every byte checked;
-//! then all of them closed, and the pool back to its baseline.
+//! 256 connections on one endpoint, spread over four queue pairs, with traffic on all of them
+//! at once, every byte checked; then all of them closed, and the pool back to its baseline.
 use std::time::{Duration, Instant};
 
 use transport::{EndpointConfig, ProtocolConfig};
@@ -14,6 +14,7 @@ fn two_hundred_fifty_six_connections_on_one_endpoint() {
         EndpointConfig::default()
             .with_pool_bytes(128 << 20)
             .with_max_connections(n as u32)
+            .with_connections_per_queue(n as u32 / 4)
             .with_proto(
                 ProtocolConfig::default()
                     .with_window(8)
@@ -61,6 +62,7 @@ fn two_hundred_fifty_six_connections_on_one_endpoint() {
     }
     let server_conns = server.join().unwrap();
     assert_eq!(server_ep.connections(), n);
+    assert_eq!((server_ep.stats().queues, client.stats().queues), (4, 4));
     for c in &conns {
         c.close(TIMEOUT).unwrap();
     }

@@ -1,6 +1,7 @@
 //! Endpoints on resources of the user's own: a protection domain and a data pool given to the
 //! builder serve messages of every size; resources that cannot work are refused up front. A
-//! message over the configured maximum is refused before anything is sent.
+//! message over the configured maximum is refused before anything is sent. Connections
+//! spread over queue pairs made as they come, places reused.
 use memory::{Pool, PoolAccess, PoolConfig};
 use transport::{ConfigError, Endpoint, Error, ProtocolConfig};
 
@@ -70,6 +71,121 @@ fn resources_that_cannot_work_are_refused() {
     // An address no RDMA device has.
     let r = Endpoint::with_config("127.0.0.1".parse().unwrap(), config());
     assert!(matches!(r, Err(Error::NoDevice { .. })), "{r:?}");
+    // Queues larger than the device's: the error names the setting to lower.
+    let huge = config()
+        .with_max_connections(1 << 20)
+        .with_connections_per_queue(1 << 20);
+    let r = Endpoint::with_config(local_ip(), huge);
+    assert!(
+        matches!(
+            &r,
+            Err(Error::Config(ConfigError::DeviceLimits {
+                connections_per_queue,
+                ..
+            })) if *connections_per_queue == 1 << 20
+        ),
+        "{r:?}"
+    );
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("connections_per_queue"), "{e}");
+}
+
+/// Connections spread over queue pairs made as they come (two connections per pair here):
+/// every connection carries messages and calls both ways, intact, whichever pair it is on;
+/// a place freed by a closed connection serves a new one without another pair; past the
+/// maximum, a connect is refused as before.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn connections_spread_over_queue_pairs_made_as_they_come() {
+    const MAX: usize = 7;
+    let cfg = || {
+        config()
+            .with_max_connections(MAX as u32)
+            .with_connections_per_queue(2)
+    };
+    let (listener, client) = endpoints(cfg(), cfg());
+    let server = listener.endpoint().clone();
+    assert_eq!(server.stats().queues, 1, "one pair at open");
+    let addr = addr_of(&listener);
+    let serving = std::thread::spawn(move || {
+        let mut served = Vec::new();
+        // The first MAX connections, then MAX - 4 after four closed: served as they come.
+        for _ in 0..MAX + 4 {
+            let c = listener.accept_timeout(TIMEOUT).unwrap();
+            served.push(std::thread::spawn(move || {
+                // Echo messages until the peer closes; answer calls as they come.
+                loop {
+                    match c.recv(TIMEOUT) {
+                        Ok(m) => c.send(&m.to_vec()).unwrap(),
+                        Err(Error::Closed { cause: None }) => return,
+                        Err(e) => panic!("server recv: {e}"),
+                    }
+                    let req = c.recv_request(TIMEOUT).unwrap();
+                    let answer = req.message().to_vec();
+                    req.respond(&answer).unwrap();
+                }
+            }));
+        }
+        for t in served {
+            t.join().unwrap();
+        }
+    });
+    let exchange = |c: &transport::Conn, i: usize| {
+        for round in 0..3u64 {
+            let data = pattern(round * 100 + i as u64, 64 + 1000 * i);
+            c.send(&data).unwrap();
+            assert_eq!(c.recv(TIMEOUT).unwrap().to_vec(), data, "echo on {i}");
+            let call = pattern(round * 100 + i as u64 + 50, 100);
+            assert_eq!(
+                c.call(&call, TIMEOUT).unwrap().to_vec(),
+                call,
+                "call on {i}"
+            );
+        }
+    };
+    let mut conns: Vec<_> = (0..MAX).map(|_| client.connect(addr).unwrap()).collect();
+    assert_eq!(client.stats().queues, MAX.div_ceil(2));
+    for (i, c) in conns.iter().enumerate() {
+        exchange(c, i);
+    }
+    // Full: refused locally, and the server made no pair beyond what its maximum needs.
+    let r = client.connect(addr);
+    assert!(
+        matches!(r, Err(Error::TooManyConnections { max }) if max == MAX as u32),
+        "{r:?}"
+    );
+    let pairs = MAX.div_ceil(2);
+    assert_eq!(server.stats().queues, pairs);
+    // Each pair's receives are posted: two connections' windows and the slack, a frame each.
+    let window = config().proto().window() as usize;
+    let frame = (config().proto().frame_size() as usize).next_multiple_of(64);
+    let registered = server.stats().receive_bytes_registered;
+    assert!(
+        registered >= pairs * (2 * window + 32) * frame,
+        "{registered} bytes registered for receives"
+    );
+    // Four close (from different pairs); four new ones take their places.
+    for i in [5, 3, 2, 0] {
+        conns.remove(i).close(TIMEOUT).unwrap();
+    }
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while client.connections() > MAX - 4 || server.connections() > MAX - 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "closed connections linger"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    conns.extend((0..4).map(|_| client.connect(addr).unwrap()));
+    for (i, c) in conns.iter().enumerate() {
+        exchange(c, i);
+    }
+    assert_eq!(client.stats().queues, pairs, "places reused");
+    assert_eq!(server.stats().queues, pairs, "places reused");
+    for c in conns {
+        c.close(TIMEOUT).unwrap();
+    }
+    serving.join().unwrap();
 }
 
 #[test]

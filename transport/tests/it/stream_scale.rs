@@ -1,5 +1,6 @@
-//! The byte stream at scale and with tokio's tools: 200 streams on the process's shared
-//! endpoints, each served by a task of its own; a `tokio_util` length-delimited `Framed`
+//! The byte stream at scale and with tokio's tools: 300 streams on the process's shared
+//! endpoints (past the 256 one pair of queues serves: the endpoints grow), each served by a
+//! task of its own; a `tokio_util` length-delimited `Framed`
 //! round trip; 24 MiB (more than the pool) copied with `tokio::io::copy_buf` from a generator into the stream and
 //! with `tokio::io::copy` out of it into a checksumming sink (nothing held whole).
 use std::io;
@@ -19,8 +20,8 @@ use crate::support::*;
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn two_hundred_streams_on_the_shared_endpoints_each_served_by_its_own_task() {
-    const N: usize = 200;
+fn three_hundred_streams_on_the_shared_endpoints_each_served_by_its_own_task() {
+    const N: usize = 300;
     const MESSAGES: u64 = 5;
     let rt = runtime();
     rt.block_on(async {
@@ -74,6 +75,11 @@ fn two_hundred_streams_on_the_shared_endpoints_each_served_by_its_own_task() {
                             here >= N && there >= N,
                             "{here} and {there} on the endpoints"
                         );
+                        // More than one pair of queues serves them, on each side.
+                        for ip in [local_ip(), peer_ip()] {
+                            let queues = shared_endpoint(ip).unwrap().stats().queues;
+                            assert!(queues >= 2, "{queues} queue pairs on {ip}");
+                        }
                     }
                     let mut sent = 0;
                     for m in 0..MESSAGES {
@@ -102,7 +108,7 @@ fn two_hundred_streams_on_the_shared_endpoints_each_served_by_its_own_task() {
         };
         let sent = tokio::time::timeout(Duration::from_secs(120), work)
             .await
-            .expect("200 streams within 120 s");
+            .expect("300 streams within 120 s");
         assert_eq!(server.await.unwrap(), sent, "bytes echoed");
     });
 }
