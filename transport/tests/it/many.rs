@@ -1,5 +1,7 @@
-//! 256 connections on one endpoint, spread over four queue pairs, with traffic on all of them
-//! at once, every byte checked; then all of them closed, and the pool back to its baseline.
+//! 1,000 connections on one endpoint, spread over four queue pairs made as they came, with
+//! traffic on all of them at once, every byte checked, and the receive memory registered as
+//! documented (a window of receive buffers per connection, posted per pair); then all of them
+//! closed, and the pool back to its baseline.
 use std::time::{Duration, Instant};
 
 use transport::{EndpointConfig, ProtocolConfig};
@@ -8,18 +10,18 @@ use crate::support::*;
 
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
-fn two_hundred_fifty_six_connections_on_one_endpoint() {
-    let n = 256;
+fn a_thousand_connections_on_one_endpoint() {
+    let n = 1000;
+    let window = 8;
     let cfg = || {
         EndpointConfig::default()
             .with_pool_bytes(128 << 20)
             .with_max_connections(n as u32)
-            .with_connections_per_queue(n as u32 / 4)
             .with_proto(
                 ProtocolConfig::default()
-                    .with_window(8)
+                    .with_window(window)
                     .with_sq_depth(16)
-                    // Idle connections ping each other every interval: 512 of them at once
+                    // Idle connections ping each other every interval: 2,000 of them at once
                     // are a load of their own on a software device; this test is not about
                     // dead peers.
                     .with_keepalive_interval(Duration::from_secs(5))
@@ -62,7 +64,26 @@ fn two_hundred_fifty_six_connections_on_one_endpoint() {
     }
     let server_conns = server.join().unwrap();
     assert_eq!(server_ep.connections(), n);
-    assert_eq!((server_ep.stats().queues, client.stats().queues), (4, 4));
+    // Four pairs of the default 256 connections each, on both sides.
+    let pairs = n.div_ceil(256);
+    assert_eq!(
+        (server_ep.stats().queues, client.stats().queues),
+        (pairs, pairs)
+    );
+    // Each pair posted its connections' windows and 32 more, a frame each. Beyond those, a
+    // frame per connection at most (a message each may have waited in its inbox) and the
+    // pool's last chunk (it registers 2 MiB at a time).
+    let frame = (ProtocolConfig::default().frame_size() as usize).next_multiple_of(64);
+    let posted = pairs * (256 * window as usize + 32) * frame;
+    let registered = server_ep.stats().receive_bytes_registered;
+    assert!(
+        (posted..=posted + n * frame + (2 << 20)).contains(&registered),
+        "{registered} bytes registered for receives, {posted} posted"
+    );
+    eprintln!(
+        "{n} connections: {} receive bytes registered per connection",
+        registered / n
+    );
     for c in &conns {
         c.close(TIMEOUT).unwrap();
     }
