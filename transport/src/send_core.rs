@@ -443,8 +443,10 @@ impl Conn {
         }
     }
 
-    /// The pool is exhausted: retry when this connection makes progress or at the next tick.
+    /// The pool is exhausted: retry when this connection makes progress or at the next tick
+    /// (the unsignaled frames of every connection asked back meanwhile).
     pub(crate) fn pool_pending<T>(&self, cx: &mut Context<'_>) -> Poll<T> {
+        self.inner.shared.release_unsignaled();
         register(&self.inner.shared, &mut self.inner.state.lock(), cx);
         register_tick(&self.inner.shared, cx);
         Poll::Pending

@@ -92,11 +92,28 @@ const BENCHES: &[Bench] = &[
         about: "instructions per operation (callgrind) and system calls, ours vs the C tools; \
                 only when named",
     },
+    Bench {
+        name: "scale",
+        kind: Kind::Cargo {
+            package: "transport",
+            target: "scale",
+            json_env: "SCALE_BENCH_JSON",
+            convert: scale_report,
+        },
+        about: "1 to 10,000 connections between two endpoints: connect rate vs cmtime, memory \
+                per connection, messages lost, round trips; only when named",
+    },
 ];
 
+/// Benchmarks that run only when named: long, or needing tools of their own.
+fn only_when_named(b: &Bench) -> bool {
+    matches!(b.kind, Kind::Cost) || b.name == "scale"
+}
+
 fn usage() -> String {
-    let mut s =
-        String::from("usage: cargo xtask bench [NAME...]   (all but cost when none is named)\n");
+    let mut s = String::from(
+        "usage: cargo xtask bench [NAME...]   (all but cost and scale when none is named)\n",
+    );
     for b in BENCHES {
         s.push_str(&format!("  {:<10} {}\n", b.name, b.about));
     }
@@ -117,10 +134,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         chosen.push(b);
     }
     if chosen.is_empty() {
-        chosen = BENCHES
-            .iter()
-            .filter(|b| !matches!(b.kind, Kind::Cost))
-            .collect();
+        chosen = BENCHES.iter().filter(|b| !only_when_named(b)).collect();
     }
     apt::ensure(apt::BASE)?;
     let cost_chosen = chosen.iter().any(|b| matches!(b.kind, Kind::Cost));
@@ -149,8 +163,15 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
                 ..
             } => {
                 let exe = built_bench(package, target)?;
+                // The scale bench's choice of connection counts goes along to the device.
+                let forwarded = match std::env::var("SCALE_CONNECTIONS") {
+                    Ok(v) if b.name == "scale" => {
+                        format!("SCALE_CONNECTIONS={} ", util::shell_quote(&v))
+                    }
+                    _ => String::new(),
+                };
                 script.push_str(&format!(
-                    "(cd {dir} && {json_env}={json} exec {exe} --bench) || fail=1\n",
+                    "(cd {dir} && {forwarded}{json_env}={json} exec {exe} --bench) || fail=1\n",
                     dir = util::shell_quote(&e_dir(&exe)),
                     json = util::shell_quote(&raw(b).to_string_lossy()),
                     exe = util::shell_quote(&exe.exe.to_string_lossy()),
@@ -522,6 +543,17 @@ fn e_dir(e: &util::Executable) -> String {
 }
 
 /// A bench whose raw JSON is already in the comparison shape (the transport's).
+/// The scale bench's report: its comparisons (our connect rate against cmtime's), and its
+/// rows of figures per number of connections kept beside them as `rows`.
+fn scale_report(raw: &std::path::Path, device: &str) -> Result<Report> {
+    let mut report = comparison_report(raw, device)?;
+    let text = std::fs::read_to_string(raw)?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: {e}", raw.display())))?;
+    report.extra.insert("rows".into(), v["rows"].clone());
+    Ok(report)
+}
+
 fn comparison_report(raw: &std::path::Path, device: &str) -> Result<Report> {
     let text = std::fs::read_to_string(raw)
         .map_err(|e| Error::new(format!("no results ({}): {e}", raw.display())))?;

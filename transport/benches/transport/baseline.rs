@@ -289,6 +289,54 @@ impl Hosts {
         Ok(1e6 / (2.0 * self.rstream(size, in_flight, iters, port)?))
     }
 
+    /// Connections per second of rdma-core's `cmtime -c n` (a client connecting `n` RC
+    /// connections at once to a `cmtime` server, which serves until it is killed): `n` over
+    /// the client's time to resolve the addresses and routes, create the QPs and connect, the
+    /// sum of its steps' totals.
+    #[allow(dead_code)] // the scale bench's
+    pub fn cmtime_connects_per_s(&self, n: usize, port: u16) -> Result<f64, String> {
+        let (sip, cip) = self.ips();
+        let (n, port) = (n.to_string(), port.to_string());
+        let server = vec![
+            "-b".into(),
+            sip.to_string(),
+            "-c".into(),
+            n.clone(),
+            "-p".into(),
+            port.clone(),
+        ];
+        let client = vec![
+            "-s".into(),
+            sip.to_string(),
+            "-b".into(),
+            cip.to_string(),
+            "-c".into(),
+            n.clone(),
+            "-p".into(),
+            port,
+        ];
+        // The server serves until it is stopped: killed once the client is done.
+        let deadline = Instant::now() + Duration::from_secs(1200);
+        let srv = Bounded::spawn("cmtime", &server)?;
+        thread::sleep(Duration::from_millis(1500));
+        let out = Bounded::spawn("cmtime", &client)?.finish(deadline);
+        drop(srv);
+        let out = out?;
+        let steps = ["resolve addr", "resolve route", "create qp", "connect"];
+        let mut total_ms = 0.0;
+        for step in steps {
+            let ms = out
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(name, _)| name.trim() == step)
+                .and_then(|(_, v)| v.split_whitespace().next()?.parse::<f64>().ok())
+                .ok_or_else(|| format!("cmtime: no {step:?} step in its output:\n{out}"))?;
+            total_ms += ms;
+        }
+        let n: f64 = n.parse().unwrap_or(f64::NAN);
+        Ok(n / (total_ms / 1000.0))
+    }
+
     /// An `rstream` server for the latency test of `iters` round trips of `size` bytes on
     /// `port`, and `client` run against it (given the server's address) once it listens.
     pub fn against_rstream_server<T>(

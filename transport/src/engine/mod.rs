@@ -25,9 +25,9 @@ mod user;
 mod worker;
 
 use std::net::IpAddr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use memory::{Buffer, Pool};
 use parking_lot::Mutex;
@@ -87,6 +87,10 @@ pub(crate) struct Shared {
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
     /// [`remove_conns`](Shared::remove_conns), which keep the poller's cache in step.
     pub conns: ConnTable<Arc<ConnShared>>,
+    /// When the pool last ran out and the frames posted unsignaled were asked back
+    /// ([`release_unsignaled`](Shared::release_unsignaled)), in microseconds since the
+    /// endpoint's timer epoch (0: never).
+    released_at: std::sync::atomic::AtomicU64,
     progress: Mutex<Progress>,
     pub stop: AtomicBool,
     /// Who polls the completion queue, and for how long ([`policy`]).
@@ -161,6 +165,7 @@ impl Shared {
             local_ip,
             cm: CmWatcher::new()?,
             conns: ConnTable::new(),
+            released_at: std::sync::atomic::AtomicU64::new(0),
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),
                 reclaimed: Vec::with_capacity(64),
@@ -191,6 +196,33 @@ impl Shared {
         self.res.read_sinks.as_ref().unwrap_or(&self.res.pool)
     }
 
+    /// The pool ran out. A frame posted unsignaled keeps its buffer until a later signaled
+    /// request of its connection completes, which a connection that sends nothing more never
+    /// posts: with many such connections, their buffers are the pool. Every connection with
+    /// unsignaled requests gets a probe behind them (its completion gives their buffers
+    /// back); at most once a tick, as the buffers take that long to come back anyway.
+    pub(crate) fn release_unsignaled(&self) {
+        let epoch = self.cfg.proto.timer_epoch.unwrap_or_else(Instant::now);
+        let now = (epoch.elapsed().as_micros() as u64).max(1);
+        let last = self.released_at.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < TICK.as_micros() as u64 {
+            return;
+        }
+        if self
+            .released_at
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        for conn in self.conns.all() {
+            let mut st = conn.state.lock();
+            if st.end.is_none() && st.sq.has_unsignaled() {
+                conn.post_probe(&mut st);
+            }
+        }
+    }
+
     /// [`alloc`](Self::alloc) from `pool`.
     pub(crate) fn alloc_in(
         &self,
@@ -201,6 +233,7 @@ impl Shared {
         match pool.try_alloc(len) {
             Ok(buf) => Ok(buf),
             Err(memory::Error::Exhausted { .. }) => {
+                self.release_unsignaled();
                 self.policy.wake_progress();
                 pool.alloc(len, timeout).map_err(pool_error)
             }

@@ -21,6 +21,8 @@ pub struct EndpointStats {
     /// Pairs of a completion queue and a shared receive queue the endpoint made so far (one
     /// per `EndpointConfig::connections_per_queue` connections, made as connections come).
     pub queues: usize,
+    /// Entries of the completion queues of those pairs, as the device made them.
+    pub completion_entries: usize,
     /// Bytes the endpoint registered for receive buffers, of every pair of queues (the
     /// receives posted and the messages the application holds). The data pool's figures are
     /// `Endpoint::pool`'s.
@@ -69,6 +71,7 @@ impl Shared {
             ends: totals.ends,
             totals: totals.ended,
             queues: self.res.queues().count(),
+            completion_entries: self.res.queues().map(|q| q.cq.cqe() as usize).sum(),
             receive_bytes_registered: self.res.recv_pool.stats().bytes_registered,
         };
         for conn in conns {

@@ -238,3 +238,82 @@ fn connections_beyond_the_maximum_are_refused_and_the_rest_keep_working() {
     assert_eq!(&c.recv(TIMEOUT).unwrap().bytes()[..], b"first");
     drop(serving.join().unwrap());
 }
+
+/// Frames posted unsignaled keep their pool buffers until a later signaled request of their
+/// connection completes. Connections that each sent a few messages and then went quiet hold
+/// the whole pool that way; a send that then waits for a buffer gets one (the engine asks
+/// those frames back), well before any keepalive would, and everything arrives intact.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn a_pool_held_by_quiet_connections_unsignaled_frames_is_given_back_to_a_waiting_send() {
+    const MAX_CONNS: usize = 64;
+    let quiet = || {
+        config().with_max_connections(MAX_CONNS as u32).with_proto(
+            ProtocolConfig::default()
+                // Signaled one frame in 16: each connection sends fewer than that after its
+                // first, and then nothing.
+                .with_sq_depth(64)
+                // No keepalive probe comes to the rescue within the test.
+                .with_keepalive_interval(std::time::Duration::from_secs(300))
+                .with_keepalive_timeout(std::time::Duration::from_secs(900)),
+        )
+    };
+    // The sender's pool: 128 buffers of 8 KiB, each a 4 KiB message's frame.
+    let (ctx, _addr) = verbs::Context::open_by_addr(local_ip()).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let pool = Pool::on_pd(
+        &pd,
+        PoolConfig::new()
+            .classes([memory::ClassConfig::new(8 << 10).chunk_size(1 << 20)])
+            .cap_bytes(1 << 20)
+            .access(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ),
+    )
+    .unwrap();
+    let client = Endpoint::builder(local_ip())
+        .config(quiet())
+        .pd(&pd)
+        .pool(pool)
+        .build()
+        .unwrap();
+    let listener = Endpoint::with_config(peer_ip(), quiet())
+        .unwrap()
+        .listen(0)
+        .unwrap();
+    let addr = addr_of(&listener);
+    // Connection after connection, up to 15 messages of 4 KiB (too long to go inline) on
+    // each, until the pool is out of buffers.
+    let (mut conns, mut server, mut sent) = (Vec::new(), Vec::new(), Vec::new());
+    let exhausted = 'fill: {
+        for i in 0..MAX_CONNS {
+            let c = client.connect(addr).unwrap();
+            server.push(listener.accept_timeout(TIMEOUT).unwrap());
+            sent.push(Vec::new());
+            for k in 0..15u64 {
+                let data = pattern((i as u64) << 8 | k, 4096);
+                match c.try_send(&data) {
+                    Ok(()) => sent[i].push(data),
+                    Err(Error::WouldBlock) => {
+                        conns.push(c);
+                        break 'fill true;
+                    }
+                    Err(e) => panic!("connection {i} message {k}: {e}"),
+                }
+            }
+            conns.push(c);
+        }
+        false
+    };
+    assert!(exhausted, "the pool held every message: make it smaller");
+    // A send that waits for a buffer gets one.
+    let last = pattern(999, 4096);
+    let c = conns.last().unwrap();
+    c.send_timeout(&last, std::time::Duration::from_secs(10))
+        .expect("a buffer within the wait");
+    sent.last_mut().unwrap().push(last);
+    for (i, (s, expected)) in server.iter().zip(&sent).enumerate() {
+        for (k, data) in expected.iter().enumerate() {
+            let m = s.recv(TIMEOUT).unwrap();
+            assert!(m.to_vec() == *data, "connection {i} message {k} differs");
+        }
+    }
+}

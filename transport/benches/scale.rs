@@ -1,0 +1,382 @@
+//! `cargo xtask bench scale`: N connections between two endpoints in one process (the peer's
+//! device serves, this host's connects), every connection carrying traffic, for N = 1, 100,
+//! 1,000 and 10,000 (`SCALE_CONNECTIONS=1,100` chooses others). Per N, on fresh endpoints:
+//!
+//! - the connect rate: N connects, 64 in flight at a time (`Endpoint::connect_async`), beside
+//!   rdma-core's `cmtime -c N` in the same boot (its steps from resolving the address to the
+//!   connection, all N at once); a timing, reported, not a goal;
+//! - per connection and per side, idle (all connected, nothing sent yet) and busy (after the
+//!   traffic, every connection still open): the bytes the endpoint registered, all of it over
+//!   N (receive buffers and the data pool, `EndpointStats::receive_bytes_registered` and the
+//!   pool's figures), the heap's growth over N (live bytes of a counting allocator, halved for
+//!   the two endpoints; the server's side includes the bench's echo task per connection),
+//!   the completion-queue entries over N (`EndpointStats::completion_entries`) and queue
+//!   pairs (one);
+//! - the traffic: rounds of an echo on every connection at once (a message out on each, then
+//!   every echo taken), of 64 B and of 4 KiB: messages per second over the rounds, and every
+//!   echo checked (a missing or different one counts as lost);
+//! - round trips: a 64 B echo on up to 1,000 of the connections, one at a time: p50 and p99.
+//!
+//! Instructions per message at each N (the cost bench's method) are not measured here: the
+//! rows carry `null` for them.
+//!
+//! Writes `SCALE_BENCH_JSON` (`scale.raw.json`): `{"bench", "device", "comparisons", "rows"}`,
+//! the comparisons our connect rate against cmtime's per N, the rows as the xtask writes them
+//! to `target/bench/scale.json`.
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::stream::StreamExt;
+use transport::{Conn, Endpoint, EndpointConfig, ProtocolConfig};
+
+#[path = "transport/baseline.rs"]
+#[allow(dead_code)]
+mod baseline;
+
+/// Live heap bytes of the process.
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+/// The system allocator, counting live bytes.
+struct Counting;
+
+// SAFETY: every call goes to `System` with the caller's arguments unchanged, so the
+// GlobalAlloc contract holds as it does for `System`; counting touches only an atomic.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: `ptr` came from `alloc` above with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: as `alloc`.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: `ptr` came from this allocator with `layout`; the caller's new size.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Connects in flight at once.
+const CONNECTING: usize = 64;
+/// Rounds of the echo on every connection, per size.
+const ROUNDS: usize = 3;
+/// Connections whose round trip is timed, at most.
+const TIMED: usize = 1000;
+/// Bound of every wait.
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// The run gives up after this.
+const WATCHDOG: Duration = Duration::from_secs(3600);
+
+type Res<T> = Result<T, String>;
+
+/// The endpoints' configuration: a window of 8 frames (a connection's receives, 8 x 4 KiB,
+/// are what it registers), keepalives rare enough that idle connections are no load of their
+/// own, and room for `n` connections.
+fn config(n: usize) -> EndpointConfig {
+    EndpointConfig::default()
+        .with_max_connections(n as u32)
+        .with_pool_bytes(64 << 20)
+        .with_connect_timeout(Duration::from_secs(120))
+        .with_proto(
+            ProtocolConfig::default()
+                .with_window(8)
+                .with_sq_depth(16)
+                .with_keepalive_interval(Duration::from_secs(30))
+                .with_keepalive_timeout(Duration::from_secs(300)),
+        )
+}
+
+/// What one side holds: registered bytes, heap bytes, completion entries.
+#[derive(Clone, Copy)]
+struct Held {
+    registered: f64,
+    heap: f64,
+    cqes: f64,
+}
+
+fn held(eps: [&Endpoint; 2]) -> Held {
+    let mut h = Held {
+        registered: 0.0,
+        heap: LIVE.load(Ordering::Relaxed) as f64 / 2.0,
+        cqes: 0.0,
+    };
+    for ep in eps {
+        let s = ep.stats();
+        h.registered += (s.receive_bytes_registered + ep.pool().stats().bytes_registered) as f64;
+        h.cqes += s.completion_entries as f64;
+    }
+    h.registered /= 2.0;
+    h.cqes /= 2.0;
+    h
+}
+
+/// One N's figures.
+struct Figures {
+    n: usize,
+    connects_per_s: f64,
+    idle: Held,
+    busy: Held,
+    base: Held,
+    messages: u64,
+    lost: u64,
+    rate_64: f64,
+    rate_4k: f64,
+    p50_us: f64,
+    p99_us: f64,
+    queues: usize,
+}
+
+fn main() -> ExitCode {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("scale bench: run with `cargo xtask bench scale` (needs two RDMA devices)");
+        return ExitCode::SUCCESS;
+    }
+    std::thread::spawn(|| {
+        std::thread::sleep(WATCHDOG);
+        eprintln!("scale bench: still running after {WATCHDOG:?}, giving up");
+        std::process::exit(2);
+    });
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scale bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Res<()> {
+    let hosts = baseline::Hosts::from_env();
+    let ns: Vec<usize> = match std::env::var("SCALE_CONNECTIONS") {
+        Ok(v) if !v.trim().is_empty() => v
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .map_err(|e| format!("SCALE_CONNECTIONS {s:?}: {e}"))
+            })
+            .collect::<Res<_>>()?,
+        _ => vec![1, 100, 1000, 10_000],
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    // A first connection, cmtime's and not counted, so that no N pays for resolving the
+    // peer's address (our endpoints are made for each N only: see the docs).
+    hosts
+        .cmtime_connects_per_s(1, 19_999)
+        .map_err(|e| format!("warm-up: {e}"))?;
+    let mut rows = Vec::new();
+    let mut comparisons = Vec::new();
+    for (i, &n) in ns.iter().enumerate() {
+        println!("scale: {n} connections");
+        let f = rt.block_on(one(&hosts, n))?;
+        let port = 20_000 + i as u16;
+        let baseline = hosts.cmtime_connects_per_s(n, port);
+        if let Err(e) = &baseline {
+            eprintln!("scale: cmtime -c {n}: {e}");
+        }
+        let baseline = baseline.ok();
+        // Registered memory is shared by the connections: all of it, over N. The heap
+        // and the completion entries grow with them: the growth, over N.
+        let per = |x: f64, base: f64| (x - base) / f.n as f64;
+        let shared = |x: f64| x / f.n as f64;
+        println!(
+            "scale: {n}: {:.0} connects/s (cmtime {}), {:.0} B registered and {:.0} B heap per \
+             connection idle, {} lost of {}, p50 {:.0} us p99 {:.0} us, {} queue pairs",
+            f.connects_per_s,
+            baseline.map_or("-".into(), |b| format!("{b:.0}")),
+            shared(f.idle.registered),
+            per(f.idle.heap, f.base.heap),
+            f.lost,
+            f.messages,
+            f.p50_us,
+            f.p99_us,
+            f.queues,
+        );
+        rows.push(serde_json::json!({
+            "device": hosts.device(),
+            "connections": n,
+            "messages": f.messages,
+            "messages_lost": f.lost,
+            "registered_bytes_per_conn": shared(f.idle.registered),
+            "registered_bytes_per_conn_busy": shared(f.busy.registered),
+            "heap_bytes_per_conn": per(f.idle.heap, f.base.heap),
+            "heap_bytes_per_conn_busy": per(f.busy.heap, f.base.heap),
+            "qps_per_conn": 1,
+            "cqes_per_conn": shared(f.idle.cqes),
+            "queue_pairs": f.queues,
+            "instructions_per_message": null,
+            "connects_per_s": f.connects_per_s,
+            "baseline_connects_per_s": baseline,
+            "messages_per_s_64": f.rate_64,
+            "messages_per_s_4096": f.rate_4k,
+            "p50_us": f.p50_us,
+            "p99_us": f.p99_us,
+        }));
+        comparisons.push(serde_json::json!({
+            "case": format!("connect {n} connections"),
+            "metric": "connects per second",
+            "unit": "1/s",
+            "ours": f.connects_per_s,
+            "baseline": baseline,
+            "baseline_name": format!("cmtime -c {n}"),
+            "better": "higher",
+            "goal": null,
+        }));
+    }
+    let json = serde_json::json!({
+        "bench": "scale",
+        "device": hosts.device(),
+        "comparisons": comparisons,
+        "rows": rows,
+    });
+    let path = testkit::bench_json_path("SCALE_BENCH_JSON", "scale.raw.json");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    std::fs::write(&path, format!("{json:#}\n")).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("JSON: {}", path.display());
+    Ok(())
+}
+
+/// N connections on fresh endpoints: connected, measured idle, carrying the echo rounds and
+/// the timed round trips, measured busy, closed.
+async fn one(hosts: &baseline::Hosts, n: usize) -> Res<Figures> {
+    let (sip, cip) = hosts.ips();
+    let e = |what: &'static str| move |e: transport::Error| format!("{what}: {e}");
+    let server = Endpoint::with_config(sip, config(n)).map_err(e("server endpoint"))?;
+    let client = Endpoint::with_config(cip, config(n)).map_err(e("client endpoint"))?;
+    let listener = server.listen(0).map_err(e("listen"))?;
+    let addr = SocketAddr::new(sip, listener.local_addr().map_err(e("address"))?.port());
+    let base = held([&server, &client]);
+    // Every accepted connection echoes in a task of its own until its peer closes.
+    let accepting = tokio::spawn(async move {
+        let mut echoes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let c = listener.accept_async().await?;
+            echoes.push(tokio::spawn(echo(c)));
+        }
+        Ok::<_, transport::Error>((listener, echoes))
+    });
+    let started = Instant::now();
+    let conns: Vec<Conn> = futures::stream::iter(0..n)
+        .map(|_| client.connect_async(addr))
+        .buffered(CONNECTING)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .map_err(e("connect"))?;
+    let connects_per_s = n as f64 / started.elapsed().as_secs_f64();
+    let (listener, echoes) = accepting
+        .await
+        .map_err(|e| format!("accept task: {e}"))?
+        .map_err(e("accept"))?;
+    let idle = held([&server, &client]);
+    let queues = server.stats().queues;
+
+    let mut messages = 0u64;
+    let mut lost = 0u64;
+    let mut rates = [0.0; 2];
+    for (k, size) in [64usize, 4096].into_iter().enumerate() {
+        let started = Instant::now();
+        for round in 0..ROUNDS {
+            let data = |i: usize| pattern((round * n + i) as u64, size);
+            for (i, c) in conns.iter().enumerate() {
+                c.send_async(&data(i)).await.map_err(e("send"))?;
+            }
+            for (i, c) in conns.iter().enumerate() {
+                messages += 2;
+                match tokio::time::timeout(TIMEOUT, c.recv_async()).await {
+                    Ok(Ok(Some(m))) if m.to_vec() == data(i) => {}
+                    _ => lost += 1,
+                }
+            }
+        }
+        rates[k] = (2 * ROUNDS * n) as f64 / started.elapsed().as_secs_f64();
+    }
+    let step = n.div_ceil(TIMED);
+    let mut rtts = Vec::with_capacity(TIMED);
+    for c in conns.iter().step_by(step) {
+        let t = Instant::now();
+        c.send_async(b"ping-pong, sixty-four bytes of it, timed as one round trip....!!")
+            .await
+            .map_err(e("send"))?;
+        match c.recv_async().await {
+            Ok(Some(_)) => rtts.push(t.elapsed().as_secs_f64() * 1e6),
+            _ => lost += 1,
+        }
+        messages += 2;
+    }
+    rtts.sort_by(f64::total_cmp);
+    let pct = |p: f64| rtts[((rtts.len() - 1) as f64 * p).round() as usize];
+    let busy = held([&server, &client]);
+    for c in conns {
+        c.close_async().await.map_err(e("close"))?;
+    }
+    for t in echoes {
+        let _ = t.await;
+    }
+    drop(listener);
+    Ok(Figures {
+        n,
+        connects_per_s,
+        idle,
+        busy,
+        base,
+        messages,
+        lost,
+        rate_64: rates[0],
+        rate_4k: rates[1],
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        queues,
+    })
+}
+
+/// Echoes every message on `c` until the peer closes.
+async fn echo(c: Conn) {
+    while let Ok(Some(m)) = c.recv_async().await {
+        let data = m.to_vec();
+        drop(m);
+        if c.send_async(&data).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// `len` bytes that differ by `seed`.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
