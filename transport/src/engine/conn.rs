@@ -96,11 +96,11 @@ pub(crate) struct ConnState {
 }
 
 impl ConnState {
-    pub(crate) fn new(proto: Option<proto::Connection<Buffer>>) -> Self {
+    pub(crate) fn new(proto: Option<proto::Connection<Buffer>>, sq_depth: u32) -> Self {
         ConnState {
             proto,
             early: Vec::new(),
-            sq: SendQueue::default(),
+            sq: SendQueue::new(sq_depth),
             user: UserQueues::default(),
             deferred_reads: VecDeque::new(),
             read_targets: Vec::new(),
@@ -259,10 +259,13 @@ impl ConnShared {
                 crate::Polling::Adaptive { spin } => spin,
                 _ => std::time::Duration::ZERO,
             }),
-            state: Mutex::new(ConnState::new(proto.map(|mut p| {
-                p.set_coalescing(polling.batches_messages());
-                p
-            }))),
+            state: Mutex::new(ConnState::new(
+                proto.map(|mut p| {
+                    p.set_coalescing(polling.batches_messages());
+                    p
+                }),
+                shared.cfg.qp_send_depth(),
+            )),
             cond: Condvar::new(),
             handles: std::sync::atomic::AtomicUsize::new(1),
             nodelay: std::sync::atomic::AtomicBool::new(false),

@@ -4,7 +4,7 @@ use super::*;
 use std::time::Duration;
 
 fn torn_down_at(t0: Instant, op: SqOp, signaled: bool) -> ConnState {
-    let mut st = ConnState::new(None);
+    let mut st = ConnState::new(None, 16);
     st.end = Some(Some(ConnError::PeerGone(PeerGone::Disconnected)));
     st.sq.posted(1, op, signaled);
     st.torn_down(t0);
@@ -32,7 +32,7 @@ fn unsignaled_frames_hold_a_torn_down_connection_only_for_the_grace() {
 #[test]
 fn an_empty_queue_is_drained_at_once_and_teardown_drops_what_reads_kept() {
     let t0 = Instant::now();
-    let mut st = ConnState::new(None);
+    let mut st = ConnState::new(None, 16);
     st.deferred_reads.push_back((
         proto::ReadId(1),
         proto::RemoteChunk {

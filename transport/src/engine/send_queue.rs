@@ -50,15 +50,22 @@ pub(crate) struct SendQueue {
 
 impl Default for SendQueue {
     fn default() -> Self {
-        SendQueue {
-            ops: VecDeque::with_capacity(128),
-            unsignaled: 0,
-            probe_in_flight: false,
-        }
+        SendQueue::new(0)
     }
 }
 
 impl SendQueue {
+    /// The books of a send queue of `depth` requests: room for as many as the queue holds,
+    /// so recording a post never allocates, and no more (a connection of a large endpoint
+    /// keeps no room it cannot use).
+    pub(crate) fn new(depth: u32) -> Self {
+        SendQueue {
+            ops: VecDeque::with_capacity(depth as usize),
+            unsignaled: 0,
+            probe_in_flight: false,
+        }
+    }
+
     /// Whether the next request, `op`, is to be signaled: one frame in `every`, and every
     /// other request; everything once `closing` (teardown waits for the CLOSE to complete).
     pub(crate) fn must_signal(&self, op: &SqOp, every: u32, closing: bool) -> bool {
