@@ -368,15 +368,9 @@ async fn echo(c: Conn) {
     }
 }
 
-/// `len` bytes that differ by `seed`.
+/// `len` bytes (at least 8) that differ by `seed`: the seed, then bytes counting from it.
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut v: Vec<u8> = (0..len).map(|k| (k as u64 + seed) as u8).collect();
+    v[..8].copy_from_slice(&seed.to_le_bytes());
+    v
 }
