@@ -27,7 +27,7 @@ mod worker;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use memory::{Buffer, Pool};
 use parking_lot::Mutex;
@@ -87,10 +87,9 @@ pub(crate) struct Shared {
     /// Connections by QP number. Change it only through [`add_conn`](Shared::add_conn) and
     /// [`remove_conns`](Shared::remove_conns), which keep the poller's cache in step.
     pub conns: ConnTable<Arc<ConnShared>>,
-    /// When the pool last ran out and the frames posted unsignaled were asked back
-    /// ([`release_unsignaled`](Shared::release_unsignaled)), in microseconds since the
-    /// endpoint's timer epoch (0: never).
-    released_at: std::sync::atomic::AtomicU64,
+    /// The pool ran out: the next tick asks the frames posted unsignaled back
+    /// ([`release_unsignaled`](Shared::release_unsignaled)).
+    pub(super) release_unsignaled_due: AtomicBool,
     progress: Mutex<Progress>,
     pub stop: AtomicBool,
     /// Who polls the completion queue, and for how long ([`policy`]).
@@ -165,7 +164,7 @@ impl Shared {
             local_ip,
             cm: CmWatcher::new()?,
             conns: ConnTable::new(),
-            released_at: std::sync::atomic::AtomicU64::new(0),
+            release_unsignaled_due: AtomicBool::new(false),
             progress: Mutex::new(Progress {
                 wcs: CompletionBuf::new(64),
                 reclaimed: Vec::with_capacity(64),
@@ -198,29 +197,13 @@ impl Shared {
 
     /// The pool ran out. A frame posted unsignaled keeps its buffer until a later signaled
     /// request of its connection completes, which a connection that sends nothing more never
-    /// posts: with many such connections, their buffers are the pool. Every connection with
-    /// unsignaled requests gets a probe behind them (its completion gives their buffers
-    /// back); at most once a tick, as the buffers take that long to come back anyway.
+    /// posts: with many such connections, their buffers are the pool. The next tick (within
+    /// [`TICK`]) gives every connection with unsignaled requests a probe behind them, whose
+    /// completion gives their buffers back: on the progress thread, in the walk over the
+    /// connections it makes anyway, once however many senders ask.
     pub(crate) fn release_unsignaled(&self) {
-        let epoch = self.cfg.proto.timer_epoch.unwrap_or_else(Instant::now);
-        let now = (epoch.elapsed().as_micros() as u64).max(1);
-        let last = self.released_at.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < TICK.as_micros() as u64 {
-            return;
-        }
-        if self
-            .released_at
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
-        }
-        for conn in self.conns.all() {
-            let mut st = conn.state.lock();
-            if st.end.is_none() && st.sq.has_unsignaled() {
-                conn.post_probe(&mut st);
-            }
-        }
+        self.release_unsignaled_due.store(true, Ordering::Relaxed);
+        self.tick_soon();
     }
 
     /// [`alloc`](Self::alloc) from `pool`.

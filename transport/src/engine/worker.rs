@@ -14,7 +14,8 @@ impl Shared {
     /// Runs the protocol timers of every connection and tears down those that ended; returns
     /// when it needs to run next: the earliest protocol deadline, within [`TICK`] while a
     /// connection is being set up or torn down or a task waits for the pool, and within
-    /// [`IDLE_TICK`] in any case.
+    /// [`IDLE_TICK`] in any case. When the pool ran out, it also asks every connection's
+    /// unsignaled frames back ([`release_unsignaled`](Self::release_unsignaled)).
     /// Allocates nothing unless a connection goes (`gone` is the caller's reused list).
     pub(super) fn tick(&self, now: Instant, gone: &mut Vec<u32>) -> Instant {
         gone.clear();
@@ -25,8 +26,14 @@ impl Shared {
             next = soon;
         }
         wake_tasks(&mut waiting);
+        let release_unsignaled = self.release_unsignaled_due.swap(false, Ordering::Relaxed);
         for conn in self.conns.read().values() {
             let mut st = conn.state.lock();
+            // The pool ran out: unsignaled frames give their buffers back once a probe
+            // behind them completes (`release_unsignaled`).
+            if release_unsignaled && st.end.is_none() && st.sq.has_unsignaled() {
+                conn.post_probe(&mut st);
+            }
             if let Some(p) = st.proto.as_mut() {
                 if p.poll_timeout().is_some_and(|t| t <= now) {
                     p.on_timeout(now);
