@@ -10,11 +10,12 @@ use crate::proto::{CallError, Delivery};
 /// What a finished call gives its caller: the response, or why it failed.
 pub(crate) type CallResult = Result<Delivery<Buffer>, CallError>;
 
-/// Entries by call id, in the order they came. Calls finish, and their callers come for
-/// them, mostly in the order they were made, so the entry looked for is nearly always at the
-/// front: a look costs a comparison or two, where a hash map hashes and probes every time.
-/// The entries are those of calls in flight on one connection, a few dozen at most in
-/// practice; a look that misses the front scans them.
+/// Entries by call id, kept in the order of their ids. Calls are made in the order of their
+/// ids, finish and are come for mostly in that order too, so an entry is nearly always added
+/// at the back and taken from the front, and a look for a call with no entry yet (a caller
+/// registering its waker) is settled by the last entry: each a comparison or two, where a
+/// hash map hashes and probes every time. Any other look is a binary search over the calls
+/// in flight on one connection.
 #[derive(Debug)]
 pub(crate) struct ByCall<T> {
     entries: VecDeque<(u64, T)>,
@@ -28,8 +29,24 @@ impl<T> ByCall<T> {
     }
 
     /// Adds `value` for call `id`, which has no entry.
+    #[inline]
     pub(crate) fn push(&mut self, id: u64, value: T) {
-        self.entries.push_back((id, value));
+        match self.entries.back() {
+            Some(last) if last.0 > id => {
+                let at = self.entries.partition_point(|e| e.0 < id);
+                self.entries.insert(at, (id, value));
+            }
+            _ => self.entries.push_back((id, value)),
+        }
+    }
+
+    /// Where call `id`'s entry is.
+    #[inline]
+    fn position(&self, id: u64) -> Option<usize> {
+        match self.entries.back() {
+            Some(last) if last.0 >= id => self.entries.binary_search_by_key(&id, |e| e.0).ok(),
+            _ => None,
+        }
     }
 
     /// Takes call `id`'s entry.
@@ -38,16 +55,15 @@ impl<T> ByCall<T> {
         if self.entries.front().is_some_and(|e| e.0 == id) {
             return self.entries.pop_front().map(|e| e.1);
         }
-        let i = self.entries.iter().position(|e| e.0 == id)?;
+        let i = self.position(id)?;
         self.entries.remove(i).map(|e| e.1)
     }
 
     /// Call `id`'s entry.
+    #[inline]
     pub(crate) fn get_mut(&mut self, id: u64) -> Option<&mut T> {
-        self.entries
-            .iter_mut()
-            .find(|e| e.0 == id)
-            .map(|e| &mut e.1)
+        let i = self.position(id)?;
+        self.entries.get_mut(i).map(|e| &mut e.1)
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -94,6 +110,26 @@ mod tests {
             vec![(2, 20), (3, 31), (5, 50)]
         );
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn entries_added_out_of_order_are_found_and_come_out_by_id() {
+        let mut q = ByCall::default();
+        for id in [5u64, 2, 9, 1, 7, 3] {
+            q.push(id, id * 10);
+        }
+        for id in [1u64, 2, 3, 5, 7, 9] {
+            assert_eq!(q.get_mut(id).copied(), Some(id * 10));
+        }
+        assert_eq!(q.get_mut(4), None);
+        assert_eq!(q.get_mut(10), None);
+        assert_eq!(q.remove(7), Some(70));
+        assert_eq!(q.remove(1), Some(10));
+        q.push(4, 40);
+        assert_eq!(
+            q.drain().collect::<Vec<_>>(),
+            vec![(2, 20), (3, 30), (4, 40), (5, 50), (9, 90)]
+        );
     }
 
     #[test]

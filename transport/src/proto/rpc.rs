@@ -1,5 +1,6 @@
 //! RPC call ids and the table of pending calls with their deadlines.
 
+use std::collections::VecDeque;
 use std::num::NonZeroU64;
 use std::time::Instant;
 
@@ -21,18 +22,20 @@ impl CallId {
     }
 }
 
-/// Pending calls of one connection, ordered by id (ids are allocated increasing).
+/// Pending calls of one connection, ordered by id (ids are allocated increasing). A deque:
+/// calls mostly finish in the order they were made, so the one finishing is nearly always at
+/// the front and taking it moves nothing.
 #[derive(Debug)]
 pub(crate) struct Calls {
     next: NonZeroU64,
-    pending: Vec<(CallId, Instant)>,
+    pending: VecDeque<(CallId, Instant)>,
 }
 
 impl Calls {
     pub(crate) fn new(capacity: usize) -> Self {
         Calls {
             next: NonZeroU64::MIN,
-            pending: Vec::with_capacity(capacity),
+            pending: VecDeque::with_capacity(capacity),
         }
     }
 
@@ -40,18 +43,19 @@ impl Calls {
     pub(crate) fn start(&mut self, deadline: Instant) -> CallId {
         let id = CallId(self.next);
         self.next = self.next.saturating_add(1);
-        self.pending.push((id, deadline));
+        self.pending.push_back((id, deadline));
         id
     }
 
     /// Takes a call out of the table; `false` if it was not pending (answered, timed out,
     /// cancelled or never made).
     pub(crate) fn finish(&mut self, id: CallId) -> bool {
+        if self.pending.front().is_some_and(|p| p.0 == id) {
+            self.pending.pop_front();
+            return true;
+        }
         match self.pending.binary_search_by_key(&id, |p| p.0) {
-            Ok(i) => {
-                self.pending.remove(i);
-                true
-            }
+            Ok(i) => self.pending.remove(i).is_some(),
             Err(_) => false,
         }
     }
@@ -70,12 +74,12 @@ impl Calls {
     /// Removes one call whose deadline is at or before `now`.
     pub(crate) fn pop_expired(&mut self, now: Instant) -> Option<CallId> {
         let i = self.pending.iter().position(|p| p.1 <= now)?;
-        Some(self.pending.remove(i).0)
+        self.pending.remove(i).map(|p| p.0)
     }
 
     /// Removes any one pending call (for failing them all).
     pub(crate) fn pop_any(&mut self) -> Option<CallId> {
-        self.pending.pop().map(|p| p.0)
+        self.pending.pop_back().map(|p| p.0)
     }
 
     pub(crate) fn len(&self) -> usize {
