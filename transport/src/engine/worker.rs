@@ -354,6 +354,16 @@ fn progress_loop(shared: &Arc<Shared>) {
             .sleep_on_channel(shared.channel_fd(), until, wanted)
         {
             shared.res.drain_channels();
+            // A driver task may have begun while this thread slept on the channel: it waits
+            // for the channel's next event, which comes only from an armed queue, and the
+            // event this thread just took was the one it armed for (its reactor, seeing the
+            // channel no longer readable, reports nothing). So arm again, and poll what came
+            // before the arm, before this thread leaves the channel to it.
+            if shared.policy.reactor_drives() {
+                let _ = shared.res.arm();
+                let n = shared.progress_after_arm();
+                shared.count_thread(n);
+            }
         }
     }
 }
