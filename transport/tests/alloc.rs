@@ -239,7 +239,7 @@ fn connection_churn_leaves_heap_registered_memory_and_queues_where_they_were() {
         }
         served
     });
-    let mut cycle = |i: usize| {
+    let cycle = |i: usize| {
         let c = client.connect(addr).unwrap();
         let payload = (i as u64).to_le_bytes().repeat(8);
         c.send(&payload).unwrap();

@@ -218,6 +218,9 @@ impl Shared {
             }),
         });
         ops.by_id.insert(k, CmOp::Connect(op.clone()));
+        // Its deadline is a tick's to look at: the progress thread of an endpoint with
+        // nothing else to do may be asleep for an empty endpoint's tick.
+        self.tick_soon();
         Ok(op)
     }
 
@@ -490,6 +493,7 @@ impl Shared {
                     backlog: Arc::downgrade(backlog),
                 };
                 ops.by_id.insert(k, CmOp::Accept(Box::new(op)));
+                self.tick_soon();
             }
             Err(_) => self.unregister(&conn),
         }

@@ -25,7 +25,7 @@ mod user;
 mod worker;
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -60,6 +60,13 @@ const TICK: Duration = Duration::from_millis(5);
 /// stands aside, or a reactor polls) and no deadline is nearer: it need not wake every
 /// [`TICK`], taking a core from the threads that poll.
 const IDLE_TICK: Duration = Duration::from_millis(100);
+
+/// How long the progress thread may sleep between timer runs when the endpoint is quiet: no
+/// connection, or no completion since the last run (a connect or accept that begins, or
+/// anything else due soon, asks for a tick within [`TICK`]; the protocol's timers say when
+/// they fall due). An idle endpoint wakes for its timers, at least once a second, not every
+/// [`IDLE_TICK`].
+const QUIET_TICK: Duration = Duration::from_secs(1);
 
 /// The shortest sleep before the next timer run.
 const MIN_TICK: Duration = Duration::from_micros(100);
@@ -99,6 +106,8 @@ pub(crate) struct Shared {
     pub(crate) reactor_waker: Mutex<Option<std::task::Waker>>,
     /// Completions handled, by who polled them.
     pub(crate) counts: Counts,
+    /// Runs of the timers by the progress thread (`EndpointStats::timer_runs`).
+    pub(crate) timer_runs: AtomicU64,
     /// Tasks waiting for something no connection signals (pool buffers): woken every tick.
     pub(crate) tick_wakers: Mutex<Vec<std::task::Waker>>,
     /// A task joined `tick_wakers`: the next tick comes within [`TICK`] of the last.
@@ -177,6 +186,7 @@ impl Shared {
             totals: Default::default(),
             reactor_waker: Mutex::new(None),
             counts: Counts::default(),
+            timer_runs: AtomicU64::new(0),
             _anchor: anchor,
             cfg,
         });

@@ -202,3 +202,13 @@ pub(crate) struct Counts {
     pub reactor: AtomicU64,
     pub callers: AtomicU64,
 }
+
+impl Counts {
+    /// Completions handled so far, by anyone.
+    pub(crate) fn total(&self) -> u64 {
+        [&self.progress_thread, &self.reactor, &self.callers]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+}

@@ -27,6 +27,10 @@ pub struct EndpointStats {
     /// receives posted and the messages the application holds). The data pool's figures are
     /// `Endpoint::pool`'s.
     pub receive_bytes_registered: usize,
+    /// Times the progress thread ran the timers (keepalives, call deadlines, teardown): an
+    /// idle endpoint runs them when one falls due, at least once a second, more often only
+    /// while something is in progress.
+    pub timer_runs: u64,
 }
 
 /// What the connections that went left behind.
@@ -73,6 +77,7 @@ impl Shared {
             queues: self.res.queues().count(),
             completion_entries: self.res.queues().map(|q| q.cq.cqe() as usize).sum(),
             receive_bytes_registered: self.res.recv_pool.stats().bytes_registered,
+            timer_runs: self.timer_runs.load(std::sync::atomic::Ordering::Relaxed),
         };
         for conn in conns {
             let st = conn.state.lock();

@@ -7,19 +7,25 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{wake_tasks, Shared, CM_RETRY, IDLE_TICK, MIN_TICK, TICK};
+use super::{wake_tasks, Shared, CM_RETRY, IDLE_TICK, MIN_TICK, QUIET_TICK, TICK};
 use crate::{Error, Result};
 
 impl Shared {
     /// Runs the protocol timers of every connection and tears down those that ended; returns
     /// when it needs to run next: the earliest protocol deadline, within [`TICK`] while a
     /// connection is being set up or torn down or a task waits for the pool, and within
-    /// [`IDLE_TICK`] in any case. When the pool ran out, it also asks every connection's
-    /// unsignaled frames back ([`release_unsignaled`](Self::release_unsignaled)).
+    /// [`IDLE_TICK`] in any case ([`QUIET_TICK`] when the endpoint is `quiet`, no completion
+    /// since the last run, or has no connection). When the pool ran out, it also asks every
+    /// connection's unsignaled frames back ([`release_unsignaled`](Self::release_unsignaled)).
     /// Allocates nothing unless a connection goes (`gone` is the caller's reused list).
-    pub(super) fn tick(&self, now: Instant, gone: &mut Vec<u32>) -> Instant {
+    pub(super) fn tick(&self, now: Instant, gone: &mut Vec<u32>, quiet: bool) -> Instant {
         gone.clear();
-        let mut next = now + IDLE_TICK;
+        let mut next = now
+            + if quiet || self.conns.count() == 0 {
+                QUIET_TICK
+            } else {
+                IDLE_TICK
+            };
         let soon = now + TICK;
         let mut waiting = std::mem::take(&mut *self.tick_wakers.lock());
         if !waiting.is_empty() {
@@ -233,6 +239,9 @@ struct Timers {
     last: Instant,
     /// Connections gone at the last run (reused, so a run allocates nothing).
     gone: Vec<u32>,
+    /// Completions handled by the last run, and whether none came since the one before.
+    handled: u64,
+    quiet: bool,
 }
 
 impl Timers {
@@ -242,6 +251,8 @@ impl Timers {
             next: now,
             last: now,
             gone: Vec::with_capacity(16),
+            handled: 0,
+            quiet: false,
         }
     }
 
@@ -250,7 +261,11 @@ impl Timers {
         if now < self.next {
             return false;
         }
-        self.next = shared.tick(now, &mut self.gone);
+        shared.timer_runs.fetch_add(1, Ordering::Relaxed);
+        let handled = shared.counts.total();
+        self.quiet = handled == self.handled;
+        self.handled = handled;
+        self.next = shared.tick(now, &mut self.gone, self.quiet);
         // A connect or accept in progress fails itself at its deadline, which only a tick
         // looks at: tick within a TICK while there is one.
         if shared.cm_timers(now) {
@@ -300,11 +315,16 @@ fn progress_loop(shared: &Arc<Shared>) {
             let until_tick = timers.until_next(now);
             // A reactor that armed the queue learns of the next completion from the channel:
             // the fallback poll is then for one that stopped, and rare.
-            let fallback = if shared.policy.reactor_ever_drove() {
-                IDLE_TICK
-            } else {
-                TICK
-            };
+            let fallback =
+                if shared.conn_count() == 0 || (timers.quiet && shared.policy.driven_by_task()) {
+                    // No connection, no completion to miss; or a quiet endpoint whose driver
+                    // task hears the channel it armed.
+                    QUIET_TICK
+                } else if shared.policy.reactor_ever_drove() {
+                    IDLE_TICK
+                } else {
+                    TICK
+                };
             std::thread::park_timeout(if active {
                 until_tick
             } else {

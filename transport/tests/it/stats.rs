@@ -1,7 +1,7 @@
 //! Statistics on the device: a connection counts exactly the messages, bytes, calls and
 //! rendezvous transfers that crossed it, each side its own way; the endpoint sums its
 //! connections, the open and the ended, and says how they ended; a receiver that stops
-//! reading shows as credit stalls at its peer.
+//! reading shows as credit stalls at its peer; an idle endpoint runs its timers rarely.
 use std::time::{Duration, Instant};
 
 use transport::{Conn, Endpoint, EndpointStats, Error};
@@ -142,4 +142,39 @@ fn a_receiver_that_stops_reading_shows_as_credit_stalls_at_its_peer() {
         "the stall ended and was timed: {after:#?}"
     );
     assert_eq!(server.stats().messages_received, sent);
+}
+
+/// An endpoint with no connection, listening, runs its timers about once a second (nothing
+/// of its own can fall due), not every 100 ms; a connection made after the quiet spell
+/// carries a message as any other.
+#[test]
+#[ignore = "needs an RDMA device: cargo xtask test"]
+fn an_idle_endpoint_runs_its_timers_about_once_a_second() {
+    const QUIET: Duration = Duration::from_secs(3);
+    let server = Endpoint::with_config(peer_ip(), config()).expect("server endpoint");
+    let listener = server.listen(0).expect("listen");
+    let client = Endpoint::with_config(local_ip(), config()).expect("client endpoint");
+    std::thread::sleep(Duration::from_millis(200));
+    let before = [server.stats().timer_runs, client.stats().timer_runs];
+    std::thread::sleep(QUIET);
+    let after = [server.stats().timer_runs, client.stats().timer_runs];
+    for (side, (b, a)) in ["server", "client"]
+        .iter()
+        .zip(before.into_iter().zip(after))
+    {
+        eprintln!("{side}: {} timer runs in {QUIET:?} idle", a - b);
+        // At most one a second, and one the clock's rounding may add; a busy host only
+        // delays them. Every 100 ms would be 30.
+        assert!(
+            a - b <= QUIET.as_secs() + 2,
+            "{side}: {} timer runs in {QUIET:?} with no connection",
+            a - b
+        );
+    }
+    let addr = listener.local_addr().unwrap();
+    let accept = std::thread::spawn(move || listener.accept_timeout(TIMEOUT).expect("accept"));
+    let c = client.connect(addr).expect("connect after the quiet spell");
+    let s = accept.join().unwrap();
+    c.send(b"after the quiet").unwrap();
+    assert_eq!(&*s.recv(TIMEOUT).unwrap().bytes(), b"after the quiet");
 }

@@ -345,6 +345,11 @@ impl Policy {
         self.adaptive() && self.drivers.load(Ordering::Relaxed) == 0
     }
 
+    /// Whether a driver task of ours lives (it hears every event of the channel it armed).
+    pub(crate) fn driven_by_task(&self) -> bool {
+        self.drivers.load(Ordering::Relaxed) > 0
+    }
+
     /// Whether no driver task lives.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn driverless(&self) -> bool {
