@@ -1,6 +1,7 @@
 //! `cargo xtask bench scale`: N connections between two endpoints in one process (the peer's
 //! device serves, this host's connects), every connection carrying traffic, for N = 1, 100,
-//! 1,000 and 10,000 (`SCALE_CONNECTIONS=1,100` chooses others). Per N, on fresh endpoints:
+//! 1,000 and 10,000 (`SCALE_CONNECTIONS=1,100` chooses others, `SCALE_CONNECTIONS=` none).
+//! Per N, on fresh endpoints:
 //!
 //! - the connect rate: N connects, 64 in flight at a time (`Endpoint::connect_async`), beside
 //!   rdma-core's `cmtime -c N` in the same boot (its steps from resolving the address to the
@@ -20,10 +21,17 @@
 //! Instructions per message at each N (the cost bench's method) are not measured here: the
 //! rows carry `null` for them.
 //!
-//! Writes `SCALE_BENCH_JSON` (`scale.raw.json`): `{"bench", "device", "comparisons", "rows"}`,
-//! the comparisons our connect rate against cmtime's per N, the rows as the xtask writes them
-//! to `target/bench/scale.json`.
+//! Then the idle endpoint: two endpoints of the default configuration, with 0 and with 64
+//! connections between them (`SCALE_IDLE=0,64` chooses others), left alone for
+//! [`IDLE_WINDOW`]: the process's wakeups (every thread's context switches, voluntary or
+//! not, from `/proc/self/task/*/status`) and its CPU time (`/proc/self/task/*/stat`) per
+//! second, per endpoint; the goal is at most [`IDLE_WAKEUPS_GOAL`] wakeups a second.
+//!
+//! Writes `SCALE_BENCH_JSON` (`scale.raw.json`): `{"bench", "device", "comparisons", "rows",
+//! "idle"}`, the comparisons our connect rate against cmtime's per N, the rows and the idle
+//! figures as the xtask writes them to `target/bench/scale.json`.
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicIsize, Ordering};
@@ -86,6 +94,10 @@ const TIMED: usize = 1000;
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// The run gives up after this.
 const WATCHDOG: Duration = Duration::from_secs(3600);
+/// How long an idle endpoint is watched.
+const IDLE_WINDOW: Duration = Duration::from_secs(5);
+/// Wakeups per second an idle endpoint may cost.
+const IDLE_WAKEUPS_GOAL: f64 = 10.0;
 
 type Res<T> = Result<T, String>;
 
@@ -167,9 +179,11 @@ fn main() -> ExitCode {
 
 fn run() -> Res<()> {
     let hosts = baseline::Hosts::from_env();
+    // Set and empty: no N (the idle endpoint only).
     let ns: Vec<usize> = match std::env::var("SCALE_CONNECTIONS") {
-        Ok(v) if !v.trim().is_empty() => v
+        Ok(v) => v
             .split(',')
+            .filter(|s| !s.trim().is_empty())
             .map(|s| {
                 s.trim()
                     .parse()
@@ -247,11 +261,39 @@ fn run() -> Res<()> {
             "goal": null,
         }));
     }
+    let idle_ns: Vec<usize> = match std::env::var("SCALE_IDLE") {
+        Ok(v) => v
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .map_err(|e| format!("SCALE_IDLE {s:?}: {e}"))
+            })
+            .collect::<Res<_>>()?,
+        _ => vec![0, 64],
+    };
+    let mut idle_rows = Vec::new();
+    for n in idle_ns {
+        let (wakeups, cpu_ms) = rt.block_on(idle(&hosts, n))?;
+        println!(
+            "scale: idle endpoint, {n} connections: {wakeups:.1} wakeups/s and {cpu_ms:.2} ms \
+             CPU/s per endpoint"
+        );
+        idle_rows.push(serde_json::json!({
+            "device": hosts.device(),
+            "connections": n,
+            "wakeups_per_s_per_endpoint": wakeups,
+            "cpu_ms_per_s_per_endpoint": cpu_ms,
+            "goal_wakeups_per_s": IDLE_WAKEUPS_GOAL,
+        }));
+    }
     let json = serde_json::json!({
         "bench": "scale",
         "device": hosts.device(),
         "comparisons": comparisons,
         "rows": rows,
+        "idle": idle_rows,
     });
     let path = testkit::bench_json_path("SCALE_BENCH_JSON", "scale.raw.json");
     if let Some(dir) = path.parent() {
@@ -355,6 +397,99 @@ async fn one(hosts: &baseline::Hosts, n: usize) -> Res<Figures> {
         p99_us: pct(0.99),
         queues,
     })
+}
+
+/// Two endpoints of the default configuration with `n` connections between them, idle for
+/// [`IDLE_WINDOW`] after a second to settle: the process's wakeups and CPU milliseconds per
+/// second, per endpoint.
+async fn idle(hosts: &baseline::Hosts, n: usize) -> Res<(f64, f64)> {
+    let (sip, cip) = hosts.ips();
+    let e = |what: &'static str| move |e: transport::Error| format!("{what}: {e}");
+    let server = Endpoint::new(sip).map_err(e("server endpoint"))?;
+    let client = Endpoint::new(cip).map_err(e("client endpoint"))?;
+    let listener = server.listen(0).map_err(e("listen"))?;
+    let addr = SocketAddr::new(sip, listener.local_addr().map_err(e("address"))?.port());
+    let accepting = tokio::spawn(async move {
+        let mut accepted = Vec::with_capacity(n);
+        for _ in 0..n {
+            accepted.push(listener.accept_async().await?);
+        }
+        Ok::<_, transport::Error>(accepted)
+    });
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(client.connect_async(addr).await.map_err(e("connect"))?);
+    }
+    let accepted = accepting
+        .await
+        .map_err(|e| format!("accept task: {e}"))?
+        .map_err(e("accept"))?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = process_wakeups_and_cpu()?;
+    let started = Instant::now();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    let after = process_wakeups_and_cpu()?;
+    let per_s = 2.0 * started.elapsed().as_secs_f64();
+    let by_thread: Vec<String> = after
+        .2
+        .iter()
+        .map(|(name, n)| (name, n - before.2.get(name).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .map(|(name, n)| format!("{name} {:.1}", n as f64 / per_s))
+        .collect();
+    println!(
+        "scale: idle, {n} connections: wakeups/s per endpoint by thread: {}",
+        by_thread.join(", ")
+    );
+    for c in conns.iter().chain(&accepted) {
+        c.close_async().await.map_err(e("close"))?;
+    }
+    Ok((
+        (after.0 - before.0) as f64 / per_s,
+        (after.1 - before.1) / per_s,
+    ))
+}
+
+/// Context switches of every thread of this process, and their CPU time in milliseconds;
+/// the switches also by thread name.
+fn process_wakeups_and_cpu() -> Res<(u64, f64, BTreeMap<String, u64>)> {
+    let io = |what: String| move |e: std::io::Error| format!("{what}: {e}");
+    // The kernel's clock ticks (USER_HZ), 100 on Linux.
+    const TICK_MS: f64 = 10.0;
+    let mut switches = 0;
+    let mut ticks = 0u64;
+    let mut by_name = BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task").map_err(io("/proc/self/task".into()))? {
+        let dir = task.map_err(io("/proc/self/task".into()))?.path();
+        let Ok(status) = std::fs::read_to_string(dir.join("status")) else {
+            continue; // a thread that ended meanwhile
+        };
+        let name = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Name:"))
+            .map_or("?", str::trim)
+            .to_string();
+        let n = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+        switches += n;
+        *by_name.entry(name).or_insert(0) += n;
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        // After the command's closing parenthesis: utime and stime are fields 14 and 15.
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or("", |(_, rest)| rest)
+            .split_whitespace()
+            .collect();
+        ticks += fields
+            .get(11..13)
+            .map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    }
+    Ok((switches, ticks as f64 * TICK_MS, by_name))
 }
 
 /// Echoes every message on `c` until the peer closes.

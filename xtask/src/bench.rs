@@ -164,12 +164,16 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             } => {
                 let exe = built_bench(package, target)?;
                 // The scale bench's choice of connection counts goes along to the device.
-                let forwarded = match std::env::var("SCALE_CONNECTIONS") {
-                    Ok(v) if b.name == "scale" => {
-                        format!("SCALE_CONNECTIONS={} ", util::shell_quote(&v))
-                    }
-                    _ => String::new(),
-                };
+                let forwarded: String = ["SCALE_CONNECTIONS", "SCALE_IDLE"]
+                    .into_iter()
+                    .filter(|_| b.name == "scale")
+                    .filter_map(|k| {
+                        Some(format!(
+                            "{k}={} ",
+                            util::shell_quote(&std::env::var(k).ok()?)
+                        ))
+                    })
+                    .collect();
                 script.push_str(&format!(
                     "(cd {dir} && {forwarded}{json_env}={json} exec {exe} --bench) || fail=1\n",
                     dir = util::shell_quote(&e_dir(&exe)),
@@ -424,6 +428,10 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
         println!("bench {}: JSON in {}", b.name, path.display());
         let svg = format!("{}.svg", b.name);
         match chart::comparison(&report.to_json(), &out_dir.join(&svg)) {
+            // Nothing to draw (a scale run of the idle endpoint only).
+            Err(_) if report.comparisons.is_empty() => {
+                println!("bench {}: no comparisons, no chart", b.name)
+            }
             Ok(()) => println!(
                 "bench {}: chart in {}",
                 b.name,
@@ -544,13 +552,16 @@ fn e_dir(e: &util::Executable) -> String {
 
 /// A bench whose raw JSON is already in the comparison shape (the transport's).
 /// The scale bench's report: its comparisons (our connect rate against cmtime's), and its
-/// rows of figures per number of connections kept beside them as `rows`.
+/// rows of figures per number of connections and its idle endpoints' figures kept beside
+/// them as `rows` and `idle`.
 fn scale_report(raw: &std::path::Path, device: &str) -> Result<Report> {
     let mut report = comparison_report(raw, device)?;
     let text = std::fs::read_to_string(raw)?;
     let v: Value =
         serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: {e}", raw.display())))?;
-    report.extra.insert("rows".into(), v["rows"].clone());
+    for key in ["rows", "idle"] {
+        report.extra.insert(key.into(), v[key].clone());
+    }
     Ok(report)
 }
 
