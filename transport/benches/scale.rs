@@ -180,18 +180,7 @@ fn main() -> ExitCode {
 fn run() -> Res<()> {
     let hosts = baseline::Hosts::from_env();
     // Set and empty: no N (the idle endpoint only).
-    let ns: Vec<usize> = match std::env::var("SCALE_CONNECTIONS") {
-        Ok(v) => v
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                s.trim()
-                    .parse()
-                    .map_err(|e| format!("SCALE_CONNECTIONS {s:?}: {e}"))
-            })
-            .collect::<Res<_>>()?,
-        _ => vec![1, 100, 1000, 10_000],
-    };
+    let ns = counts("SCALE_CONNECTIONS", &[1, 100, 1000, 10_000])?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -261,18 +250,7 @@ fn run() -> Res<()> {
             "goal": null,
         }));
     }
-    let idle_ns: Vec<usize> = match std::env::var("SCALE_IDLE") {
-        Ok(v) => v
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| {
-                s.trim()
-                    .parse()
-                    .map_err(|e| format!("SCALE_IDLE {s:?}: {e}"))
-            })
-            .collect::<Res<_>>()?,
-        _ => vec![0, 64],
-    };
+    let idle_ns = counts("SCALE_IDLE", &[0, 64])?;
     let mut idle_rows = Vec::new();
     for n in idle_ns {
         let (wakeups, cpu_ms) = rt.block_on(idle(&hosts, n))?;
@@ -302,6 +280,19 @@ fn run() -> Res<()> {
     std::fs::write(&path, format!("{json:#}\n")).map_err(|e| format!("{}: {e}", path.display()))?;
     println!("JSON: {}", path.display());
     Ok(())
+}
+
+/// The connection counts of environment variable `var` (`1,100`; set and empty: none), or
+/// `default` when it is not set.
+fn counts(var: &str, default: &[usize]) -> Res<Vec<usize>> {
+    match std::env::var(var) {
+        Ok(v) => v
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.trim().parse().map_err(|e| format!("{var} {s:?}: {e}")))
+            .collect(),
+        Err(_) => Ok(default.to_vec()),
+    }
 }
 
 /// N connections on fresh endpoints: connected, measured idle, carrying the echo rounds and
