@@ -519,16 +519,24 @@ impl ConnShared {
         target
     }
 
-    /// A frame received for this connection (`len` bytes in `buf`, with immediate data `imm`
-    /// if it is a compact DATA frame). Only its head (header and control body) is copied for
-    /// the protocol; a DATA frame's message stays in `buf`, which is delivered without a copy.
-    pub(crate) fn on_frame(&self, st: &mut ConnState, buf: Buffer, len: usize, imm: Option<u32>) {
+    /// A frame received for this connection at `now` (`len` bytes in `buf`, with immediate
+    /// data `imm` if it is a compact DATA frame). Only its head (header and control body) is
+    /// copied for the protocol; a DATA frame's message stays in `buf`, which is delivered
+    /// without a copy.
+    pub(crate) fn on_frame(
+        &self,
+        st: &mut ConnState,
+        buf: Buffer,
+        len: usize,
+        imm: Option<u32>,
+        now: Instant,
+    ) {
         let Some(proto) = st.proto.as_mut() else {
             st.early.push((buf, len, imm));
             return;
         };
         if let Some(imm) = imm {
-            let _ = proto.on_receive_compact(imm, len, buf, Instant::now());
+            let _ = proto.on_receive_compact(imm, len, buf, now);
             return self.after_frame(st);
         }
         // A copy of fixed size is a few moves in place, not a call to `memcpy` (which an
@@ -539,7 +547,7 @@ impl ConnShared {
             Some(whole) => (*whole, len.min(proto::MAX_HEAD)),
             None => ([0; proto::MAX_HEAD], 0),
         };
-        let _ = proto.on_receive_head(&head[..n], len, buf, Instant::now());
+        let _ = proto.on_receive_head(&head[..n], len, buf, now);
         self.after_frame(st);
     }
 
@@ -567,7 +575,7 @@ impl ConnShared {
     /// Replays frames that arrived before the protocol was set up.
     pub(crate) fn replay_early(&self, st: &mut ConnState) {
         for (buf, len, imm) in std::mem::take(&mut st.early) {
-            self.on_frame(st, buf, len, imm);
+            self.on_frame(st, buf, len, imm, Instant::now());
         }
     }
 }

@@ -32,7 +32,7 @@ impl Shared {
     /// [`progress`](Self::progress) without counting (the progress thread counts its own).
     pub(super) fn try_poll(&self) -> usize {
         match self.progress.try_lock() {
-            Some(guard) => self.poll_with(guard),
+            Some(guard) => self.poll_with(guard, &mut None),
             None => 0,
         }
     }
@@ -63,8 +63,10 @@ impl Shared {
         self.res.drain_channels();
         let _ = self.res.arm();
         let mut total = 0;
+        // One look at the clock for the frames of all the polls and for the record below.
+        let mut clock = None;
         loop {
-            let n = self.progress_after_arm();
+            let n = self.progress_after_arm_at(&mut clock);
             if n == 0 {
                 break;
             }
@@ -73,7 +75,8 @@ impl Shared {
         self.counts
             .reactor
             .fetch_add(total as u64, Ordering::Relaxed);
-        self.policy.reactor_drove_at(Instant::now());
+        self.policy
+            .reactor_drove_at(clock.unwrap_or_else(Instant::now));
         total
     }
 
@@ -83,11 +86,17 @@ impl Shared {
     /// a lock, parking_lot allocates its bookkeeping, which would land in the data path at
     /// a random moment.
     pub(super) fn progress_after_arm(&self) -> usize {
+        self.progress_after_arm_at(&mut None)
+    }
+
+    /// [`progress_after_arm`](Self::progress_after_arm), the frames it finds received at
+    /// `clock` (read at the first of them if `None`).
+    fn progress_after_arm_at(&self, clock: &mut Option<Instant>) -> usize {
         let guard = match self.progress.try_lock() {
             Some(guard) => guard,
             None => self.wait_progress_lock(),
         };
-        self.poll_with(guard)
+        self.poll_with(guard, clock)
     }
 
     /// Yields until the progress lock is free, and takes it: the wait of
@@ -113,12 +122,17 @@ impl Shared {
 
     /// Handles every completion queued now, waiting for the poller if another thread polls.
     pub(super) fn progress_all(&self) {
-        while self.poll_with(self.progress.lock()) > 0 {}
+        while self.poll_with(self.progress.lock(), &mut None) > 0 {}
     }
 
     /// Polls every completion queue once, under the progress lock `guard`, and handles what
-    /// it finds; returns how many completions.
-    pub(super) fn poll_with(&self, mut guard: parking_lot::MutexGuard<'_, Progress>) -> usize {
+    /// it finds; returns how many completions. The frames it finds were received at `clock`,
+    /// read at the first of them if `None`: one look at the clock serves a batch.
+    pub(super) fn poll_with(
+        &self,
+        mut guard: parking_lot::MutexGuard<'_, Progress>,
+        clock: &mut Option<Instant>,
+    ) -> usize {
         let Progress {
             wcs,
             reclaimed,
@@ -131,7 +145,7 @@ impl Shared {
             };
             n += polled.len();
             for wc in polled.iter() {
-                self.on_completion(queues, wc, reclaimed, last);
+                self.on_completion(queues, wc, reclaimed, last, clock);
             }
         }
         drop(guard);
@@ -175,13 +189,15 @@ impl Shared {
         wc: &WorkCompletion,
         reclaimed: &mut Vec<Reclaimed>,
         last: &mut Option<LastConn>,
+        clock: &mut Option<Instant>,
     ) {
         if let Some(buf) = queues.recv_ring.reclaim(wc) {
             self.res.owe_receive(queues);
             let conn = self.conn_of(last, wc.qp_num());
             if let (Some(conn), Ok(())) = (conn, wc.status()) {
                 let mut st = conn.state.lock();
-                conn.on_frame(&mut st, buf, wc.byte_len() as usize, wc.imm());
+                let now = *clock.get_or_insert_with(Instant::now);
+                conn.on_frame(&mut st, buf, wc.byte_len() as usize, wc.imm(), now);
             }
             return;
         }
