@@ -27,9 +27,15 @@
 //! not, from `/proc/self/task/*/status`) and its CPU time (`/proc/self/task/*/stat`) per
 //! second, per endpoint; the goal is at most [`IDLE_WAKEUPS_GOAL`] wakeups a second.
 //!
+//! Then churn: [`CHURN_WARM_UP`] and then 10,000 (`SCALE_CHURN=N` chooses another count,
+//! `SCALE_CHURN=` none) connect / echo / close cycles on one pair of endpoints,
+//! [`CHURN_IN_FLIGHT`] at a time: what the endpoints hold (registered bytes, heap, queue pairs,
+//! completion entries, connections) after the warm-up and after the cycles, which should be
+//! the same.
+//!
 //! Writes `SCALE_BENCH_JSON` (`scale.raw.json`): `{"bench", "device", "comparisons", "rows",
-//! "idle"}`, the comparisons our connect rate against cmtime's per N, the rows and the idle
-//! figures as the xtask writes them to `target/bench/scale.json`.
+//! "idle", "churn"}`, the comparisons our connect rate against cmtime's per N, the rows, the
+//! idle and the churn figures as the xtask writes them to `target/bench/scale.json`.
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -98,6 +104,13 @@ const WATCHDOG: Duration = Duration::from_secs(3600);
 const IDLE_WINDOW: Duration = Duration::from_secs(5);
 /// Wakeups per second an idle endpoint may cost.
 const IDLE_WAKEUPS_GOAL: f64 = 10.0;
+/// Churn cycles before the first look (caches, pools and tables at their working size).
+const CHURN_WARM_UP: usize = 200;
+/// Churn cycles in progress at once.
+const CHURN_IN_FLIGHT: usize = 16;
+/// The churn endpoints' room for connections: those in progress and those closed whose
+/// queue pairs are still draining.
+const CHURN_ROOM: usize = 256;
 
 type Res<T> = Result<T, String>;
 
@@ -266,12 +279,19 @@ fn run() -> Res<()> {
             "goal_wakeups_per_s": IDLE_WAKEUPS_GOAL,
         }));
     }
+    let mut churn_rows = Vec::new();
+    for cycles in counts("SCALE_CHURN", &[10_000])? {
+        let row = rt.block_on(churn(&hosts, cycles))?;
+        println!("scale: churn, {cycles} cycles: {row}");
+        churn_rows.push(row);
+    }
     let json = serde_json::json!({
         "bench": "scale",
         "device": hosts.device(),
         "comparisons": comparisons,
         "rows": rows,
         "idle": idle_rows,
+        "churn": churn_rows,
     });
     let path = testkit::bench_json_path("SCALE_BENCH_JSON", "scale.raw.json");
     if let Some(dir) = path.parent() {
@@ -439,6 +459,90 @@ async fn idle(hosts: &baseline::Hosts, n: usize) -> Res<(f64, f64)> {
         (after.0 - before.0) as f64 / per_s,
         (after.1 - before.1) / per_s,
     ))
+}
+
+/// `cycles` connect / echo / close cycles on one pair of fresh endpoints, after
+/// [`CHURN_WARM_UP`]: what the endpoints hold after the warm-up and after the cycles.
+async fn churn(hosts: &baseline::Hosts, cycles: usize) -> Res<serde_json::Value> {
+    let (sip, cip) = hosts.ips();
+    let e = |what: &'static str| move |e: transport::Error| format!("{what}: {e}");
+    let server = Endpoint::with_config(sip, config(CHURN_ROOM)).map_err(e("server endpoint"))?;
+    let client = Endpoint::with_config(cip, config(CHURN_ROOM)).map_err(e("client endpoint"))?;
+    let listener = server.listen(0).map_err(e("listen"))?;
+    let addr = SocketAddr::new(sip, listener.local_addr().map_err(e("address"))?.port());
+    let total = CHURN_WARM_UP + cycles;
+    let serving = tokio::spawn(async move {
+        for _ in 0..total {
+            let c = listener.accept_async().await?;
+            tokio::spawn(echo(c));
+        }
+        Ok::<_, transport::Error>(listener)
+    });
+    let cycle = |i: usize| {
+        let client = &client;
+        async move {
+            let c = client.connect_async(addr).await.map_err(e("connect"))?;
+            let data = pattern(i as u64, 64);
+            c.send_async(&data).await.map_err(e("send"))?;
+            match tokio::time::timeout(TIMEOUT, c.recv_async()).await {
+                Ok(Ok(Some(m))) if m.to_vec() == data => {}
+                _ => return Err(format!("churn cycle {i}: no echo, or a different one")),
+            }
+            c.close_async().await.map_err(e("close"))
+        }
+    };
+    let run = |range: std::ops::Range<usize>| {
+        futures::stream::iter(range)
+            .map(cycle)
+            .buffer_unordered(CHURN_IN_FLIGHT)
+            .collect::<Vec<Res<()>>>()
+    };
+    let quiet = || async {
+        // A closed connection leaves the table once its queue pair drained.
+        let end = Instant::now() + TIMEOUT;
+        while server.stats().connections + client.stats().connections > 0 {
+            if Instant::now() > end {
+                return Err("connections left after every close".to_string());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // What the engine's threads free a little later (a queue pair's books): the least
+        // live heap over half a second.
+        let mut least = isize::MAX;
+        for _ in 0..50 {
+            least = least.min(LIVE.load(Ordering::Relaxed));
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(least)
+    };
+    run(0..CHURN_WARM_UP)
+        .await
+        .into_iter()
+        .collect::<Res<()>>()?;
+    let heap_before = quiet().await?;
+    let before = (held([&server, &client]), server.stats(), client.stats());
+    let started = Instant::now();
+    run(CHURN_WARM_UP..total)
+        .await
+        .into_iter()
+        .collect::<Res<()>>()?;
+    let secs = started.elapsed().as_secs_f64();
+    let heap_after = quiet().await?;
+    let after = (held([&server, &client]), server.stats(), client.stats());
+    drop(serving.await.map_err(|e| format!("accept task: {e}"))?);
+    let queues = |s: &transport::EndpointStats| s.queues;
+    Ok(serde_json::json!({
+        "device": hosts.device(),
+        "cycles": cycles,
+        "cycles_per_s": cycles as f64 / secs,
+        // Before and after the cycles: per endpoint (the mean of the two), the heap the
+        // process's.
+        "registered_bytes_per_endpoint": [before.0.registered, after.0.registered],
+        "heap_bytes_process": [heap_before, heap_after],
+        "cqes_per_endpoint": [before.0.cqes, after.0.cqes],
+        "queue_pairs": [queues(&before.1) + queues(&before.2), queues(&after.1) + queues(&after.2)],
+        "connections_after": after.1.connections + after.2.connections,
+    }))
 }
 
 /// Context switches of every thread of this process, and their CPU time in milliseconds;

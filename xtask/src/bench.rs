@@ -164,7 +164,7 @@ pub fn main(args: &[String]) -> Result<ExitCode> {
             } => {
                 let exe = built_bench(package, target)?;
                 // The scale bench's choice of connection counts goes along to the device.
-                let forwarded: String = ["SCALE_CONNECTIONS", "SCALE_IDLE"]
+                let forwarded: String = ["SCALE_CONNECTIONS", "SCALE_IDLE", "SCALE_CHURN"]
                     .into_iter()
                     .filter(|_| b.name == "scale")
                     .filter_map(|k| {
@@ -552,14 +552,14 @@ fn e_dir(e: &util::Executable) -> String {
 
 /// A bench whose raw JSON is already in the comparison shape (the transport's).
 /// The scale bench's report: its comparisons (our connect rate against cmtime's), and its
-/// rows of figures per number of connections and its idle endpoints' figures kept beside
-/// them as `rows` and `idle`.
+/// rows of figures per number of connections, its idle endpoints' and its churn's figures
+/// kept beside them as `rows`, `idle` and `churn`.
 fn scale_report(raw: &std::path::Path, device: &str) -> Result<Report> {
     let mut report = comparison_report(raw, device)?;
     let text = std::fs::read_to_string(raw)?;
     let v: Value =
         serde_json::from_str(&text).map_err(|e| Error::new(format!("{}: {e}", raw.display())))?;
-    for key in ["rows", "idle"] {
+    for key in ["rows", "idle", "churn"] {
         report.extra.insert(key.into(), v[key].clone());
     }
     Ok(report)
