@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::stream::StreamExt;
-use transport::{Conn, Endpoint, EndpointConfig, ProtocolConfig};
+use transport::{Conn, Endpoint, EndpointConfig, Listener, ProtocolConfig};
 
 #[path = "transport/baseline.rs"]
 #[allow(dead_code)]
@@ -315,15 +315,26 @@ fn counts(var: &str, default: &[usize]) -> Res<Vec<usize>> {
     }
 }
 
+/// A fresh pair of endpoints of configuration `cfg`: the server's on the peer's device,
+/// listening at the address returned, and the client's on this host's.
+fn endpoints(
+    hosts: &baseline::Hosts,
+    cfg: EndpointConfig,
+) -> Res<(Endpoint, Endpoint, Listener, SocketAddr)> {
+    let (sip, cip) = hosts.ips();
+    let e = |what: &'static str| move |e: transport::Error| format!("{what}: {e}");
+    let server = Endpoint::with_config(sip, cfg.clone()).map_err(e("server endpoint"))?;
+    let client = Endpoint::with_config(cip, cfg).map_err(e("client endpoint"))?;
+    let listener = server.listen(0).map_err(e("listen"))?;
+    let addr = SocketAddr::new(sip, listener.local_addr().map_err(e("address"))?.port());
+    Ok((server, client, listener, addr))
+}
+
 /// N connections on fresh endpoints: connected, measured idle, carrying the echo rounds and
 /// the timed round trips, measured busy, closed.
 async fn one(hosts: &baseline::Hosts, n: usize) -> Res<Figures> {
-    let (sip, cip) = hosts.ips();
     let e = |what: &'static str| move |e: transport::Error| format!("{what}: {e}");
-    let server = Endpoint::with_config(sip, config(n)).map_err(e("server endpoint"))?;
-    let client = Endpoint::with_config(cip, config(n)).map_err(e("client endpoint"))?;
-    let listener = server.listen(0).map_err(e("listen"))?;
-    let addr = SocketAddr::new(sip, listener.local_addr().map_err(e("address"))?.port());
+    let (server, client, listener, addr) = endpoints(hosts, config(n))?;
     let base = held([&server, &client]);
     // Every accepted connection echoes in a task of its own until its peer closes.
     let accepting = tokio::spawn(async move {
@@ -414,12 +425,8 @@ async fn one(hosts: &baseline::Hosts, n: usize) -> Res<Figures> {
 /// [`IDLE_WINDOW`] after a second to settle: the process's wakeups and CPU milliseconds per
 /// second, per endpoint.
 async fn idle(hosts: &baseline::Hosts, n: usize) -> Res<(f64, f64)> {
-    let (sip, cip) = hosts.ips();
     let e = |what: &'static str| move |e: transport::Error| format!("{what}: {e}");
-    let server = Endpoint::new(sip).map_err(e("server endpoint"))?;
-    let client = Endpoint::new(cip).map_err(e("client endpoint"))?;
-    let listener = server.listen(0).map_err(e("listen"))?;
-    let addr = SocketAddr::new(sip, listener.local_addr().map_err(e("address"))?.port());
+    let (_server, client, listener, addr) = endpoints(hosts, EndpointConfig::default())?;
     let accepting = tokio::spawn(async move {
         let mut accepted = Vec::with_capacity(n);
         for _ in 0..n {
@@ -464,12 +471,8 @@ async fn idle(hosts: &baseline::Hosts, n: usize) -> Res<(f64, f64)> {
 /// `cycles` connect / echo / close cycles on one pair of fresh endpoints, after
 /// [`CHURN_WARM_UP`]: what the endpoints hold after the warm-up and after the cycles.
 async fn churn(hosts: &baseline::Hosts, cycles: usize) -> Res<serde_json::Value> {
-    let (sip, cip) = hosts.ips();
     let e = |what: &'static str| move |e: transport::Error| format!("{what}: {e}");
-    let server = Endpoint::with_config(sip, config(CHURN_ROOM)).map_err(e("server endpoint"))?;
-    let client = Endpoint::with_config(cip, config(CHURN_ROOM)).map_err(e("client endpoint"))?;
-    let listener = server.listen(0).map_err(e("listen"))?;
-    let addr = SocketAddr::new(sip, listener.local_addr().map_err(e("address"))?.port());
+    let (server, client, listener, addr) = endpoints(hosts, config(CHURN_ROOM))?;
     let total = CHURN_WARM_UP + cycles;
     let serving = tokio::spawn(async move {
         for _ in 0..total {
