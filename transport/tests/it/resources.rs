@@ -2,7 +2,7 @@
 //! builder serve messages of every size; resources that cannot work are refused up front. A
 //! message over the configured maximum is refused before anything is sent. Connections
 //! spread over queue pairs made as they come, places reused.
-use memory::{Pool, PoolAccess, PoolConfig};
+use memory::{Pool, PoolConfig};
 use transport::{ConfigError, Endpoint, Error, ProtocolConfig};
 
 use crate::support::*;
@@ -10,21 +10,8 @@ use crate::support::*;
 #[test]
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn an_endpoint_on_the_users_pd_and_pool() {
-    let (ctx, _addr) = verbs::Context::open_by_addr(local_ip()).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let pool = Pool::on_pd(
-        &pd,
-        PoolConfig::new()
-            .cap_bytes(32 << 20)
-            .access(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ),
-    )
-    .unwrap();
-    let client = Endpoint::builder(local_ip())
-        .config(config())
-        .pd(&pd)
-        .pool(pool.clone())
-        .build()
-        .unwrap();
+    let (client, pool) =
+        endpoint_on_own_pool(local_ip(), config(), PoolConfig::new().cap_bytes(32 << 20));
     let server = Endpoint::with_config(peer_ip(), config()).unwrap();
     let listener = server.listen(0).unwrap();
     let addr = addr_of(&listener);
@@ -259,22 +246,13 @@ fn a_pool_held_by_quiet_connections_unsignaled_frames_is_given_back_to_a_waiting
         )
     };
     // The sender's pool: 128 buffers of 8 KiB, each a 4 KiB message's frame.
-    let (ctx, _addr) = verbs::Context::open_by_addr(local_ip()).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let pool = Pool::on_pd(
-        &pd,
+    let (client, _pool) = endpoint_on_own_pool(
+        local_ip(),
+        quiet(),
         PoolConfig::new()
             .classes([memory::ClassConfig::new(8 << 10).chunk_size(1 << 20)])
-            .cap_bytes(1 << 20)
-            .access(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ),
-    )
-    .unwrap();
-    let client = Endpoint::builder(local_ip())
-        .config(quiet())
-        .pd(&pd)
-        .pool(pool)
-        .build()
-        .unwrap();
+            .cap_bytes(1 << 20),
+    );
     let listener = Endpoint::with_config(peer_ip(), quiet())
         .unwrap()
         .listen(0)

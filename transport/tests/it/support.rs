@@ -4,6 +4,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use memory::{Pool, PoolAccess, PoolConfig};
 use transport::{Conn, Endpoint, EndpointConfig, Listener};
 
 pub const DEVICE: &str = "needs an RDMA device: cargo xtask test";
@@ -22,6 +23,26 @@ pub fn config() -> EndpointConfig {
     EndpointConfig::default()
         .with_pool_bytes(64 << 20)
         .with_max_connections(8)
+}
+
+/// An endpoint at `ip` with `cfg` whose data pool is the user's own: one of `pool`'s
+/// configuration, on a PD of the device, with the access the transport needs
+/// (`LOCAL_WRITE | REMOTE_READ`). Returns the pool too, for its statistics.
+pub fn endpoint_on_own_pool(ip: IpAddr, cfg: EndpointConfig, pool: PoolConfig) -> (Endpoint, Pool) {
+    let (ctx, _) = verbs::Context::open_by_addr(ip).expect("device of the address");
+    let pd = ctx.alloc_pd().expect("protection domain");
+    let pool = Pool::on_pd(
+        &pd,
+        pool.access(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ),
+    )
+    .expect("pool on the PD");
+    let ep = Endpoint::builder(ip)
+        .config(cfg)
+        .pd(&pd)
+        .pool(pool.clone())
+        .build()
+        .expect("endpoint on the PD and pool");
+    (ep, pool)
 }
 
 /// A server endpoint on the peer's device listening on any port, and a client endpoint here.

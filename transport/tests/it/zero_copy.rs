@@ -5,7 +5,7 @@
 //! error that names it.
 use std::time::Instant;
 
-use memory::{Pool, PoolAccess, PoolConfig};
+use memory::{Pool, PoolConfig};
 use transport::{ConnError, Endpoint, Error, ProtocolError};
 
 use crate::support::*;
@@ -80,22 +80,13 @@ fn zero_copy_buffers_arrive_intact_in_one_piece_and_come_back_to_the_pool() {
 #[ignore = "needs an RDMA device: cargo xtask test"]
 fn a_chunk_longer_than_the_peer_reads_fails_the_connection_and_names_why() {
     // The receiver's pool holds buffers of at most 256 KiB.
-    let (ctx, _) = verbs::Context::open_by_addr(peer_ip()).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let small = Pool::on_pd(
-        &pd,
+    let (server, _pool) = endpoint_on_own_pool(
+        peer_ip(),
+        config(),
         PoolConfig::new()
             .class_sizes([4096, 65536, 262_144])
-            .cap_bytes(32 << 20)
-            .access(PoolAccess::LOCAL_WRITE | PoolAccess::REMOTE_READ),
-    )
-    .unwrap();
-    let server = Endpoint::builder(peer_ip())
-        .config(config())
-        .pd(&pd)
-        .pool(small)
-        .build()
-        .unwrap();
+            .cap_bytes(32 << 20),
+    );
     let listener = server.listen(0).unwrap();
     let addr = addr_of(&listener);
     let client = Endpoint::with_config(local_ip(), config()).unwrap();
